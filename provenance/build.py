@@ -1,0 +1,140 @@
+"""The all-TVM CPU build with provenance: import, compile under tracking, join with bytecode.
+
+We compile with the CPU backend's own default Relax pipeline (LegalizeOps, FoldConstant, FuseOps,
+FuseTIR, ... : tvm.relax.backend.cpu_generic), passed explicitly because tvm.compile's "default"
+string on llvm picks a pipeline without fusion.  Tracking rides along as a pass instrument, so
+the passes that run are exactly the ones a plain build runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from .importer import Imported
+from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap
+from .propagate import PLUMBING_PACKED, ProvenanceTracker
+
+_FUNC_RE = re.compile(r"^@(\S+):\s*$")
+_CALL_RE = re.compile(r"^\s+call\s+(\S+)\s+in:")
+
+
+def cpu_target() -> tvm.target.Target:
+    # TVM 0.27 rejects "llvm -mcpu=..." strings; the dict form is the supported spelling.
+    return tvm.target.Target({"kind": "llvm"})
+
+
+def cpu_pipeline(target):
+    return relax.backend.cpu_generic.get_default_pipeline(target)
+
+
+def bytecode_calls(ex) -> dict[str, list[str]]:
+    """Kernel calls per VM function, in execution order, read from the executable's bytecode."""
+    calls: dict[str, list[str]] = defaultdict(list)
+    fn = None
+    for line in ex.as_text().splitlines():
+        m = _FUNC_RE.match(line)
+        if m:
+            fn = m.group(1)
+            continue
+        m = _CALL_RE.match(line)
+        if m and fn is not None and m.group(1) not in PLUMBING_PACKED:
+            calls[fn].append(m.group(1))
+    return dict(calls)
+
+
+class JoinError(RuntimeError):
+    """The IR's kernel calls and the bytecode's disagree: provenance cannot be trusted."""
+
+
+@dataclass
+class Build:
+    executable: object
+    pmap: ProvenanceMap
+    tracker: ProvenanceTracker | None
+    mod: tvm.IRModule
+
+
+def compile_tvm(imported: Imported, target=None, track: bool = True) -> Build:
+    target = target or cpu_target()
+    tracker = ProvenanceTracker(imported.mod, imported.var_expr) if track else None
+    instruments = [tracker.instrument()] if tracker else []
+    with tvm.transform.PassContext(opt_level=3, instruments=instruments):
+        ex = tvm.compile(imported.mod, target=target, relax_pipeline=cpu_pipeline(target))
+    if tracker is None:
+        return Build(ex, imported.pmap, None, imported.mod)
+    pmap = join_executable(imported, tracker, ex, target)
+    return Build(ex, pmap, tracker, tracker.mod)
+
+
+def join_executable(imported: Imported, tracker: ProvenanceTracker, ex, target,
+                    backend: str = "tvm") -> ProvenanceMap:
+    """Attach kernels and call sites to a copy of the import map, checking the join is exact."""
+    src = imported.pmap
+    pmap = ProvenanceMap(meta=dict(src.meta), nodes=[_copy(n) for n in src.nodes],
+                         exprs=list(src.exprs), node_exprs=list(src.node_exprs))
+    pmap.meta.update({"backend": backend, "target": str(target.kind.name),
+                      "tvm_version": tvm.__version__})
+    calls = bytecode_calls(ex)
+    final = tracker.mod
+    prim = {gv.name_hint for gv, f in final.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    kernels: dict[str, Kernel] = {}
+    for fname in tracker.functions:
+        ir_sites = tracker.sites(fname)
+        bc = calls.get(fname, [])
+        ir_count: dict[str, int] = defaultdict(int)
+        for _, c, _ in ir_sites:
+            ir_count[c] += 1
+        bc_count: dict[str, int] = defaultdict(int)
+        for c in bc:
+            bc_count[c] += 1
+        if dict(ir_count) != dict(bc_count):
+            diff = sorted(set(ir_count.items()) ^ set(bc_count.items()))
+            raise JoinError(f"{fname}: IR kernel calls and bytecode differ: {diff[:6]}")
+        occurrence: dict[str, int] = defaultdict(int)
+        for ordinal, (_, name, ids) in enumerate(ir_sites):
+            k = occurrence[name]
+            occurrence[name] += 1
+            sid = f"{fname}/{name}#{k}"
+            pmap.sites.append(KernelSite(id=sid, kernel=name, caller=fname, ordinal=ordinal))
+            if name not in kernels:
+                kind = ("primfunc" if name in prim else
+                        "builtin" if name.startswith("vm.builtin.") else "packed")
+                kernels[name] = Kernel(name=name, function=name, backend=backend, kind=kind)
+            all_const = all(e in imported.const_exprs for e in ids)
+            for e in sorted(ids):
+                role = ROLE_CONSTANT if (e in imported.const_exprs and not all_const) else ROLE_COMPUTE
+                pmap.site_exprs.append((sid, e, role))
+    pmap.kernels = sorted(kernels.values(), key=lambda k: k.name)
+    _explain_unmapped(pmap, tracker)
+    return pmap
+
+
+def _copy(n):
+    from dataclasses import replace
+    return replace(n, inputs=list(n.inputs), outputs=list(n.outputs))
+
+
+def _explain_unmapped(pmap: ProvenanceMap, tracker: ProvenanceTracker) -> None:
+    """A node whose bindings reach no kernel gets the reason the tracker recorded."""
+    reached = {e for _, e, _ in pmap.site_exprs}
+    by_node = defaultdict(list)
+    for nid, eid, _ in pmap.node_exprs:
+        by_node[nid].append(eid)
+    for n in pmap.nodes:
+        if n.elided or any(e in reached for e in by_node.get(n.id, ())):
+            continue
+        why = sorted({tracker.dropped[e] for e in by_node.get(n.id, ()) if e in tracker.dropped})
+        if why:
+            n.elided = "; ".join(
+                "computes nothing at run time" if w.startswith("import") else
+                f"removed by {w} (its result is unused)" for w in why)
+
+
+def model_sha256(model) -> str:
+    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()

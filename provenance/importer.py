@@ -1,0 +1,337 @@
+"""ONNX -> Relax import that records which ONNX node produced every binding.
+
+TVM's Relax ONNX frontend attaches no provenance, and its converters return *unbound*
+expressions that the consumer's normalisation emits later, so "bindings emitted while node i was
+converted" would credit them to the wrong node.  We subclass the importer and force-emit each
+node's outputs right after its converter returns.  Then, in the finished function, every
+binding between the last output of node i-1 and the last output of node i belongs to node i:
+attribution is by position in the binding list, which needs no private BlockBuilder API.
+
+Nodes that produce no binding (Identity aliases, constants and shape arithmetic folded at import)
+are recorded with the reason, and linked as "folded" to the bindings of the nodes that consume
+their value, so that "which kernel carries this Shape node?" still has an answer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import onnx
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as _fe
+
+from . import ids as _ids
+from .errors import ProvmapError, describe_node
+from .model import ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr
+
+def _is_leaf(e) -> bool:
+    """Vars, constants, shapes and immediates: nothing a binding would compute."""
+    return not isinstance(e, (relax.Call, relax.TupleGetItem, relax.Tuple, relax.If, relax.SeqExpr))
+
+
+def load_model(source, check: bool = True) -> tuple[onnx.ModelProto, str]:
+    """Read and validate an ONNX model; every failure is a ProvmapError naming the file."""
+    if isinstance(source, onnx.ModelProto):
+        model, label = source, source.graph.name or "<model>"
+    else:
+        label = os.fspath(source)
+        if not os.path.exists(label):
+            raise ProvmapError(f"{label}: no such file")
+        if os.path.isdir(label):
+            raise ProvmapError(f"{label}: is a directory, not an ONNX file")
+        try:
+            model = onnx.load(label)
+        except Exception as e:  # DecodeError, truncated files, external-data problems
+            raise ProvmapError(f"{label}: not a readable ONNX model ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else 'parse error'})") from None
+        if not model.graph.node and not model.graph.output:
+            raise ProvmapError(f"{label}: not a readable ONNX model (empty graph)")
+    if check:
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e:
+            first = next((ln for ln in str(e).splitlines() if ln.strip()), str(e))
+            raise ProvmapError(f"{label}: fails onnx.checker: {first}") from None
+    return model, label
+
+
+@dataclass
+class Imported:
+    """The imported module plus everything propagation needs (TVM objects, not serialised)."""
+
+    mod: tvm.IRModule
+    pmap: ProvenanceMap
+    var_expr: dict  # Relax Var (of "main") -> expression ID
+    const_exprs: set = field(default_factory=set)  # IDs of bindings computed from constants only
+    label: str = ""
+
+
+class _TrackingImporter(_fe.ONNXGraphImporter):
+    def __init__(self, graph, label, shape_dict):
+        super().__init__(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
+        self._graph_nodes = list(graph.node)
+        self._label = label
+        self._pos = 0
+        self.node_markers: list[list] = [[] for _ in self._graph_nodes]
+        self.node_values: list = [None] * len(self._graph_nodes)
+        self._known: set = set()
+
+    def _emit(self, e):
+        if isinstance(e, relax.Tuple):
+            return relax.Tuple([self._emit(f) for f in e.fields])
+        if _is_leaf(e):
+            return e
+        v = self.bb.emit(e)
+        if isinstance(v.ty, relax.TupleType):
+            # Unpack here, not in _construct_nodes, so the TupleGetItems land inside this node.
+            return relax.Tuple([self.bb.emit(relax.TupleGetItem(v, i))
+                                for i in range(len(v.ty.fields))])
+        return v
+
+    def _convert_operator(self, op_name, inputs, attrs, opset):
+        idx = self._pos
+        self._pos += 1
+        node = self._graph_nodes[idx]
+        assert node.op_type == op_name, (node.op_type, op_name)
+        for x in inputs:
+            if isinstance(x, relax.Var):
+                self._known.add(x)
+        try:
+            sym = super()._convert_operator(op_name, inputs, attrs, opset)
+            sym = self._emit(sym)
+        except ProvmapError:
+            raise
+        except Exception as e:
+            msg = str(e).strip().splitlines()
+            raise ProvmapError(f"{self._label}: {describe_node(idx, node)}: import failed: "
+                               f"{type(e).__name__}: {msg[-1] if msg else ''}") from None
+        outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
+        self.node_values[idx] = sym
+        for o in outs:
+            if isinstance(o, relax.Var) and o not in self._known:
+                self.node_markers[idx].append(o)
+                self._known.add(o)
+        return sym
+
+
+def _supported_ops() -> set[str]:
+    return set(_fe._get_convert_map().keys())
+
+
+def _expr_op(value) -> str:
+    if isinstance(value, relax.Call):
+        op = value.op
+        if isinstance(op, tvm.ir.Op):
+            return op.name
+        if isinstance(op, tvm.ir.GlobalVar):
+            return op.name_hint
+        if isinstance(op, relax.ExternFunc):
+            return op.global_symbol
+        return type(op).__name__
+    if isinstance(value, relax.Var):
+        return "alias"
+    return type(value).__name__
+
+
+def _shape_dtype(var) -> tuple[str | None, str | None]:
+    ty = var.ty
+    if isinstance(ty, relax.TensorType):
+        shape = None
+        if isinstance(ty.shape, relax.ShapeExpr):
+            shape = "x".join(str(v) for v in ty.shape.values) or "scalar"
+        return shape, str(ty.dtype)
+    if isinstance(ty, relax.TupleType):
+        return f"tuple[{len(ty.fields)}]", None
+    return None, None
+
+
+def _bindings(func):
+    for block in func.body.blocks:
+        yield from block.bindings
+
+
+def import_onnx(source, shape_dict: dict | None = None, label: str | None = None) -> Imported:
+    """Import a model (path or ModelProto) into Relax and build the ONNX<->Relax half of the map."""
+    model, default_label = load_model(source)
+    label = label or default_label
+    graph = model.graph
+    if any(n.op_type in ("If", "Loop", "Scan") for n in graph.node):
+        bad = next((i, n) for i, n in enumerate(graph.node) if n.op_type in ("If", "Loop", "Scan"))
+        raise ProvmapError(f"{label}: {describe_node(*bad)}: control flow is not supported by "
+                           "provmap's importer")
+    supported = _supported_ops()
+    for i, n in enumerate(graph.node):
+        if n.domain not in ("", "ai.onnx") or n.op_type not in supported:
+            dom = f" in domain '{n.domain}'" if n.domain not in ("", "ai.onnx") else ""
+            raise ProvmapError(f"{label}: {describe_node(i, n)}: operator{dom} not supported by "
+                               "the Relax ONNX importer")
+    try:
+        nid = _ids.compute_node_ids(graph)
+    except _ids.GraphOrderError as e:
+        raise ProvmapError(f"{label}: {e}") from None
+    if nid.topo_order != list(range(len(graph.node))):
+        # The TVM importer walks nodes in file order; an unsorted file would fail obscurely there.
+        sorted_model = onnx.ModelProto()
+        sorted_model.CopyFrom(model)
+        del sorted_model.graph.node[:]
+        sorted_model.graph.node.extend(graph.node[i] for i in nid.topo_order)
+        model, graph = sorted_model, sorted_model.graph
+        nid = _ids.compute_node_ids(graph)
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    imp = _TrackingImporter(graph, label, shape_dict or {})
+    try:
+        mod = imp.from_onnx(graph, opset)
+    except ProvmapError:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        raise ProvmapError(f"{label}: import failed: {type(e).__name__}: {msg[-1] if msg else ''}") from None
+    return _build_map(mod, imp, graph, nid, label)
+
+
+def _build_map(mod, imp: _TrackingImporter, graph, nid: _ids.NodeIds, label: str) -> Imported:
+    func = mod["main"]
+    bindings = list(_bindings(func))
+    var_index = {b.var: i for i, b in enumerate(bindings)}
+
+    # Attribute bindings to nodes by position: node i owns everything after node i-1's last
+    # marker up to and including its own last marker.
+    owner: list[int | None] = [None] * len(bindings)
+    start = 0
+    for i, markers in enumerate(imp.node_markers):
+        if not markers:
+            continue
+        end = max(var_index[m] for m in markers)
+        for j in range(start, end + 1):
+            owner[j] = i
+        start = end + 1
+
+    params = set(func.params)
+    const_var: dict = {}
+    for b in bindings:
+        fv = relax.analysis.free_vars(b.value)
+        const_var[b.var] = all((v not in params) and const_var.get(v, False) for v in fv)
+
+    # Expression IDs: the k-th binding of a node, or the graph-output bindings at the end.
+    digests: dict[int, bytes] = {}
+    per_node_k: dict[int, int] = {}
+    out_pos = 0
+    for j, b in enumerate(bindings):
+        o = owner[j]
+        if o is not None:
+            k = per_node_k.get(o, 0)
+            per_node_k[o] = k + 1
+            digests[j] = _ids.expr_digest(nid.node_key[o], k)
+        else:
+            digests[j] = _ids.output_expr_digest(out_pos, _value_key(b.value, bindings, var_index, digests))
+            out_pos += 1
+    short = _ids.shorten(digests, "e")
+
+    pmap = ProvenanceMap(meta={"model": label})
+    for i, n in enumerate(graph.node):
+        pmap.nodes.append(OnnxNode(id=nid.node_id[i], name=n.name, op_type=n.op_type,
+                                   domain=n.domain or "", index=i, inputs=list(n.input),
+                                   outputs=list(n.output)))
+    var_expr = {}
+    const_exprs = set()
+    for j, b in enumerate(bindings):
+        shape, dtype = _shape_dtype(b.var)
+        eid = short[j]
+        var_expr[b.var] = eid
+        if const_var[b.var]:
+            const_exprs.add(eid)
+        pmap.exprs.append(RelaxExpr(id=eid, function="main", var=b.var.name, op=_expr_op(b.value),
+                                    shape=shape, dtype=dtype, index=j))
+        if owner[j] is not None:
+            pmap.node_exprs.append((nid.node_id[owner[j]], eid, ROLE_PRODUCED))
+
+    _link_folded(pmap, imp, graph, nid, owner, short)
+    return Imported(mod=_attach_ids(mod, short), pmap=pmap, var_expr=var_expr,
+                    const_exprs=const_exprs, label=label)
+
+
+def _value_key(value, bindings, var_index, digests) -> bytes:
+    vs = relax.analysis.free_vars(value)
+    return _ids._h("value", _expr_op(value), [digests[var_index[v]].hex() if v in var_index else v.name
+                                             for v in vs])
+
+
+def _link_folded(pmap, imp, graph, nid, owner, short):
+    """Give zero-binding nodes a reason and link them to the bindings of their consumers."""
+    produced = {}
+    for j, o in enumerate(owner):
+        if o is not None:
+            produced.setdefault(o, []).append(short[j])
+    producer_of = {}
+    for i, n in enumerate(graph.node):
+        for o in n.output:
+            if o:
+                producer_of[o] = i
+    graph_outputs = {o.name for o in graph.output}
+
+    def folded_sources(i, seen):
+        # Zero-binding ancestors reachable through zero-binding nodes only.
+        for x in graph.node[i].input:
+            p = producer_of.get(x)
+            if p is None or p in produced or p in seen:
+                continue
+            seen.add(p)
+            folded_sources(p, seen)
+        return seen
+
+    links = set()
+    for i in produced:
+        for p in folded_sources(i, set()):
+            for eid in produced[i]:
+                links.add((nid.node_id[p], eid, ROLE_FOLDED))
+    # Graph outputs produced directly by a zero-binding node: link to the output binding(s).
+    out_exprs = [short[j] for j, o in enumerate(owner) if o is None]
+    for i, n in enumerate(graph.node):
+        if i not in produced and any(o in graph_outputs for o in n.output):
+            for p in folded_sources(i, {i}):
+                for eid in out_exprs:
+                    links.add((nid.node_id[p], eid, ROLE_FOLDED))
+    pmap.node_exprs.extend(sorted(links))
+
+    for i, node in enumerate(pmap.nodes):
+        if i in produced:
+            continue
+        v = imp.node_values[i]
+        fields = list(v.fields) if isinstance(v, relax.Tuple) else [v]
+        kinds = set()
+        for f in fields:
+            if isinstance(f, relax.Var):
+                kinds.add("alias of an existing value (no computation)")
+            elif isinstance(f, relax.ShapeExpr) or "Prim" in type(f).__name__:
+                kinds.add("shape arithmetic folded at import")
+            elif f is None:
+                kinds.add("produces no value")
+            else:
+                kinds.add("constant folded at import")
+        node.elided = "; ".join(sorted(kinds)) or "produces no value"
+
+
+def _attach_ids(mod, short):
+    """Record each binding's ID in TVM's own IR, on the binding's span (printable, inspectable).
+
+    Passes do not keep binding spans; propagation relies on object identity and structure
+    instead (see provenance.propagate).  The span is for humans and for TVM-side tools.
+    """
+    func = mod["main"]
+    j = 0
+    blocks = []
+    for block in func.body.blocks:
+        new = []
+        for b in block.bindings:
+            span = tvm.ir.Span(tvm.ir.SourceName(f"provmap:{short[j]}"), 0, 0, 0, 0)
+            new.append(relax.VarBinding(b.var, b.value, span) if isinstance(b, relax.VarBinding)
+                       else b)
+            j += 1
+        blocks.append(type(block)(new))
+    body = relax.SeqExpr(blocks, func.body.body)
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+    out["main"] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+    return out

@@ -1,0 +1,67 @@
+"""Tiny hand-built ONNX models whose complete provenance map is known in advance."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _t(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def conv_relu() -> onnx.ModelProto:
+    """Conv (with bias) -> Relu: FuseOps makes one kernel carrying both nodes."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    return _model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        [_t("x", [1, 3, 8, 8])], [_t("y", [1, 4, 8, 8])], [w, b])
+
+
+def twin_branches() -> onnx.ModelProto:
+    """Two structurally identical Add->Relu branches: one deduplicated kernel, two call sites."""
+    c = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "c")
+    return _model(
+        [helper.make_node("Add", ["x", "c"], ["a1"], name="add_a"),
+         helper.make_node("Relu", ["a1"], ["r1"], name="relu_a"),
+         helper.make_node("Add", ["y", "c"], ["a2"], name="add_b"),
+         helper.make_node("Relu", ["a2"], ["r2"], name="relu_b")],
+        [_t("x", [1, 8]), _t("y", [1, 8])], [_t("r1", [1, 8]), _t("r2", [1, 8])], [c])
+
+
+def folded_and_aliases() -> onnx.ModelProto:
+    """Identity and shape arithmetic that produce no binding, feeding a Reshape that does."""
+    return _model(
+        [helper.make_node("Identity", ["x"], ["xi"], name="ident"),
+         helper.make_node("Shape", ["xi"], ["s"], name="shape"),
+         helper.make_node("Constant", [], ["idx"], name="const_idx",
+                          value=numpy_helper.from_array(np.array(0, np.int64))),
+         helper.make_node("Gather", ["s", "idx"], ["s0s"], name="gather", axis=0),
+         helper.make_node("Constant", [], ["axes"], name="const_axes",
+                          value=numpy_helper.from_array(np.array([0], np.int64))),
+         helper.make_node("Unsqueeze", ["s0s", "axes"], ["s0"], name="unsqueeze"),
+         helper.make_node("Constant", [], ["minus1"], name="const_m1",
+                          value=numpy_helper.from_array(np.array([-1], np.int64))),
+         helper.make_node("Concat", ["s0", "minus1"], ["shape2"], name="concat", axis=0),
+         helper.make_node("Reshape", ["xi", "shape2"], ["r"], name="reshape"),
+         helper.make_node("Exp", ["r"], ["y"], name="exp")],
+        [_t("x", [2, 3, 4])], [_t("y", [2, 12])])
+
+
+def unsupported_op() -> onnx.ModelProto:
+    """A valid model with an operator the Relax importer does not implement."""
+    return _model(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("DFT", ["r"], ["y"], name="my_dft", onesided=0)],
+        [_t("x", [1, 8, 1])], [_t("y", [1, 8, 2])])

@@ -1,0 +1,77 @@
+"""`provmap map`: outputs, --json keys, and clear one-line errors with nothing left behind."""
+
+import json
+import os
+import subprocess
+import sys
+
+import onnx
+import pytest
+import small_models as sm
+
+from provenance import store
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "provenance.cli", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+def test_map_writes_json_and_sqlite_with_coverage(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(sm.conv_relu(), path)
+    r = run("map", str(path), "-o", str(tmp_path / "out" / "m"), "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert {k: summary[k] for k in ("onnx_nodes_total", "onnx_nodes_mapped", "onnx_nodes_elided",
+                                    "kernels_total", "kernels_mapped")} == {
+        "onnx_nodes_total": 2, "onnx_nodes_mapped": 2, "onnx_nodes_elided": 0,
+        "kernels_total": 1, "kernels_mapped": 1}
+    assert summary["debugify_findings"] == []
+    a = store.load(tmp_path / "out" / "m.json")
+    b = store.load(tmp_path / "out" / "m.sqlite")
+    assert a.to_dict() == b.to_dict()
+    assert "imported" in r.stderr  # progress goes to stderr, data to stdout
+
+
+def _assert_clean_failure(r, tmp_path, needle):
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("provmap: error:")]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert r.stdout == ""
+    left = [p for p in os.listdir(tmp_path) if p.startswith("out")]
+    assert left == []
+
+
+def test_missing_file(tmp_path):
+    r = run("map", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "out"))
+    _assert_clean_failure(r, tmp_path, "nope.onnx: no such file")
+
+
+def test_truncated_protobuf(tmp_path):
+    data = sm.conv_relu().SerializeToString()
+    path = tmp_path / "trunc.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    r = run("map", str(path), "-o", str(tmp_path / "out"))
+    _assert_clean_failure(r, tmp_path, "trunc.onnx")
+
+
+def test_model_failing_the_checker(tmp_path):
+    m = sm.conv_relu()
+    m.graph.node[1].input[0] = "does_not_exist"
+    path = tmp_path / "bad.onnx"
+    onnx.save(m, path)
+    r = run("map", str(path), "-o", str(tmp_path / "out"))
+    _assert_clean_failure(r, tmp_path, "bad.onnx: fails onnx.checker")
+
+
+def test_unsupported_operator_names_the_node(tmp_path):
+    path = tmp_path / "dft.onnx"
+    onnx.save(sm.unsupported_op(), path)
+    r = run("map", str(path), "-o", str(tmp_path / "out"))
+    _assert_clean_failure(r, tmp_path, "ONNX node #1 'my_dft' (DFT)")
+
+
+def test_unknown_bundled_model(tmp_path):
+    r = run("map", "bundled:nosuch", "-o", str(tmp_path / "out"))
+    _assert_clean_failure(r, tmp_path, "bundled:nosuch")

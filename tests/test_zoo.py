@@ -1,0 +1,206 @@
+"""The bundled models load, check and run in onnxruntime; the transformer block matches numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from provenance import zoo
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # ResNet-50 carries an unused initializer ORT warns about
+    return ort.InferenceSession(
+        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return _session(model).run(None, feeds)[0]
+
+
+def _zero_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {k: np.zeros_like(v) for k, v in zoo.random_inputs(model).items()}
+
+
+# --- light models ---------------------------------------------------------------------------
+
+
+def test_light_dir_is_inside_onnx():
+    assert zoo.LIGHT_DIR.is_dir()
+    for name in zoo.LIGHT_MODELS:
+        assert zoo.light_model_path(name).is_file()
+
+
+def test_unknown_light_model_is_rejected():
+    with pytest.raises(ValueError):
+        zoo.light_model_path("no_such_model")
+
+
+@pytest.mark.parametrize("name", zoo.LIGHT_MODELS)
+def test_light_model_runs_on_zero_input(name):
+    model = zoo.load_light(name)
+    onnx.checker.check_model(model)
+    ref = zoo.light_reference_output(name)
+    feeds = _zero_inputs(model)
+    assert len(feeds) == 1  # initializers listed as IR-3 graph inputs are not model inputs
+    (value,) = feeds.values()
+    assert value.shape == (1, 3, 224, 224) and value.dtype == np.float32
+    out = _run(model, feeds)
+    assert out.shape == ref.shape
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", zoo.LIGHT_MODELS)
+def test_random_weights_pass_checker(name):
+    base = zoo.load_light(name)
+    model = zoo.with_random_weights(base, seed=0)
+    onnx.checker.check_model(model, full_check=True)
+    ops = [n.op_type for n in model.graph.node]
+    assert "ConstantOfShape" not in ops
+    # Every other node survives, in order, with its name.
+    def sig(nodes):
+        return [(n.op_type, n.name, list(n.output)) for n in nodes]
+
+    others = [n for n in base.graph.node if n.op_type != "ConstantOfShape"]
+    assert sig(model.graph.node) == sig(others)
+    # The weights are no longer all-equal, and no __SHAPE tensors are left behind.
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    replaced = [n.output[0] for n in base.graph.node if n.op_type == "ConstantOfShape"]
+    for name_ in replaced:
+        arr = inits[name_]
+        assert arr.dtype == np.float32
+        assert arr.size == 1 or arr.min() < arr.max()
+    assert not any(n.endswith("__SHAPE") for n in inits)
+    assert not any(i.name.endswith("__SHAPE") for i in model.graph.input)
+    # The original is untouched.
+    assert sum(n.op_type == "ConstantOfShape" for n in base.graph.node) == len(replaced)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet"])
+def test_random_weights_change_output(name):
+    base = zoo.load_light(name)
+    model = zoo.with_random_weights(base, seed=0)
+    feeds = zoo.random_inputs(model, seed=0)
+    out = _run(model, feeds)
+    orig = _run(base, feeds)
+    assert out.shape == orig.shape
+    assert np.isfinite(out).all()
+    assert not np.allclose(out, orig, atol=1e-4)
+
+
+def test_random_weights_are_seeded():
+    base = zoo.load_light("squeezenet")
+    a, b, c = (zoo.with_random_weights(base, seed=s) for s in (0, 0, 1))
+    assert a.SerializeToString() == b.SerializeToString()
+    assert a.SerializeToString() != c.SerializeToString()
+
+
+def test_random_inputs_skip_initializers_and_are_seeded():
+    model = zoo.load_light("squeezenet")
+    a = zoo.random_inputs(model, seed=3)
+    b = zoo.random_inputs(model, seed=3)
+    assert list(a) == ["data_0"]
+    np.testing.assert_array_equal(a["data_0"], b["data_0"])
+    assert a["data_0"].std() > 0.5
+
+
+# --- resolve ----------------------------------------------------------------------------------
+
+
+def test_resolve_bundled_and_path(tmp_path):
+    model, name = zoo.resolve("bundled:squeezenet")
+    assert name == "squeezenet" and model.graph.node
+    model, name = zoo.resolve("bundled:transformer")
+    assert name == "transformer"
+    assert model.graph.input[0].name == "x"
+    path = tmp_path / "block.onnx"
+    onnx.save(model, str(path))
+    loaded, name = zoo.resolve(str(path))
+    assert name == "block"
+    assert loaded.SerializeToString() == model.SerializeToString()
+    with pytest.raises(ValueError):
+        zoo.resolve("bundled:nope")
+    with pytest.raises(Exception):
+        zoo.resolve(str(tmp_path / "missing.onnx"))
+
+
+# --- transformer block ------------------------------------------------------------------------
+
+
+def _layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _erf(x):
+    return np.vectorize(math.erf)(x)
+
+
+def _numpy_block(x, w, heads):
+    """Pre-LN encoder block, computed in float64 from the model's initializers."""
+    _, seq, d = x.shape
+    dk = d // heads
+
+    def lin(prefix, t):
+        return t @ w[f"{prefix}.weight"] + w[f"{prefix}.bias"]
+
+    def split(t):  # [1,S,D] -> [1,H,S,dk]
+        return t.reshape(1, seq, heads, dk).transpose(0, 2, 1, 3)
+
+    h = _layer_norm(x, w["ln1.weight"], w["ln1.bias"])
+    q, k, v = (split(lin(f"attn/{p}_proj", h)) for p in "qkv")
+    p = _softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(dk))
+    ctx = (p @ v).transpose(0, 2, 1, 3).reshape(1, seq, d)
+    x1 = x + lin("attn/out_proj", ctx)
+    f = lin("ffn/fc1", _layer_norm(x1, w["ln2.weight"], w["ln2.bias"]))
+    g = 0.5 * f * (1.0 + _erf(f / math.sqrt(2.0)))
+    return x1 + lin("ffn/fc2", g)
+
+
+def test_transformer_block_checks_and_runs():
+    model = zoo.transformer_block()
+    onnx.checker.check_model(model, full_check=True)
+    assert model.ir_version == 10
+    ops = {n.op_type for n in model.graph.node}
+    assert {"LayerNormalization", "MatMul", "Softmax", "Erf", "Reshape", "Transpose"} <= ops
+    names = [n.name for n in model.graph.node]
+    assert all(names) and len(set(names)) == len(names)
+
+    feeds = zoo.random_inputs(model, seed=0)
+    assert list(feeds) == ["x"] and feeds["x"].shape == (1, 16, 64)
+    out = _run(model, feeds)
+    assert out.shape == (1, 16, 64)
+    assert np.isfinite(out).all()
+
+    weights = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    expected = _numpy_block(feeds["x"].astype(np.float64), weights, heads=4)
+    np.testing.assert_allclose(out, expected, atol=1e-4, rtol=0)
+
+
+def test_transformer_block_is_seeded_and_configurable():
+    a = zoo.transformer_block(seed=0)
+    b = zoo.transformer_block(seed=0)
+    c = zoo.transformer_block(seed=1)
+    assert a.SerializeToString() == b.SerializeToString()
+    assert a.SerializeToString() != c.SerializeToString()
+    small = zoo.transformer_block(seq=8, d_model=32, heads=2, d_ff=64)
+    onnx.checker.check_model(small, full_check=True)
+    feeds = zoo.random_inputs(small)
+    out = _run(small, feeds)
+    weights = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in small.graph.initializer}
+    np.testing.assert_allclose(
+        out, _numpy_block(feeds["x"].astype(np.float64), weights, heads=2), atol=1e-4, rtol=0
+    )
