@@ -88,6 +88,10 @@ def callee(value) -> str | None:
     return n
 
 
+def _dims(values) -> tuple:
+    return tuple(v.value if hasattr(v, "value") else str(v) for v in values)
+
+
 def bindings(func):
     for block in func.body.blocks:
         yield from block.bindings
@@ -119,6 +123,15 @@ class _Keys:
             self._hash_cache[obj] = k
         return k
 
+    def _ty(self, t):
+        # Cheap spelled-out key for the common tensor/tuple types; hashing every call's type
+        # structurally was the largest tracking cost on ResNet-50.
+        if isinstance(t, relax.TensorType) and isinstance(t.shape, relax.ShapeExpr):
+            return ("T", str(t.dtype), _dims(t.shape.values))
+        if isinstance(t, relax.TupleType):
+            return ("Tup", tuple(self._ty(f) for f in t.fields))
+        return self._shash(t)
+
     def function_key(self, f):
         """Relax functions are keyed by structure, not name or attributes, because
         MergeCompositeFunctions re-creates each composite as a local copy without "Primitive"."""
@@ -149,12 +162,12 @@ class _Keys:
                 opk = ("fn", _name(op)) if _name(op) is not None else self.key(op, env)
             return ("call", opk, tuple(self.key(a, env, fns) for a in e.args),
                     self._shash(e.attrs) if e.attrs is not None else None,
-                    tuple(self._shash(t) for t in e.ty_args))
+                    tuple(self._ty(t) for t in e.ty_args))
         n = _name(e)
         if n is not None:
             return ("fn", n)
         if isinstance(e, relax.ShapeExpr):
-            return ("shape", tuple(str(v) for v in e.values))
+            return ("shape", _dims(e.values))
         if "Const" in type(e).__name__:
             return self._const(e)
         return ("other", type(e).__name__, self._shash(e))
@@ -258,19 +271,26 @@ class ProvenanceTracker:
         old_b = list(bindings(old_f))
         report.sites_before += len(old_prov)
 
-        old_fns = self._relax_functions(old_mod)
+        old_vars = {b.var: callee(b.value) is not None for b in old_b}
         new_fns = self._relax_functions(new_mod)
-        env_old = {p: ("param", i) for i, p in enumerate(old_f.params)}
+        # Value keys of the old module and its consumer graph are built only when a pass
+        # actually re-created bindings: most passes keep every Var and need neither.
         table: dict = defaultdict(list)
-        old_vars = {}
         consumers: dict = defaultdict(list)
-        for b in old_b:
-            k = K.key(b.value, env_old, old_fns)
-            env_old[b.var] = ("v", b.var)
-            table[k].append(b.var)
-            old_vars[b.var] = callee(b.value) is not None
-            for fv in relax.analysis.free_vars(b.value):
-                consumers[fv].append(b.var)
+        built = []
+
+        def ensure_table():
+            if built:
+                return
+            built.append(True)
+            old_fns = self._relax_functions(old_mod)
+            env_old = {p: ("param", i) for i, p in enumerate(old_f.params)}
+            for b in old_b:
+                k = K.key(b.value, env_old, old_fns)
+                env_old[b.var] = ("v", b.var)
+                table[k].append(b.var)
+                for fv in relax.analysis.free_vars(b.value):
+                    consumers[fv].append(b.var)
 
         claimed_by: dict = {}          # old var -> new var that claimed it
         new_prov: dict = {}
@@ -302,6 +322,7 @@ class ProvenanceTracker:
                 claim(v, v, "identity")
                 env_new[v] = ("v", v)
                 continue
+            ensure_table()
             k = K.key(val, env_new, new_fns)
             ov = take(k, v, "value")
             if ov is not None:
@@ -334,6 +355,7 @@ class ProvenanceTracker:
         for ov, ids in old_prov.items():
             if ov in claimed_by or not ids:
                 continue
+            ensure_table()
             targets = set()
             seen = {ov}
             queue = deque(consumers.get(ov, ()))
