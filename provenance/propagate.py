@@ -271,18 +271,19 @@ class ProvenanceTracker:
         old_b = list(bindings(old_f))
         report.sites_before += len(old_prov)
 
-        old_vars = {b.var: callee(b.value) is not None for b in old_b}
+        old_callee = {b.var: callee(b.value) for b in old_b}  # None for non-sites
         new_fns = self._relax_functions(new_mod)
         # Value keys of the old module and its consumer graph are built only when a pass
         # actually re-created bindings: most passes keep every Var and need neither.
         table: dict = defaultdict(list)
         consumers: dict = defaultdict(list)
-        built = []
+        built = False
 
         def ensure_table():
+            nonlocal built
             if built:
                 return
-            built.append(True)
+            built = True
             old_fns = self._relax_functions(old_mod)
             env_old = {p: ("param", i) for i, p in enumerate(old_f.params)}
             for b in old_b:
@@ -318,7 +319,7 @@ class ProvenanceTracker:
             site = callee(val)
             # Identity only between like kinds: CallTIRRewrite keeps `lv` as an alias of the
             # output buffer while the kernel call moves to a new binding.
-            if v in old_vars and old_vars[v] == (site is not None):
+            if v in old_callee and (old_callee[v] is not None) == (site is not None):
                 claim(v, v, "identity")
                 env_new[v] = ("v", v)
                 continue
@@ -342,10 +343,9 @@ class ProvenanceTracker:
 
         # Occurrence matching for kernel calls that changed shape but not identity.
         old_unclaimed = defaultdict(list)
-        for b in old_b:
-            s = callee(b.value)
-            if s is not None and b.var not in claimed_by:
-                old_unclaimed[s].append(b.var)
+        for ov, s in old_callee.items():
+            if s is not None and ov not in claimed_by:
+                old_unclaimed[s].append(ov)
         for s, news in pending.items():
             for nv, ov in zip(news, old_unclaimed.get(s, ())):
                 claim(ov, nv, "occurrence")
