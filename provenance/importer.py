@@ -66,6 +66,11 @@ class Imported:
     var_expr: dict  # Relax Var (of "main") -> expression ID
     const_exprs: set = field(default_factory=set)  # IDs of bindings computed from constants only
     label: str = ""
+    # The ONNX model actually imported (topologically sorted if the file was not), and each ONNX
+    # tensor name's Relax value in "main" (a Var, a param, or a folded constant).  Partitioning
+    # needs both views of the same region: runtime_module.subgraph builds on these.
+    model: onnx.ModelProto | None = None
+    tensor_values: dict = field(default_factory=dict)
 
 
 class _TrackingImporter(_fe.ONNXGraphImporter):
@@ -189,7 +194,10 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     except Exception as e:
         msg = str(e).strip().splitlines()
         raise ProvmapError(f"{label}: import failed: {type(e).__name__}: {msg[-1] if msg else ''}") from None
-    return _build_map(mod, imp, graph, nid, label)
+    imported = _build_map(mod, imp, graph, nid, label)
+    imported.model = model
+    imported.tensor_values = dict(imp._nodes)
+    return imported
 
 
 def _build_map(mod, imp: _TrackingImporter, graph, nid: _ids.NodeIds, label: str) -> Imported:

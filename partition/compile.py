@@ -1,0 +1,46 @@
+"""Model -> artifact, the Python twin of `provmap compile`."""
+
+from __future__ import annotations
+
+import os
+
+from provenance.errors import ProvmapError
+from provenance.importer import import_onnx
+from provenance import zoo
+from runtime_module.artifact import Artifact, build_artifact
+from runtime_module.registry import get_backend
+from runtime_module.subgraph import GraphView
+
+from .strategies import greedy, parse_strategy, single
+
+DEFAULT_STRATEGY = "greedy:onnxruntime,openvino,tvm"
+
+
+def load_view(model, label: str | None = None) -> GraphView:
+    """Import a model (path, "bundled:NAME" or ModelProto) and wrap it for partitioning."""
+    if isinstance(model, (str, os.PathLike)):
+        model, name = zoo.resolve(str(model))
+        label = label or name
+    return GraphView(import_onnx(model, label=label))
+
+
+def make_plan(view: GraphView, strategy: str, backend_options: dict | None = None):
+    kind, names = parse_strategy(strategy)
+    opts = backend_options or {}
+    backends = {n: get_backend(n, **opts.get(n, {})) for n in names}
+    if kind == "single":
+        return single(view, backends[names[0]]), backends
+    if kind == "greedy":
+        return greedy(view, [backends[n] for n in names]), backends
+    raise ProvmapError(f"strategy {strategy!r} is not available yet")
+
+
+def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
+                  backend_options: dict | None = None, progress=None) -> Artifact:
+    """Import, partition with `strategy`, build every partition, and (if `out`) save atomically."""
+    view = model if isinstance(model, GraphView) else load_view(model)
+    plan, backends = make_plan(view, strategy, backend_options)
+    art = build_artifact(view, plan, backends, progress=progress)
+    if out is not None:
+        art.save(out)
+    return art

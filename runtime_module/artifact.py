@@ -1,0 +1,266 @@
+"""Building, writing and verifying the artifact file.
+
+The artifact is one zip file (stored, not compressed: the big members are native code and
+weights, and load time matters more than size) holding:
+
+    manifest.json            versioned; partitions, backends and options, boundary tensors, and
+                             the SHA-256 of every other member
+    partitioned.relax        the partitioned Relax module, printed by TVM
+    map.json, map.sqlite     the provenance map (ONNX nodes <-> Relax exprs <-> kernels)
+    partitions/<id>/...      each partition's code blob (TVM library, ONNX bytes, OpenVINO IR)
+    partitions/<id>/source.txt   its Relax/TIR or graph source, for offline reading
+
+Reading verifies the whole file before anything in it is used: the member list must match the
+manifest exactly and every member's SHA-256 must match, so a tampered or truncated artifact is
+refused before a native library is loaded.  Hashes guard against corruption and accidental
+edits, not against an attacker who rewrites the manifest too (that needs a signature).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provenance.build import model_sha256
+from provenance.errors import ProvmapError
+from provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
+from provenance import store
+
+from .backend import Backend, BackendError, Blob
+from .partitioned import partitioned_module
+from .plan import Plan, order_plan
+from .subgraph import GraphView
+
+FORMAT = "provmap-artifact"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def _sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def host_info() -> dict:
+    return {"platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor(), "cpus": os.cpu_count(),
+            "python": sys.version.split()[0]}
+
+
+def _provmap_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("provmap")
+    except Exception:
+        return "unknown"
+
+
+@dataclass
+class Artifact:
+    """An artifact in memory: the manifest plus member bytes (everything but the manifest)."""
+
+    manifest: dict
+    members: dict[str, bytes] = field(default_factory=dict)
+
+    def partition(self, pid: str) -> dict:
+        for p in self.manifest["partitions"]:
+            if p["id"] == pid:
+                return p
+        raise KeyError(pid)
+
+    def blob(self, pid: str) -> Blob:
+        p = self.partition(pid)
+        prefix = f"partitions/{pid}/"
+        files = {name[len(prefix):]: self.members[name] for name in p["files"]}
+        return Blob(backend=p["backend"], files=files, meta=p["blob_meta"])
+
+    def provenance_map(self) -> ProvenanceMap:
+        return ProvenanceMap.from_dict(json.loads(self.members["map.json"]))
+
+    # -- writing ---------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write atomically: a temp file in the destination directory, fsync, then rename."""
+        dest = Path(path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        manifest = dict(self.manifest)
+        manifest["members"] = {name: _sha(data) for name, data in sorted(self.members.items())}
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
+                z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+                for name, data in sorted(self.members.items()):
+                    z.writestr(name, data)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, dest)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        self.manifest = manifest
+        return dest
+
+
+def read_artifact(path: str | os.PathLike) -> Artifact:
+    """Read and verify an artifact; raise ProvmapError naming the file and the first problem."""
+    p = Path(path)
+    if not p.exists():
+        raise ProvmapError(f"{p}: no such artifact")
+    try:
+        with zipfile.ZipFile(p) as z:
+            names = z.namelist()
+            if MANIFEST not in names:
+                raise ProvmapError(f"{p}: not a provmap artifact (no {MANIFEST})")
+            try:
+                manifest = json.loads(z.read(MANIFEST))
+            except (ValueError, UnicodeDecodeError) as e:
+                raise ProvmapError(f"{p}: corrupt manifest: {e}") from None
+            if manifest.get("format") != FORMAT:
+                raise ProvmapError(f"{p}: not a provmap artifact (format {manifest.get('format')!r})")
+            if manifest.get("format_version") != FORMAT_VERSION:
+                raise ProvmapError(f"{p}: artifact format version {manifest.get('format_version')} "
+                                   f"is not supported (this provmap reads {FORMAT_VERSION})")
+            expected = manifest.get("members") or {}
+            listed = set(names) - {MANIFEST}
+            if listed != set(expected):
+                extra = sorted(listed - set(expected))
+                missing = sorted(set(expected) - listed)
+                raise ProvmapError(f"{p}: refused: members do not match the manifest "
+                                   f"(unexpected: {extra[:3]}, missing: {missing[:3]})")
+            members = {}
+            for name in sorted(expected):
+                data = z.read(name)
+                if _sha(data) != expected[name]:
+                    raise ProvmapError(f"{p}: refused: member {name} fails its SHA-256 check "
+                                       "(tampered or corrupted)")
+                members[name] = data
+    except zipfile.BadZipFile as e:
+        raise ProvmapError(f"{p}: refused: not a valid artifact file (truncated or corrupted: "
+                           f"{e})") from None
+    except (zipfile.LargeZipFile, OSError, EOFError) as e:
+        raise ProvmapError(f"{p}: refused: cannot read artifact: {e}") from None
+    return Artifact(manifest=manifest, members=members)
+
+
+# -- building --------------------------------------------------------------------------------
+
+def _progress(cb, msg):
+    if cb is not None:
+        cb(msg)
+
+
+def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
+                   progress=None, blobs: dict | None = None) -> Artifact:
+    """Build every partition of `plan` with its backend and assemble the artifact in memory.
+
+    `blobs` may hold already-built blobs keyed by the subgraph's structural key and backend (the
+    search measured them; building again would waste minutes).
+    """
+    plan = order_plan(view, plan)
+    imp = view.imported
+    model = view.model
+    members: dict[str, bytes] = {}
+    parts = []
+    kernels: list[Kernel] = []
+    sites: list[KernelSite] = []
+    site_exprs: list[tuple[str, str, str]] = []
+    const = imp.const_exprs
+    for p in plan.partitions:
+        be = backends.get(p.backend)
+        if be is None:
+            raise ProvmapError(f"plan {plan.strategy}: backend {p.backend!r} was not configured")
+        sub = view.subgraph(p.ops)
+        _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op nodes)")
+        blob = (blobs or {}).get((sub.key, p.backend))
+        if blob is None:
+            try:
+                blob = be.build(sub)
+            except BackendError as e:
+                raise ProvmapError(f"{imp.label}: partition {p.id} ({p.backend}, starting at "
+                                   f"{view.describe(p.ops[0])}): {e}") from None
+        files = {}
+        for name, data in blob.files.items():
+            member = f"partitions/{p.id}/{name}"
+            members[member] = data
+            files[member] = _sha(data)
+        src_member = f"partitions/{p.id}/source.txt"
+        members[src_member] = blob.source.encode()
+        # Provenance: one kernel per (partition, kernel name), one site per KernelInfo.
+        seen: dict[str, int] = {}
+        knames = []
+        for ordinal, k in enumerate(blob.kernels):
+            kname = f"{p.id}:{k.name}"
+            if kname not in seen:
+                seen[kname] = 0
+                kernels.append(Kernel(name=kname, function=p.id, backend=p.backend, kind=k.kind))
+                knames.append(kname)
+            sid = f"{kname}#{seen[kname]}"
+            seen[kname] += 1
+            sites.append(KernelSite(id=sid, kernel=kname, caller=p.id, ordinal=ordinal))
+            if k.exprs:
+                ids = list(k.exprs)
+            else:
+                ids = [e for pos in k.nodes for e in view.produced.get(sub.closure[pos], ())]
+            all_const = all(e in const for e in ids)
+            for e in sorted(set(ids)):
+                role = ROLE_CONSTANT if (e in const and not all_const) else ROLE_COMPUTE
+                site_exprs.append((sid, e, role))
+        parts.append({
+            "id": p.id,
+            "backend": p.backend,
+            "type_key": f"provmap.{p.backend}",
+            "why": p.why,
+            "ops": [view.node_ids[i] for i in p.ops],
+            "onnx_nodes": [view.node_ids[i] for i in sub.closure],
+            "exprs": list(sub.exprs),
+            "inputs": [t.to_dict() for t in sub.inputs],
+            "outputs": [t.to_dict() for t in sub.outputs],
+            "runner_inputs": list(blob.meta.get("input_names", [t.name for t in sub.inputs])),
+            "runner_outputs": list(blob.meta.get("output_names", [t.name for t in sub.outputs])),
+            "blob_meta": blob.meta,
+            "files": files,
+            "source": src_member,
+            "kernels": knames,
+            "key": sub.key,
+        })
+
+    pmap = ProvenanceMap(meta=dict(imp.pmap.meta), nodes=list(imp.pmap.nodes),
+                         exprs=list(imp.pmap.exprs), kernels=kernels, sites=sites,
+                         node_exprs=list(imp.pmap.node_exprs), site_exprs=site_exprs)
+    pmap.meta.update({"strategy": plan.strategy, "backends": plan.backends()})
+    members["map.json"] = json.dumps(pmap.to_dict(), sort_keys=True).encode()
+    with tempfile.TemporaryDirectory(prefix="provmap-map-") as d:
+        members["map.sqlite"] = Path(store.save_sqlite(pmap, Path(d) / "map.sqlite")).read_bytes()
+    members["partitioned.relax"] = partitioned_module(view, plan).script().encode()
+
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "provmap_version": _provmap_version(),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": host_info(),
+        "model": {
+            "name": imp.label,
+            "sha256": model_sha256(model),
+            "inputs": [view.spec(n).to_dict() for n in view.graph_inputs],
+            "outputs": [view.spec(n).to_dict() for n in view.graph_outputs],
+            "onnx_nodes": len(view.nodes),
+            "op_nodes": len(view.op_nodes),
+        },
+        "strategy": plan.strategy,
+        "plan_info": plan.info,
+        "backends": {name: backends[name].describe() for name in plan.backends()},
+        "partitions": parts,
+        "coverage": pmap.coverage(),
+    }
+    return Artifact(manifest=manifest, members=members)

@@ -1,0 +1,190 @@
+"""The one interface every backend implements, for measuring candidates and for running artifacts.
+
+A backend is asked four things, always through this interface, so that what the partition search
+measures is exactly what an artifact later runs (one code path, no "benchmark mode"):
+
+1. `supports(view)`: which ONNX nodes it can take, with a reason for each one it cannot.
+2. `build(sub)`: turn a `Subgraph` (the exact original ONNX nodes and initializers, and the same
+   region as outlined Relax bindings) into a `Blob`: plain bytes a fresh process can load, plus the
+   kernels the backend produced and which of the subgraph's nodes each kernel implements.
+3. `load(blob)`: a `Runner` that executes the blob on numpy arrays.
+4. `time(runner, inputs)`: warm-up, repeats, median and spread.
+
+Third-party backends register a factory under the `provmap.backends` entry-point group (see
+docs/backends.md); provmap never needs editing to add one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time as _time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .subgraph import GraphView, Subgraph
+
+ENTRY_POINT_GROUP = "provmap.backends"
+
+
+@dataclass(frozen=True)
+class Support:
+    ok: bool
+    reason: str = ""
+
+
+@dataclass
+class KernelInfo:
+    """One kernel (or kernel call site) a backend produced for a subgraph.
+
+    `nodes` are positions in `Subgraph.closure` (the subgraph's ONNX nodes, in the order of the
+    cut ONNX model); backends that consume Relax may give `exprs` (Relax expression IDs) instead,
+    which is finer.  `kind` is free text such as "primfunc", "ort-node", "ov-layer".
+    """
+
+    name: str
+    kind: str
+    nodes: list[int] = field(default_factory=list)
+    exprs: list[str] = field(default_factory=list)
+    op: str = ""  # the kernel's operator/type as the backend names it (e.g. "FusedConv")
+
+
+@dataclass
+class Blob:
+    """A built subgraph: everything needed to run it again in another process.
+
+    `files` are the members stored in the artifact (names are relative, e.g. "model.onnx",
+    "lib.so"); `meta` is small JSON (backend version, precision, input/output names); `source` is
+    human-readable code for offline reading (Relax/TIR text, or a summary of the ONNX graph).
+    """
+
+    backend: str
+    files: dict[str, bytes]
+    meta: dict
+    kernels: list[KernelInfo] = field(default_factory=list)
+    source: str = ""
+
+
+class Runner(ABC):
+    """A loaded subgraph.  Inputs and outputs are numpy arrays, in `input_names`/`output_names` order.
+
+    `input_names` may be a subset of the subgraph's ONNX inputs: a Relax-consuming backend does
+    not need a tensor whose only use was folded away (e.g. a Shape of it).
+    """
+
+    input_names: list[str]
+    output_names: list[str]
+
+    @abstractmethod
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        ...
+
+    def close(self) -> None:  # release native resources early (optional)
+        pass
+
+
+@dataclass
+class Timing:
+    median_s: float
+    p90_s: float
+    min_s: float
+    max_s: float
+    repeats: int
+    warmup: int
+    samples_s: list[float] = field(default_factory=list)
+
+    @property
+    def spread(self) -> float:
+        """(p90 - min) / median: how noisy the measurement was."""
+        return (self.p90_s - self.min_s) / self.median_s if self.median_s else 0.0
+
+    def to_dict(self) -> dict:
+        return {"median_s": self.median_s, "p90_s": self.p90_s, "min_s": self.min_s,
+                "max_s": self.max_s, "repeats": self.repeats, "warmup": self.warmup,
+                "spread": self.spread}
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def time_runner(runner: Runner, inputs: Sequence[np.ndarray], warmup: int = 2, repeats: int = 10,
+                min_time_s: float = 0.0) -> Timing:
+    """Median-of-repeats wall time of `runner(inputs)`, after warm-up calls.
+
+    `min_time_s` keeps repeating (beyond `repeats`) until that much time has been spent, so tiny
+    subgraphs get enough samples to be stable without making big ones slow to measure.
+    """
+    for _ in range(warmup):
+        runner(inputs)
+    samples = []
+    start = _time.perf_counter()
+    while len(samples) < repeats or (_time.perf_counter() - start) < min_time_s:
+        t0 = _time.perf_counter()
+        runner(inputs)
+        samples.append(_time.perf_counter() - t0)
+        if len(samples) >= 10_000:
+            break
+    return Timing(median_s=statistics.median(samples), p90_s=percentile(samples, 0.9),
+                  min_s=min(samples), max_s=max(samples), repeats=len(samples), warmup=warmup,
+                  samples_s=samples)
+
+
+class Backend(ABC):
+    """Base class of every backend.  Subclasses set `name` and implement the abstract methods.
+
+    Options (e.g. precision) are constructor keywords; `options()` must return them as JSON so an
+    artifact records exactly how each partition was built.  The model's own precision is the
+    default everywhere: reduced precision is only ever an explicit option.
+    """
+
+    name: str = ""
+
+    def __init__(self, **options):
+        unknown = set(options) - set(self.option_names())
+        if unknown:
+            raise ValueError(f"backend {self.name!r}: unknown option(s) {sorted(unknown)}; "
+                             f"known: {sorted(self.option_names())}")
+        self._options = dict(options)
+
+    @classmethod
+    def option_names(cls) -> Sequence[str]:
+        return ()
+
+    def options(self) -> dict:
+        return dict(self._options)
+
+    @abstractmethod
+    def version(self) -> str:
+        """Version of the underlying library (part of measurement-cache keys)."""
+
+    @abstractmethod
+    def supports(self, view: "GraphView") -> dict[int, Support]:
+        """Support verdict for every node index of `view.model.graph` this backend would compute."""
+
+    @abstractmethod
+    def build(self, sub: "Subgraph") -> Blob:
+        """Compile `sub`.  Raise `BackendError` (with the reason) if it cannot."""
+
+    @abstractmethod
+    def load(self, blob: Blob) -> Runner:
+        """Load a blob produced by `build` (possibly in another process, from stored files)."""
+
+    def time(self, runner: Runner, inputs: Sequence[np.ndarray], warmup: int = 2,
+             repeats: int = 10, min_time_s: float = 0.0) -> Timing:
+        return time_runner(runner, inputs, warmup, repeats, min_time_s)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "version": self.version(), "options": self.options()}
+
+
+class BackendError(RuntimeError):
+    """A backend could not build, load or run a subgraph; the message says which and why."""

@@ -1,0 +1,195 @@
+"""Runtime modules, modeled on TVM's runtime::Module: a type key, get_function, imported modules.
+
+`ArtifactModule` (type key "provmap.artifact") is the root; it imports one `PartitionModule` per
+partition (type key "provmap.<backend>").  As in TVM, the root's "main" runs the model and a
+partition module's function (named by the partition id) runs one partition.  The executor is
+deliberately small: partitions run in the manifest's topological order, tensors live in a dict
+keyed by ONNX tensor name and are dropped after their last use, and arrays are handed from one
+backend to the next as-is (numpy views; TVM takes them zero-copy over DLPack when aligned).
+
+`load(path)` verifies the whole file first (see artifact.read_artifact); with `runnable=False`
+nothing backend-specific is imported or loaded, which is what offline inspection uses.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping
+
+import numpy as np
+
+from provenance.errors import ProvmapError
+
+from .artifact import Artifact, read_artifact
+from .backend import BackendError
+from .lookup import Lookup
+from .registry import get_backend
+
+
+class Module:
+    type_key = "provmap.module"
+
+    def __init__(self):
+        self.imports: list[Module] = []
+
+    def import_module(self, other: "Module") -> None:
+        self.imports.append(other)
+
+    def get_function(self, name: str, query_imports: bool = False) -> Callable | None:
+        fn = self._functions().get(name)
+        if fn is None and query_imports:
+            for m in self.imports:
+                fn = m.get_function(name, query_imports=True)
+                if fn is not None:
+                    break
+        return fn
+
+    def __getitem__(self, name: str) -> Callable:
+        fn = self.get_function(name)
+        if fn is None:
+            raise AttributeError(f"{self.type_key} module has no function {name!r}")
+        return fn
+
+    def _functions(self) -> dict[str, Callable]:
+        return {}
+
+    def __repr__(self) -> str:
+        return f"Module(type_key={self.type_key!r}, imports={len(self.imports)})"
+
+
+class PartitionModule(Module):
+    """One partition's code, loaded by its backend (lazily, so inspection never needs it)."""
+
+    def __init__(self, artifact: Artifact, pid: str):
+        super().__init__()
+        self.artifact = artifact
+        self.info = artifact.partition(pid)
+        self.id = pid
+        self.backend = self.info["backend"]
+        self.type_key = self.info["type_key"]
+        self._runner = None
+
+    @property
+    def runner(self):
+        if self._runner is None:
+            options = self.artifact.manifest["backends"].get(self.backend, {}).get("options", {})
+            try:
+                be = get_backend(self.backend, **options)
+                self._runner = be.load(self.artifact.blob(self.id))
+            except BackendError as e:
+                raise ProvmapError(f"partition {self.id} ({self.backend}): {e}") from None
+        return self._runner
+
+    def get_source(self) -> str:
+        return self.artifact.members[self.info["source"]].decode()
+
+    def _functions(self):
+        return {self.id: self.runner}
+
+
+class ArtifactModule(Module):
+    type_key = "provmap.artifact"
+
+    def __init__(self, artifact: Artifact, path: str | None = None):
+        super().__init__()
+        self.artifact = artifact
+        self.manifest = artifact.manifest
+        self.path = path
+        self.partitions = [PartitionModule(artifact, p["id"]) for p in self.manifest["partitions"]]
+        for m in self.partitions:
+            self.import_module(m)
+        self.input_specs = {t["name"]: t for t in self.manifest["model"]["inputs"]}
+        self.output_names = [t["name"] for t in self.manifest["model"]["outputs"]]
+        self._lookup = None
+        self._plan = None
+
+    # -- TVM-style surface -------------------------------------------------------------------
+    def _functions(self):
+        return {"main": self.run, "lookup": self.lookup}
+
+    @property
+    def lookup(self) -> Lookup:
+        if self._lookup is None:
+            self._lookup = Lookup(self.manifest, self.artifact.provenance_map())
+        return self._lookup
+
+    def load_runners(self) -> float:
+        """Load every partition's code now (what run() would do on first use); returns seconds."""
+        t0 = time.perf_counter()
+        for m in self.partitions:
+            m.runner
+        self._compile_plan()
+        return time.perf_counter() - t0
+
+    def _compile_plan(self):
+        if self._plan is not None:
+            return self._plan
+        steps = []
+        last_use: dict[str, int] = {}
+        for k, m in enumerate(self.partitions):
+            for n in m.runner.input_names:
+                last_use[n] = k
+        keep = set(self.output_names)
+        for k, m in enumerate(self.partitions):
+            r = m.runner
+            drop = [n for n, last in last_use.items() if last == k and n not in keep]
+            steps.append((r, list(r.input_names), list(r.output_names), drop, m))
+        self._plan = steps
+        return steps
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the whole model.  `inputs` maps every graph input name to an array."""
+        env = self._check_inputs(inputs)
+        for runner, ins, outs, drop, m in self._compile_plan():
+            try:
+                results = runner([env[n] for n in ins])
+            except ProvmapError:
+                raise
+            except Exception as e:
+                first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+                raise ProvmapError(f"partition {m.id} ({m.backend}) failed: {first}") from None
+            env.update(zip(outs, results))
+            for n in drop:
+                env.pop(n, None)
+        return {n: env[n] for n in self.output_names}
+
+    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        env = {}
+        for name, spec in self.input_specs.items():
+            if name not in inputs:
+                raise ProvmapError(f"missing input {name!r}; the model takes "
+                                   f"{', '.join(self.input_specs)}")
+            a = np.asarray(inputs[name])
+            if tuple(a.shape) != tuple(spec["shape"]) or str(a.dtype) != spec["dtype"]:
+                raise ProvmapError(f"input {name!r}: expected {spec['dtype']}{list(spec['shape'])}, "
+                                   f"got {a.dtype}{list(a.shape)}")
+            env[name] = np.ascontiguousarray(a)
+        extra = set(inputs) - set(self.input_specs)
+        if extra:
+            raise ProvmapError(f"unknown input(s) {sorted(extra)}; the model takes "
+                               f"{', '.join(self.input_specs)}")
+        return env
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        out = {}
+        for name, spec in self.input_specs.items():
+            dt = np.dtype(spec["dtype"])
+            if dt.kind == "f":
+                out[name] = rng.standard_normal(spec["shape"]).astype(dt)
+            elif dt.kind in "iu":
+                out[name] = rng.integers(0, 2, size=spec["shape"]).astype(dt)
+            else:
+                out[name] = rng.integers(0, 2, size=spec["shape"]).astype(dt)
+        return out
+
+    def save(self, path) -> None:
+        self.artifact.save(path)
+
+
+def load(path, runnable: bool = True) -> ArtifactModule:
+    """Load an artifact file.  Verifies every member first; loads partition code if `runnable`."""
+    mod = ArtifactModule(read_artifact(path), str(path))
+    if runnable:
+        mod.load_runners()
+    return mod
