@@ -31,11 +31,11 @@ def parse_strategy(spec: str) -> tuple[str, list[str]]:
 
 
 def _verdicts(view: GraphView, backends: list[Backend]) -> dict[str, dict]:
-    return {b.name: b.supports(view) for b in backends}
+    return {b.name: b.verdicts(view) for b in backends}
 
 
 def single(view: GraphView, backend: Backend) -> Plan:
-    verdict = backend.supports(view)
+    verdict = backend.verdicts(view)
     for i in view.op_nodes:
         v = verdict.get(i)
         if v is None or not v.ok:

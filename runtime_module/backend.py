@@ -148,8 +148,16 @@ class Backend(ABC):
 
     name: str = ""
 
+    #: Options every backend accepts: restrict it to (or keep it off) some ONNX op types, as a
+    #: vendor does for an accelerator that only handles convolutions.  Comma-separated strings
+    #: (from the CLI) or lists.
+    COMMON_OPTIONS = ("only_ops", "exclude_ops")
+
     def __init__(self, **options):
-        unknown = set(options) - set(self.option_names())
+        for k in self.COMMON_OPTIONS:
+            if isinstance(options.get(k), str):
+                options[k] = [x.strip() for x in options[k].split(",") if x.strip()]
+        unknown = set(options) - set(self.option_names()) - set(self.COMMON_OPTIONS)
         if unknown:
             raise ValueError(f"backend {self.name!r}: unknown option(s) {sorted(unknown)}; "
                              f"known: {sorted(self.option_names())}")
@@ -169,6 +177,21 @@ class Backend(ABC):
     @abstractmethod
     def supports(self, view: "GraphView") -> dict[int, Support]:
         """Support verdict for every node index of `view.model.graph` this backend would compute."""
+
+    def verdicts(self, view: "GraphView") -> dict[int, Support]:
+        """`supports`, narrowed by the only_ops/exclude_ops options.  Strategies call this."""
+        out = dict(self.supports(view))
+        only = set(self._options.get("only_ops") or ())
+        excl = set(self._options.get("exclude_ops") or ())
+        if not (only or excl):
+            return out
+        for i in list(out):
+            op = view.nodes[i].op_type
+            if out[i].ok and only and op not in only:
+                out[i] = Support(False, f"{op} is not in this backend's only_ops option")
+            elif out[i].ok and op in excl:
+                out[i] = Support(False, f"{op} is excluded by this backend's exclude_ops option")
+        return out
 
     @abstractmethod
     def build(self, sub: "Subgraph") -> Blob:

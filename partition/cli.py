@@ -1,0 +1,300 @@
+"""`provmap` command line: map, compile, run, inspect, lookup.
+
+Each command is a thin wrapper over a Python function of the same name and arguments
+(provenance.cli.cmd_map, partition.compile.compile_model, runtime_module.module.load(...).run,
+.lookup), in the spirit of sqlite-utils: what the CLI prints with --json is what the API returns.
+Data goes to stdout, progress and errors to stderr; errors are one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from provenance.cli import _progress, cmd_map
+from provenance.errors import ProvmapError
+
+
+def _parse_backend_options(items) -> dict:
+    opts: dict[str, dict] = {}
+    for item in items or ():
+        key, eq, value = item.partition("=")
+        backend, dot, name = key.partition(".")
+        if not eq or not dot:
+            raise ProvmapError(f"--backend-option {item!r}: expected BACKEND.OPTION=VALUE "
+                               "(e.g. openvino.precision=bf16)")
+        opts.setdefault(backend, {})[name] = value
+    return opts
+
+
+def cmd_compile(args) -> int:
+    from .compile import compile_model, load_view
+
+    t0 = time.perf_counter()
+    view = load_view(args.model)
+    _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
+              f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s")
+    t1 = time.perf_counter()
+    art = compile_model(view, args.strategy, out=args.output,
+                        backend_options=_parse_backend_options(args.backend_option),
+                        progress=_progress)
+    t2 = time.perf_counter()
+    summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
+               "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
+                               "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
+               "coverage": art.manifest["coverage"], "compile_s": round(t2 - t1, 3),
+               "size_bytes": os.path.getsize(args.output)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        parts = ", ".join(f"{p['id']}:{p['backend']}({p['op_nodes']})" for p in summary["partitions"])
+        print(f"{args.output}: {summary['strategy']}, {len(summary['partitions'])} partition(s): {parts}")
+        cov = summary["coverage"]
+        print(f"  ONNX nodes mapped {cov['onnx_nodes_mapped']}/{cov['onnx_nodes_total']} "
+              f"(elided {cov['onnx_nodes_elided']}), kernels mapped "
+              f"{cov['kernels_mapped']}/{cov['kernels_total']}; built in {summary['compile_s']:.1f} s")
+    return 0
+
+
+def _load_inputs(path: str) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise ProvmapError(f"{path}: no such inputs file") from None
+    except Exception as e:
+        raise ProvmapError(f"{path}: cannot read inputs (.npz expected): {e}") from None
+
+
+def _save_npz(path: str, arrays: dict) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".provmap-", suffix=".npz", dir=d)
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_run(args) -> int:
+    from runtime_module.module import load
+
+    t0 = time.perf_counter()
+    mod = load(args.artifact)
+    t1 = time.perf_counter()
+    _progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
+    if args.random:
+        inputs = mod.random_inputs(args.seed)
+    elif args.inputs:
+        inputs = _load_inputs(args.inputs)
+    else:
+        raise ProvmapError("give --inputs FILE.npz or --random")
+    times = []
+    outs = None
+    for _ in range(max(1, args.repeat)):
+        s = time.perf_counter()
+        outs = mod.run(inputs)
+        times.append(time.perf_counter() - s)
+    if args.output:
+        _save_npz(args.output, outs)
+    if args.save_inputs:
+        _save_npz(args.save_inputs, inputs)
+    summary = {"artifact": args.artifact, "load_s": round(t1 - t0, 4),
+               "run_ms": [round(t * 1e3, 3) for t in times],
+               "median_ms": round(float(np.median(times)) * 1e3, 3),
+               "outputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outs.items()},
+               "output_file": args.output}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for k, v in outs.items():
+            print(f"{k}: {v.dtype}{list(v.shape)}")
+        print(f"median {summary['median_ms']:.2f} ms over {len(times)} run(s)"
+              + (f"; wrote {args.output}" if args.output else ""))
+    return 0
+
+
+def inspect_artifact(path: str) -> dict:
+    """The data `provmap inspect --json` prints (partitions, boundary tensors, kernels)."""
+    from runtime_module.module import load
+
+    mod = load(path, runnable=False)
+    man = mod.manifest
+    nodes = {n.id: n for n in mod.lookup.map.nodes}
+    producer = {}
+    for p in man["partitions"]:
+        for t in p["outputs"]:
+            producer[t["name"]] = p["id"]
+    parts = []
+    for p in man["partitions"]:
+        parts.append({
+            "id": p["id"], "backend": p["backend"], "type_key": p["type_key"], "why": p["why"],
+            "onnx_nodes": [{"id": nid, "name": nodes[nid].name, "op_type": nodes[nid].op_type,
+                            "helper": nid not in p["ops"]} for nid in p["onnx_nodes"]],
+            "kernels": p["kernels"],
+            "inputs": [dict(t, producer=producer.get(t["name"], "graph input")) for t in p["inputs"]],
+            "outputs": p["outputs"],
+            "files": {k: {"sha256": v, "bytes": len(mod.artifact.members[k])}
+                      for k, v in p["files"].items()},
+        })
+    return {"artifact": path, "format_version": man["format_version"], "model": man["model"],
+            "strategy": man["strategy"], "backends": man["backends"], "host": man["host"],
+            "created_utc": man["created_utc"], "coverage": man["coverage"], "partitions": parts}
+
+
+def cmd_inspect(args) -> int:
+    info = inspect_artifact(args.artifact)
+    if args.relax:
+        from runtime_module.module import load
+        print(load(args.artifact, runnable=False).artifact.members["partitioned.relax"].decode())
+        return 0
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    m = info["model"]
+    print(f"{info['artifact']}: model {m['name']} (sha256 {m['sha256'][:12]}), strategy "
+          f"{info['strategy']}, {len(info['partitions'])} partition(s)")
+    for name, b in info["backends"].items():
+        print(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
+    for p in info["partitions"]:
+        ops = [n for n in p["onnx_nodes"] if not n["helper"]]
+        print(f"\n{p['id']}  {p['backend']}  {len(ops)} op node(s), {len(p['kernels'])} kernel(s)"
+              f"  [{p['why']}]")
+        for t in p["inputs"]:
+            print(f"  in   {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B  <- {t['producer']}")
+        for t in p["outputs"]:
+            print(f"  out  {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B")
+        shown = ops[:args.limit] if args.limit else ops
+        print("  nodes: " + ", ".join(f"{n['name'] or n['id']}({n['op_type']})" for n in shown)
+              + (f", ... {len(ops) - len(shown)} more" if len(shown) < len(ops) else ""))
+        ks = p["kernels"][:args.limit] if args.limit else p["kernels"]
+        print("  kernels: " + ", ".join(k.split(":", 1)[1] for k in ks)
+              + (f", ... {len(p['kernels']) - len(ks)} more" if len(ks) < len(p["kernels"]) else ""))
+    return 0
+
+
+def lookup_artifact(path: str, onnx_node=None, kernel=None, expr=None) -> dict:
+    from runtime_module.module import load
+
+    lk = load(path, runnable=False).lookup
+    if onnx_node is not None:
+        res = lk.onnx_node(onnx_node)
+        if not res:
+            raise ProvmapError(f"{path}: no ONNX node named or with ID {onnx_node!r}")
+        return {"query": {"onnx_node": onnx_node}, "results": res}
+    if kernel is not None:
+        res = lk.kernel(kernel)
+        if not res:
+            raise ProvmapError(f"{path}: no kernel {kernel!r}")
+        return {"query": {"kernel": kernel}, "results": res}
+    res = lk.expr(expr)
+    if res is None:
+        raise ProvmapError(f"{path}: no Relax expression {expr!r}")
+    return {"query": {"expr": expr}, "results": [res]}
+
+
+def cmd_lookup(args) -> int:
+    ans = lookup_artifact(args.artifact, args.onnx_node, args.kernel, args.expr)
+    if args.json:
+        print(json.dumps(ans, indent=2))
+        return 0
+    for r in ans["results"]:
+        if "kernels" in r and "backends" in r:  # node answer
+            print(f"ONNX node #{r['index']} {r['name']!r} ({r['op_type']}) id {r['id']}: "
+                  f"backend {', '.join(r['backends']) or '-'}, partition "
+                  f"{', '.join(r['partitions']) or '-'}" + (f"; elided: {r['elided']}" if r['elided'] else ""))
+            for k in r["kernels"]:
+                print(f"  {k['kernel']}  [{k['backend']}, {k['kind']}, {k['role']}]")
+        elif "onnx_nodes" in r and "kernel" in r:
+            print(f"kernel {r['kernel']} [{r['backend']}, {r['kind']}] in {r['partition']}:")
+            for n in r["onnx_nodes"]:
+                print(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
+        else:
+            print(f"expr {r['expr']} ({r['op']}, {r['dtype']}{r['shape']}):")
+            for n in r["onnx_nodes"]:
+                print(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
+            for k in r["kernels"]:
+                print(f"  kernel {k['kernel']} [{k['backend']}] {k['role']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .compile import DEFAULT_STRATEGY
+
+    p = argparse.ArgumentParser(prog="provmap", description=(
+        "Partition ONNX models across inference backends through TVM Relax, with a source map "
+        "from every kernel back to ONNX nodes."))
+    sub = p.add_subparsers(dest="command", required=True)
+    model_help = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
+                  "bvlc_alexnet, transformer)")
+
+    m = sub.add_parser("map", help="all-TVM build; write OUT.json and OUT.sqlite provenance maps")
+    m.add_argument("model", help=model_help)
+    m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite)")
+    m.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    m.set_defaults(func=cmd_map)
+
+    c = sub.add_parser("compile", help="partition a model and write an artifact")
+    c.add_argument("model", help=model_help)
+    c.add_argument("-o", "--output", required=True, help="artifact file to write")
+    c.add_argument("--strategy", default=DEFAULT_STRATEGY,
+                   help="single:<backend> | greedy:<b1>,<b2>,... (default %(default)s)")
+    c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
+                   help="e.g. openvino.precision=bf16 (recorded in the manifest)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("run", help="run an artifact end to end")
+    r.add_argument("artifact")
+    r.add_argument("--inputs", help=".npz with one array per model input")
+    r.add_argument("--random", action="store_true", help="random inputs of the right shapes")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("-o", "--output", help=".npz to write the outputs to")
+    r.add_argument("--save-inputs", help=".npz to write the inputs used (with --random)")
+    r.add_argument("--repeat", type=int, default=1, help="run N times and report timings")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("inspect", help="partitions, nodes, kernels and boundary tensors (offline)")
+    i.add_argument("artifact")
+    i.add_argument("--json", action="store_true")
+    i.add_argument("--relax", action="store_true", help="print the partitioned Relax module")
+    i.add_argument("--limit", type=int, default=12, help="nodes/kernels listed per partition "
+                   "in text mode (0: all)")
+    i.set_defaults(func=cmd_inspect)
+
+    lk = sub.add_parser("lookup", help="ONNX node <-> backend/kernel <-> Relax expression")
+    lk.add_argument("artifact")
+    g = lk.add_mutually_exclusive_group(required=True)
+    g.add_argument("--onnx-node", metavar="NAME_OR_ID")
+    g.add_argument("--kernel", metavar="NAME", help="qualified (p0:name) or bare name")
+    g.add_argument("--expr", metavar="ID")
+    lk.add_argument("--json", action="store_true")
+    lk.set_defaults(func=cmd_lookup)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ProvmapError as e:
+        print(f"provmap: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("provmap: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
