@@ -294,6 +294,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `provmap inspect ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from provenance.errors import ProvmapError
+
 if TYPE_CHECKING:  # pragma: no cover
     from .subgraph import GraphView, Subgraph
 
@@ -157,10 +159,11 @@ class Backend(ABC):
         for k in self.COMMON_OPTIONS:
             if isinstance(options.get(k), str):
                 options[k] = [x.strip() for x in options[k].split(",") if x.strip()]
-        unknown = set(options) - set(self.option_names()) - set(self.COMMON_OPTIONS)
+        known = set(self.option_names()) | set(self.COMMON_OPTIONS)
+        unknown = set(options) - known
         if unknown:
-            raise ValueError(f"backend {self.name!r}: unknown option(s) {sorted(unknown)}; "
-                             f"known: {sorted(self.option_names())}")
+            raise BackendError(f"backend {self.name!r}: unknown option(s) {sorted(unknown)}; "
+                               f"known: {sorted(known)}")
         self._options = dict(options)
 
     @classmethod
@@ -209,5 +212,5 @@ class Backend(ABC):
         return {"name": self.name, "version": self.version(), "options": self.options()}
 
 
-class BackendError(RuntimeError):
+class BackendError(ProvmapError):
     """A backend could not build, load or run a subgraph; the message says which and why."""

@@ -133,14 +133,16 @@ class ArtifactModule(Module):
         for k, m in enumerate(self.partitions):
             r = m.runner
             drop = [n for n, last in last_use.items() if last == k and n not in keep]
-            steps.append((r, list(r.input_names), list(r.output_names), drop, m))
+            specs = {t["name"]: (tuple(t["shape"]), np.dtype(t["dtype"])) for t in m.info["outputs"]}
+            expect = [specs.get(n) for n in r.output_names]
+            steps.append((r, list(r.input_names), list(r.output_names), drop, m, expect))
         self._plan = steps
         return steps
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the whole model.  `inputs` maps every graph input name to an array."""
         env = self._check_inputs(inputs)
-        for runner, ins, outs, drop, m in self._compile_plan():
+        for runner, ins, outs, drop, m, expect in self._compile_plan():
             try:
                 results = runner([env[n] for n in ins])
             except ProvmapError:
@@ -148,6 +150,13 @@ class ArtifactModule(Module):
             except Exception as e:
                 first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
                 raise ProvmapError(f"partition {m.id} ({m.backend}) failed: {first}") from None
+            # A backend handing back the wrong dtype or shape would silently poison the next
+            # partition; the check costs well under a microsecond per tensor.
+            for name, a, spec in zip(outs, results, expect):
+                if spec is not None and (a.dtype != spec[1] or a.shape != spec[0]):
+                    raise ProvmapError(f"partition {m.id} ({m.backend}) returned {name!r} as "
+                                       f"{a.dtype}{list(a.shape)}, expected "
+                                       f"{spec[1]}{list(spec[0])}")
             env.update(zip(outs, results))
             for n in drop:
                 env.pop(n, None)

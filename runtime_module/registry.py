@@ -25,7 +25,11 @@ def _load_ref(ref: str):
 
 
 def _plugins() -> dict:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    """Plugin entry points by name; a name registered twice maps to all its claimants."""
+    found: dict = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, []).append(ep)
+    return found
 
 
 def available_backends() -> list[str]:
@@ -38,13 +42,30 @@ def backend_class(name: str) -> type[Backend]:
         return _load_ref(BUILTIN[name])
     eps = _plugins()
     if name in eps:
-        cls = eps[name].load()
+        if len(eps[name]) > 1:
+            raise BackendError(f"backend {name!r} is registered by several packages: "
+                               f"{', '.join(ep.value for ep in eps[name])}; uninstall all but one")
+        ep = eps[name][0]
+        try:
+            cls = ep.load()
+        except Exception as e:
+            raise BackendError(f"plugin backend {name!r} ({ep.value}) failed to import: "
+                               f"{type(e).__name__}: {e}") from None
         if not (isinstance(cls, type) and issubclass(cls, Backend)):
-            raise BackendError(f"plugin backend {name!r} ({eps[name].value}) is not a "
+            raise BackendError(f"plugin backend {name!r} ({ep.value}) is not a "
                                "runtime_module.backend.Backend subclass")
+        if cls.name != name:
+            raise BackendError(f"plugin backend {name!r} ({ep.value}) calls itself "
+                               f"{cls.name!r}; the entry-point name and Backend.name must match")
         return cls
     raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
 
 
 def get_backend(name: str, **options) -> Backend:
-    return backend_class(name)(**options)
+    cls = backend_class(name)
+    try:
+        return cls(**options)
+    except BackendError:
+        raise
+    except (ValueError, TypeError) as e:  # a bad option value, reported as the user's error
+        raise BackendError(f"backend {name!r}: {e}") from None
