@@ -1,0 +1,648 @@
+"""ONNX Runtime backend: the cut ONNX model on ORT's CPU execution provider.
+
+What runs is ORT's own view of the subgraph: one `InferenceSession` on the exact original nodes
+(`Subgraph.onnx_model()`), CPU execution provider, the default optimization level
+(ORT_ENABLE_ALL, which includes fusions and the NCHWc layout transformer) and default intra-op
+threads unless the ``threads`` option says otherwise.  ``allow_spinning`` (default: ORT's, on)
+sets ``session.intra_op.allow_spinning``: ORT's pool threads keep spinning for a while after a
+run, which on a small machine slows whatever runs next in the process (measured on 2 cores:
+OpenVINO squeezenet right after an ORT call 7.3 ms median instead of 4.7 ms), while turning it
+off costs ORT itself ~0.5-3 ms on squeezenet/resnet50.  Mixed-backend plans may want it off.
+
+Kernels.  At build time one session is created with ``optimized_model_filepath`` set, so ORT
+writes the graph it actually executes; every node of that optimized graph is one `KernelInfo`
+(kind ``"ort-node"``, ``op`` its op_type).  Which original nodes a kernel implements is derived
+from tensor names, because ORT keeps the names of the tensors it does not rewrite:
+
+* a tensor name that exists in the cut model is *original*;
+* an optimized node is *anchored* to original tensors it computes: its own original outputs, or,
+  when all of its outputs were renamed (NCHWc nodes write ``reorder_token_N``), the outputs of
+  the original node whose name it kept (``n9``) or of the tensor its name was derived from
+  (``r1_nchwc`` computes ``r1`` in blocked layout).  Such a name is given before the NCHWc
+  transformer fuses a residual Add (the Conv's 4th, "Sum" input) and an ``activation`` into the
+  node, so a name anchor is extended over an original Add/Sum that reads an input the anchor
+  does not explain, then over a node of the ``activation`` op type (ResNet's Conv+BN+Add+Relu
+  is then one kernel, not smeared over the next convolutions);
+* A(K): the nearest original non-initializer tensors upstream of K (walking back through renamed
+  tensors, stopping at anchored producers); D(K): K's anchors, or else the nearest anchored
+  tensors downstream;
+* covered(K): original nodes on a path A(K) -> D(K) that does not pass through another tensor
+  of A(K) (producers of D in, producers of A out);
+  with no A (a pure constant computation) the ancestors of D not reachable from any graph input;
+  a kernel that converts a tensor to itself (ReorderOutput: A = D) covers D's producer.
+
+Nodes that end up in no kernel (an Identity ORT removed, a MatMul folded into a Gemm whose
+name is someone else's, shape helpers ORT constant-folded) are attached to the kernels that
+cover the nodes consuming their outputs, or, for a graph output, to the kernels covering their
+producers.  So every op node of the subgraph is in at least one kernel.  Kernels can share
+nodes: ORT's Gemm rewrite of a 3-D MatMul+Add is Reshape -> Gemm -> Reshape, and all three
+carry the MatMul, the Add and the following Reshape; Reorder nodes carry the node whose tensor
+they convert.
+
+Runner.  `OrtRunner` calls the session with a prebuilt output-name list; ORT allocates fresh
+output arrays on every call, so results are safe to keep.  Measured on a 1-op model: about
+4 us per call, at or below ``sess.run`` (io binding and ``run_with_ort_values`` were slower).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections import deque
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import onnx
+
+from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..subgraph import GraphView, Subgraph
+
+_CPU = "CPUExecutionProvider"
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_INF = 2**31 - 1
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as e:  # pragma: no cover - depends on the installation
+        raise BackendError(f"onnxruntime backend: cannot import onnxruntime ({e})") from None
+    return onnxruntime
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _norm_domain(d: str) -> str:
+    return "" if d in _DEFAULT_DOMAINS else d
+
+
+def _type_str(dtype: str) -> str | None:
+    """numpy dtype name -> ONNX type string as ORT's kernel defs spell it ('tensor(float)')."""
+    try:
+        elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    except Exception:
+        return None
+    return f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
+
+
+class _KernelRegistry:
+    """ORT's CPU kernel definitions, indexed by (domain, op_type)."""
+
+    _cache: dict | None = None
+
+    @classmethod
+    def get(cls) -> dict[tuple[str, str], list[tuple[int, int, dict]]]:
+        if cls._cache is None:
+            from onnxruntime.capi import _pybind_state as C
+
+            table: dict[tuple[str, str], list[tuple[int, int, dict]]] = {}
+            for k in C.get_all_opkernel_def():
+                if k.provider != _CPU:
+                    continue
+                lo, hi = k.version_range
+                table.setdefault((_norm_domain(k.domain), k.op_name), []).append(
+                    (int(lo), int(hi), dict(k.type_constraints)))
+            cls._cache = table
+        return cls._cache
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+
+    @classmethod
+    def option_names(cls):
+        return ("threads", "allow_spinning")
+
+    def version(self) -> str:
+        return _ort().__version__
+
+    # -- sessions --------------------------------------------------------------------------
+    def _session_options(self):
+        ort = _ort()
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        threads = self._options.get("threads")
+        if threads:
+            so.intra_op_num_threads = int(threads)
+        spin = self._options.get("allow_spinning")
+        if spin is not None:
+            on = spin if isinstance(spin, bool) else str(spin).lower() not in ("0", "false", "no")
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1" if on else "0")
+        so.log_severity_level = 3  # no warning about serializing NCHWc graphs
+        return so
+
+    def _session(self, model_bytes: bytes, so, what: str):
+        ort = _ort()
+        try:
+            return ort.InferenceSession(model_bytes, so, providers=[_CPU])
+        except Exception as e:
+            raise BackendError(f"onnxruntime {ort.__version__}: cannot {what}: "
+                               f"{_first_line(e)}") from None
+
+    # -- support ---------------------------------------------------------------------------
+    def supports(self, view: "GraphView") -> dict[int, Support]:
+        opsets = {_norm_domain(o.domain): o.version for o in view.model.opset_import}
+        ir_version = view.model.ir_version
+        cache: dict[tuple, Support] = {}
+        out: dict[int, Support] = {}
+        for i in view.op_nodes:
+            node = view.nodes[i]
+            types = self._node_types(view, node)
+            shapes = self._node_shapes(view, node)
+            key = (_norm_domain(node.domain), node.op_type, tuple(types[0]), tuple(types[1]),
+                   tuple(shapes.items()), tuple(a.SerializeToString() for a in node.attribute))
+            if key not in cache:
+                cache[key] = self._support_node(node, opsets, types, ir_version, shapes)
+            out[i] = cache[key]
+        return out
+
+    @staticmethod
+    def _node_types(view: "GraphView", node) -> tuple[list, list]:
+        def dtype(x: str) -> str | None:
+            if not x:
+                return None
+            init = view.initializers.get(x)
+            if init is not None:
+                try:
+                    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)))
+                except Exception:
+                    return None
+            try:
+                return view.spec(x).dtype
+            except Exception:
+                return None
+
+        return [dtype(x) for x in node.input], [dtype(x) for x in node.output]
+
+    @staticmethod
+    def _node_shapes(view: "GraphView", node) -> dict[str, tuple]:
+        shapes = {}
+        for x in list(node.input) + list(node.output):
+            if not x:
+                continue
+            if x in view.initializers:
+                shapes[x] = tuple(view.initializers[x].dims)
+                continue
+            try:
+                shapes[x] = tuple(view.spec(x).shape)
+            except Exception:
+                pass
+        return shapes
+
+    def _support_node(self, node, opsets: dict, types, ir_version: int = 8,
+                      shapes: dict | None = None) -> Support:
+        """ORT's own rules (onnxruntime/core/framework/kernel_registry.cc): a kernel registered
+        for versions [start, end] takes a node whose schema since-version is in that range, but
+        an open-ended one ([start, INT_MAX]) only takes since-version == start, since a newer
+        version of the op may postdate the kernel; type constraints must admit the node's
+        types.  Without a kernel, float16 nodes run in float (InsertCastTransformer) and ops
+        with an ONNX function body are inlined; whether the body's ops have kernels is settled
+        by creating a one-node session (only for such ops)."""
+        domain = _norm_domain(node.domain)
+        op = node.op_type
+        opset = opsets.get(domain, 1)
+        try:
+            schema = onnx.defs.get_schema(op, opset, domain)
+        except Exception:
+            schema = None
+        if schema is None and domain == "":
+            return Support(False, f"unknown ONNX op {op} at opset {opset}")
+        if op == "Constant" and domain == "":
+            return Support(True, "Constant becomes an initializer")
+        since = schema.since_version if schema is not None else opset
+        where = f"{op}{'(' + domain + ')' if domain else ''} at opset {opset}" + (
+            f" (since-version {since})" if since != opset else "")
+        defs = [d for d in _KernelRegistry.get().get((domain, op), [])
+                if d[0] == since or (d[1] != _INF and d[0] <= since <= d[1])]
+        bound = self._bind_types(schema, types)
+        if defs:
+            if not bound or any(self._types_ok(d[2], bound) for d in defs):
+                return Support(True)
+            # ORT's InsertCastTransformer runs float16 nodes without a float16 kernel in float.
+            as_f32 = {k: ("tensor(float)" if v == "tensor(float16)" else v)
+                      for k, v in bound.items()}
+            if as_f32 != bound and any(self._types_ok(d[2], as_f32) for d in defs):
+                return Support(True, "float16 computed in float32 (ORT inserts casts)")
+        if schema is not None and (schema.has_function or schema.has_context_dependent_function):
+            return self._trial(node, opsets, types, ir_version, where, shapes or {})
+        if defs:
+            got = ", ".join(f"{k}={v}" for k, v in sorted(bound.items()))
+            return Support(False, f"no CPU kernel for {where} with types {got}")
+        if schema is not None and schema.deprecated:
+            return Support(False, f"no CPU kernel for {where}: the op is deprecated")
+        return Support(False, f"no CPU kernel for {where}")
+
+    def _trial(self, node, opsets: dict, types, ir_version: int, where: str,
+               shapes: dict) -> Support:
+        """Create a session for `node` alone: ORT inlines its function body, or says which op
+        of the body has no kernel."""
+        ok = Support(True, "expanded as its ONNX function body")
+        if any(x and t is None for x, t in zip(node.input, types[0])) or \
+                any(o and t is None for o, t in zip(node.output, types[1])):
+            return ok  # types unknown: cannot build the probe, trust the function body
+        h = onnx.helper
+        inputs, seen = [], set()
+        for x, t in zip(node.input, types[0]):
+            if x and x not in seen:
+                seen.add(x)
+                inputs.append(h.make_tensor_value_info(
+                    x, h.np_dtype_to_tensor_dtype(np.dtype(t)), shapes.get(x)))
+        outputs = [h.make_tensor_value_info(o, h.np_dtype_to_tensor_dtype(np.dtype(t)),
+                                            shapes.get(o))
+                   for o, t in zip(node.output, types[1]) if o]
+        graph = h.make_graph([node], "probe", inputs, outputs)
+        model = h.make_model(graph, ir_version=max(7, min(ir_version, 10)),
+                             opset_imports=[h.make_opsetid(d, v) for d, v in opsets.items()])
+        ort = _ort()
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        try:
+            ort.InferenceSession(model.SerializeToString(), so, providers=[_CPU])
+        except Exception as e:
+            msg = _first_line(e)
+            if "NOT_IMPLEMENTED" in msg or "implementation" in msg or "kernel" in msg:
+                detail = msg.split(" : ")[-1]
+                return Support(False, f"no CPU kernel for {where}, nor for its ONNX function "
+                                      f"body: {detail}")
+        return ok
+
+    @staticmethod
+    def _bind_types(schema, types) -> dict[str, str]:
+        """Type-constraint name -> ONNX type string of the node's actual tensors."""
+        if schema is None:
+            return {}
+        bound: dict[str, str] = {}
+        for formals, actual in ((schema.inputs, types[0]), (schema.outputs, types[1])):
+            if not formals:
+                continue
+            for k, dt in enumerate(actual):
+                f = formals[min(k, len(formals) - 1)]
+                variadic = f.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+                if k >= len(formals) and not variadic:
+                    break
+                ts = _type_str(dt) if dt else None
+                if ts is not None and f.type_str and not f.type_str.startswith("tensor("):
+                    bound.setdefault(f.type_str, ts)
+        return bound
+
+    @staticmethod
+    def _types_ok(constraints: dict, bound: dict) -> bool:
+        return all(bound[c] in allowed for c, allowed in constraints.items() if c in bound)
+
+    # -- build -----------------------------------------------------------------------------
+    def build(self, sub: "Subgraph") -> Blob:
+        model = sub.onnx_model()
+        try:
+            data = model.SerializeToString()
+        except Exception as e:
+            raise BackendError(f"onnxruntime: cannot serialize the cut model: "
+                               f"{_first_line(e)}") from None
+        so = self._session_options()
+        with tempfile.TemporaryDirectory(prefix="provmap-ort-") as tmp:
+            path = os.path.join(tmp, "optimized.onnx")
+            so.optimized_model_filepath = path
+            # Weights go to a side file that is never read back: only the graph is needed.
+            so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                        "weights.bin")
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_bytes", "64")
+            sess = self._session(data, so, f"build subgraph {sub.key[:12]}")
+            del sess
+            try:
+                optimized = onnx.load(path, load_external_data=False)
+            except Exception as e:
+                raise BackendError(f"onnxruntime: cannot read back the optimized graph: "
+                                   f"{_first_line(e)}") from None
+        kernels, source = _map_kernels(model, optimized, sub)
+        meta = {
+            "backend_version": self.version(),
+            "input_names": [t.name for t in sub.inputs],
+            "output_names": [t.name for t in sub.outputs],
+            "options": self.options(),
+            "providers": [_CPU],
+            "graph_optimization_level": "ORT_ENABLE_ALL",
+        }
+        header = (f"# onnxruntime {self.version()} optimized graph (CPUExecutionProvider, "
+                  f"ORT_ENABLE_ALL), subgraph {sub.key}\n"
+                  f"# {len(sub.closure)} original nodes -> {len(optimized.graph.node)} ORT nodes\n"
+                  f"# inputs: {', '.join(meta['input_names'])}\n"
+                  f"# outputs: {', '.join(meta['output_names'])}\n")
+        return Blob(backend=self.name, files={"model.onnx": data}, meta=meta, kernels=kernels,
+                    source=header + source)
+
+    # -- load ------------------------------------------------------------------------------
+    def load(self, blob: Blob) -> Runner:
+        data = blob.files.get("model.onnx")
+        if data is None:
+            raise BackendError(f"onnxruntime: blob has no model.onnx "
+                               f"(members: {sorted(blob.files)})")
+        sess = self._session(bytes(data), self._session_options(), "load model.onnx")
+        in_names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
+        out_names = list(blob.meta.get("output_names") or [o.name for o in sess.get_outputs()])
+        have_in = {i.name for i in sess.get_inputs()}
+        have_out = {o.name for o in sess.get_outputs()}
+        missing = ([n for n in in_names if n not in have_in]
+                   + [n for n in out_names if n not in have_out])
+        if missing:
+            raise BackendError(f"onnxruntime: model.onnx lacks tensors named in meta: {missing}")
+        return OrtRunner(sess, in_names, out_names)
+
+
+class OrtRunner(Runner):
+    """`sess.run` with prebuilt name lists; outputs are fresh arrays ORT allocates per call."""
+
+    def __init__(self, sess, input_names: list[str], output_names: list[str]):
+        self.sess = sess
+        self.input_names = input_names
+        self.output_names = output_names
+        # The C++ session behind InferenceSession: calling it directly skips the Python
+        # wrapper's per-call feed validation (we validated names at load time).
+        self._run = sess._sess.run if hasattr(sess, "_sess") else None
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self.input_names):
+            raise BackendError(f"onnxruntime: expected {len(self.input_names)} inputs "
+                               f"({', '.join(self.input_names)}), got {len(inputs)}")
+        feed = dict(zip(self.input_names, inputs))
+        try:
+            if self._run is not None:
+                return self._run(self.output_names, feed, None)
+            return self.sess.run(self.output_names, feed)
+        except Exception as e:
+            raise BackendError(f"onnxruntime: run failed: {_first_line(e)}") from None
+
+    def close(self) -> None:
+        self.sess = None
+        self._run = None
+
+
+# ------------------------------------------------------------------------------------------
+# optimized graph -> original nodes
+# ------------------------------------------------------------------------------------------
+
+_NCHWC_SUFFIX = re.compile(r"_nchwc(_token_\d+)?$")
+
+
+def _map_kernels(model: onnx.ModelProto, optimized: onnx.ModelProto,
+                 sub: "Subgraph") -> tuple[list[KernelInfo], str]:
+    g = model.graph
+    nodes = list(g.node)
+    n_orig = len(nodes)
+    inits = {t.name for t in g.initializer}
+    graph_inputs = [i.name for i in g.input if i.name not in inits]
+    original: set[str] = set(inits) | set(graph_inputs)
+    producer: dict[str, int] = {}
+    consumers: dict[str, list[int]] = {}
+    by_name: dict[str, list[int]] = {}
+    for p, n in enumerate(nodes):
+        for x in n.input:
+            if x:
+                original.add(x)
+                consumers.setdefault(x, []).append(p)
+        for o in n.output:
+            if o:
+                original.add(o)
+                producer[o] = p
+        if n.name:
+            by_name.setdefault(n.name, []).append(p)
+
+    # nodes reachable from a graph input (everything else is constant computation)
+    live = _descendants(graph_inputs, nodes, consumers)
+
+    og = optimized.graph
+    onodes = list(og.node)
+    o_producer: dict[str, int] = {}
+    o_consumers: dict[str, list[int]] = {}
+    for k, n in enumerate(onodes):
+        for o in n.output:
+            if o:
+                o_producer[o] = k
+        for x in n.input:
+            if x:
+                o_consumers.setdefault(x, []).append(k)
+
+    def hint(k: int) -> list[str]:
+        """Original tensors an optimized node computes although all its outputs were renamed."""
+        n = onodes[k]
+        if n.name in by_name:
+            return [o for p in by_name[n.name] for o in nodes[p].output if o]
+        m = _NCHWC_SUFFIX.search(n.name or "")
+        if m and n.name[: m.start()] in producer:
+            return [n.name[: m.start()]]
+        return []
+
+    def anc_tensors(ts, stop: set[str]) -> set[str]:
+        """Tensors upstream of `ts`, not walking past the tensors in `stop`."""
+        seen = set(ts)
+        stack = list(ts)
+        while stack:
+            t = stack.pop()
+            p = producer.get(t) if t not in stop else None
+            if p is None:
+                continue
+            for x in nodes[p].input:
+                if x and x not in seen:
+                    seen.add(x)
+                    stack.append(x)
+        return seen
+
+    def extend(k: int, end: list[str], a: set[str]) -> list[str]:
+        """A name hint gives the tensor a node computed when it was *named*; NCHWc later fuses
+        a residual Add ("Sum" input) and an activation into it.  Follow the original graph over
+        an Add/Sum that reads an input this node has but its hint does not explain, then over
+        the node's `activation`."""
+        n = onodes[k]
+        for _ in range(4):
+            if len(end) != 1:
+                break
+            e = end[0]
+            unused = a - anc_tensors([e], a)
+            cs = consumers.get(e, [])
+            if not unused or len(cs) != 1 or not set(nodes[cs[0]].input) & unused:
+                break
+            end = [o for o in nodes[cs[0]].output if o]
+        act = next((onnx.helper.get_attribute_value(x) for x in n.attribute
+                    if x.name == "activation"), None)
+        if isinstance(act, bytes):
+            act = act.decode()
+        if act and len(end) == 1:
+            cs = consumers.get(end[0], [])
+            if len(cs) == 1 and nodes[cs[0]].op_type == act:
+                end = [o for o in nodes[cs[0]].output if o]
+        return end
+
+    def upstream(k: int) -> set[str]:
+        found: set[str] = set()
+        seen: set[int] = set()
+        stack = [x for x in onodes[k].input if x]
+        while stack:
+            t = stack.pop()
+            if t in original:
+                if t not in inits:
+                    found.add(t)
+                continue
+            p = o_producer.get(t)
+            if p is None or p in seen:
+                continue
+            seen.add(p)
+            if anchor_cache[p]:
+                found.update(x for x in anchor_cache[p] if x not in inits)
+            else:
+                stack.extend(x for x in onodes[p].input if x)
+        return found
+
+    # Anchors in topological order, so that a node's upstream walk sees its producers' final
+    # (extended) anchors.
+    anchor_cache: list[list[str]] = [[] for _ in onodes]
+    ups: list[set[str] | None] = [None] * len(onodes)
+    for k in _topo_order(onodes, o_producer):
+        ups[k] = upstream(k)
+        own = [o for o in onodes[k].output if o in original]
+        if own:
+            anchor_cache[k] = own
+        else:
+            h = hint(k)
+            anchor_cache[k] = extend(k, h, ups[k]) if h else []
+
+    def downstream(k: int) -> set[str]:
+        if anchor_cache[k]:
+            return set(anchor_cache[k])
+        found: set[str] = set()
+        seen: set[int] = {k}
+        stack = [o for o in onodes[k].output if o]
+        while stack:
+            t = stack.pop()
+            if t in original:
+                found.add(t)
+                continue
+            for c in o_consumers.get(t, ()):
+                if c in seen:
+                    continue
+                seen.add(c)
+                if anchor_cache[c]:
+                    found.update(anchor_cache[c])
+                else:
+                    stack.extend(o for o in onodes[c].output if o)
+        return found
+
+    def ancestors(ds: set[str], stop: set[str]) -> set[int]:
+        out: set[int] = set()
+        stack = [d for d in ds if d not in stop]
+        seen_t: set[str] = set(stack)
+        while stack:
+            t = stack.pop()
+            p = producer.get(t)
+            if p is None or p in out:
+                continue
+            out.add(p)
+            for x in nodes[p].input:
+                if x and x not in stop and x not in seen_t:
+                    seen_t.add(x)
+                    stack.append(x)
+        return out
+
+    covered_all: list[set[int]] = []
+    for k in range(len(onodes)):
+        a = ups[k]
+        d = downstream(k)
+        if a:
+            cov = ancestors(d, a) & _descendants(a, nodes, consumers)
+        else:
+            cov = ancestors(d, set()) - live
+        cov -= {producer[t] for t in a if t in producer}
+        if not cov:
+            cov = {producer[t] for t in d if t in producer}
+        covered_all.append(cov)
+
+    _attach_orphans(covered_all, nodes, producer, consumers, set(range(n_orig)))
+
+    kernels: list[KernelInfo] = []
+    names_used: dict[str, int] = {}
+    lines = []
+    for k, n in enumerate(onodes):
+        name = n.name or f"op_{k}"
+        if name in names_used:
+            names_used[name] += 1
+            name = f"{name}#{names_used[name]}"
+        else:
+            names_used[name] = 0
+        kernels.append(KernelInfo(name=name, kind="ort-node", nodes=sorted(covered_all[k]),
+                                  op=n.op_type))
+        dom = f" [{n.domain}]" if n.domain else ""
+        covers = ", ".join(nodes[p].name or f"#{p}" for p in sorted(covered_all[k]))
+        lines.append(f"{name}: {n.op_type}{dom}({', '.join(n.input)}) -> "
+                     f"{', '.join(n.output)}   # covers: {covers}")
+    return kernels, "\n".join(lines) + "\n"
+
+
+def _topo_order(onodes, o_producer) -> list[int]:
+    """Kahn order of the optimized graph (ORT writes it sorted; this does not rely on it)."""
+    deps = [{o_producer[x] for x in n.input if x in o_producer} for n in onodes]
+    users: dict[int, list[int]] = {}
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users.setdefault(d, []).append(k)
+    left = [len(ds) for ds in deps]
+    queue = deque(k for k, c in enumerate(left) if c == 0)
+    order = []
+    while queue:
+        k = queue.popleft()
+        order.append(k)
+        for u in users.get(k, ()):
+            left[u] -= 1
+            if left[u] == 0:
+                queue.append(u)
+    if len(order) < len(onodes):  # a cycle cannot happen in a valid graph; keep going anyway
+        order += [k for k in range(len(onodes)) if k not in set(order)]
+    return order
+
+
+def _descendants(tensors, nodes, consumers) -> set[int]:
+    out: set[int] = set()
+    queue = deque(tensors)
+    while queue:
+        t = queue.popleft()
+        for c in consumers.get(t, ()):
+            if c not in out:
+                out.add(c)
+                queue.extend(o for o in nodes[c].output if o)
+    return out
+
+
+def _attach_orphans(covered: list[set[int]], nodes, producer, consumers, wanted: set[int]) -> None:
+    """Give every node in `wanted` that no kernel covers the kernels of its consumers (or, for a
+    node nobody consumes, of its producers); a passthrough subgraph may leave some uncovered."""
+    kernels_of: dict[int, set[int]] = {}
+    for k, cov in enumerate(covered):
+        for p in cov:
+            kernels_of.setdefault(p, set()).add(k)
+
+    def via(p: int, forward: bool, seen: set[int]) -> set[int]:
+        if p in kernels_of:
+            return kernels_of[p]
+        if p in seen:
+            return set()
+        seen.add(p)
+        ks: set[int] = set()
+        if forward:
+            nxt = {c for o in nodes[p].output if o for c in consumers.get(o, ())}
+        else:
+            nxt = {producer[x] for x in nodes[p].input if x in producer}
+        for q in nxt:
+            ks |= via(q, forward, seen)
+        return ks
+
+    orphans = sorted(wanted - set(kernels_of))
+    found = {}
+    for p in orphans:
+        ks = via(p, True, set()) or via(p, False, set())
+        found[p] = ks
+    for p, ks in found.items():
+        for k in ks:
+            covered[k].add(p)

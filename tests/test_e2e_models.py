@@ -1,0 +1,91 @@
+"""Every test model, under single:<backend> for each backend and a greedy order that mixes
+backends, compiled to an artifact and run by `provmap run` in a fresh process, must match ONNX
+Runtime's full-model output.
+
+Weights are replaced by seeded random ones (the bundled models' ConstantOfShape weights are all
+equal, which would hide wiring mistakes such as swapped channels).
+
+Tolerance: every backend computes in f32 (OpenVINO is pinned to f32; its bf16 default would be
+~1e-2 off).  Backends sum in different orders and use different conv algorithms (Winograd, GEMM,
+direct), so results differ by rounding that grows with depth: measured worst |diff| is ~1e-5 on
+the softmax outputs (probabilities in [0, 1]) and ~1e-4 relative on the transformer.  We assert
+atol=1e-4 + rtol=1e-3, which a wrong partition boundary (swapped or stale tensor) breaks by orders
+of magnitude.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from partition.compile import compile_model, load_view
+from provenance import zoo
+
+MODELS = ["squeezenet", "resnet50", "vgg19", "inception_v1", "bvlc_alexnet", "transformer"]
+
+# Greedy orders that really mix backends: each backend is kept off an op the model has, the way
+# a vendor restricts an accelerator, so greedy must cut around it.
+MIXED = {
+    "default": ("greedy:onnxruntime,openvino,tvm",
+                {"onnxruntime": {"exclude_ops": "MaxPool,Softmax"},
+                 "openvino": {"exclude_ops": "Softmax"}}),
+    "transformer": ("greedy:onnxruntime,openvino,tvm",
+                    {"onnxruntime": {"exclude_ops": "Softmax,LayerNormalization"},
+                     "openvino": {"exclude_ops": "Softmax"}}),
+}
+
+ATOL, RTOL = 1e-4, 1e-3
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def case(request, tmp_path_factory):
+    name = request.param
+    model = zoo.with_random_weights(zoo.resolve(f"bundled:{name}")[0], seed=7)
+    feeds = zoo.random_inputs(model, seed=7)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    d = tmp_path_factory.mktemp(name)
+    np.savez(d / "in.npz", **feeds)
+    return name, load_view(model, name), ref, d
+
+
+def _run_fresh(art, d):
+    out = d / "out.npz"
+    r = subprocess.run([sys.executable, "-m", "partition.cli", "run", str(art), "--inputs",
+                        str(d / "in.npz"), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with np.load(out) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _check(got, ref):
+    assert set(got) == set(ref)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], atol=ATOL, rtol=RTOL, err_msg=k)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino", "tvm"])
+def test_single_backend_matches_onnxruntime(case, backend):
+    name, view, ref, d = case
+    art = d / f"single-{backend}.provmap"
+    a = compile_model(view, f"single:{backend}", out=art)
+    assert [p["backend"] for p in a.manifest["partitions"]] == [backend]
+    assert a.manifest["coverage"]["onnx_nodes_unaccounted"] == 0
+    _check(_run_fresh(art, d), ref)
+    art.unlink()  # the big models' artifacts are hundreds of MB
+
+
+@pytest.mark.slow
+def test_mixed_greedy_matches_onnxruntime(case):
+    name, view, ref, d = case
+    strategy, options = MIXED.get(name, MIXED["default"])
+    art = d / "greedy.provmap"
+    a = compile_model(view, strategy, out=art, backend_options=options)
+    used = {p["backend"] for p in a.manifest["partitions"]}
+    assert len(used) >= 2, used
+    assert a.manifest["coverage"]["onnx_nodes_unaccounted"] == 0
+    _check(_run_fresh(art, d), ref)
+    art.unlink()
