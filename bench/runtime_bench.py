@@ -7,6 +7,11 @@ Overhead is measured on single-backend artifacts against the same backend librar
 directly on the original model (ONNX Runtime InferenceSession.run; OpenVINO compiled model at
 f32), interleaved run by run so machine noise hits both alike; the ratio of medians is printed.
 Goal (issue 3): container overhead under 2%.
+
+ONNX Runtime's pool threads spin after each run; with two ORT sessions interleaved in one process
+on 2 cores, each session's spinning steals the other's CPU and both slow down ~2.5x.  So for the
+overhead comparison both sides run ORT with `session.intra_op.allow_spinning=0` (the same
+setting on both, so the ratio still isolates the container's own cost).
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ def direct_runner(backend: str, model):
     data = model.SerializeToString()
     if backend == "onnxruntime":
         import onnxruntime as ort
-        sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
         return lambda feeds: sess.run(None, feeds)
     if backend == "openvino":
         import openvino as ov
@@ -72,7 +79,8 @@ def bench_model(name: str, backends: list[str], repeats: int, workdir: str) -> l
     for b in backends:
         path = os.path.join(workdir, f"{name}-{b}.provmap")
         t0 = time.perf_counter()
-        compile_model(view, f"single:{b}", out=path)
+        opts = {"onnxruntime": {"allow_spinning": "0"}} if b == "onnxruntime" else {}
+        compile_model(view, f"single:{b}", out=path, backend_options=opts)
         compile_s = time.perf_counter() - t0
         loads = []
         for _ in range(5):

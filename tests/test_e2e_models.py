@@ -21,6 +21,7 @@ import onnxruntime as ort
 import pytest
 
 from partition.compile import compile_model, load_view
+from runtime_module.module import load
 from provenance import zoo
 
 MODELS = ["squeezenet", "resnet50", "vgg19", "inception_v1", "bvlc_alexnet", "transformer"]
@@ -88,4 +89,21 @@ def test_mixed_greedy_matches_onnxruntime(case):
     assert len(used) >= 2, used
     assert a.manifest["coverage"]["onnx_nodes_unaccounted"] == 0
     _check(_run_fresh(art, d), ref)
+    _walk_lookup(art)
     art.unlink()
+
+
+def _walk_lookup(art):
+    """Every ONNX node answers with its kernels (or why it has none), every kernel with its
+    nodes, and each answer is found again from the other side."""
+    lk = load(art, runnable=False).lookup
+    for n in lk.map.nodes:
+        ans = lk.onnx_node(n.id)[0]
+        assert ans["kernels"] or ans["elided"], (n.name, n.op_type)
+        for k in ans["kernels"]:
+            assert any(x["id"] == n.id for x in lk.kernel(k["kernel"])[0]["onnx_nodes"])
+    for kname in lk.kernel_names():
+        nodes = lk.kernel(kname)[0]["onnx_nodes"]
+        assert nodes, kname
+        for x in nodes:
+            assert any(k["kernel"] == kname for k in lk.onnx_node(x["id"])[0]["kernels"])
