@@ -41,15 +41,31 @@ def cmd_compile(args) -> int:
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
               f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s")
     t1 = time.perf_counter()
-    art = compile_model(view, args.strategy, out=args.output,
+    strategy = args.strategy
+    collage_options = None
+    if strategy.split(":", 1)[0] == "collage":
+        from .collage import CollageOptions
+
+        if args.backends and ":" not in strategy:
+            strategy = f"collage:{args.backends}"
+        collage_options = CollageOptions(
+            max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
+            forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
+            e2e_check=not args.no_e2e_check)
+    elif args.pin or args.forbid or args.cut or args.backends:
+        raise ProvmapError("--pin/--forbid/--cut/--backends apply to --strategy collage")
+    art = compile_model(view, strategy, out=args.output,
                         backend_options=_parse_backend_options(args.backend_option),
-                        progress=_progress)
+                        progress=_progress, collage_options=collage_options)
     t2 = time.perf_counter()
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
                "coverage": art.manifest["coverage"], "compile_s": round(t2 - t1, 3),
                "size_bytes": os.path.getsize(args.output)}
+    search = (art.manifest.get("plan_info") or {}).get("collage")
+    if search is not None:
+        summary["search"] = search
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -59,6 +75,16 @@ def cmd_compile(args) -> int:
         print(f"  ONNX nodes mapped {cov['onnx_nodes_mapped']}/{cov['onnx_nodes_total']} "
               f"(elided {cov['onnx_nodes_elided']}), kernels mapped "
               f"{cov['kernels_mapped']}/{cov['kernels_total']}; built in {summary['compile_s']:.1f} s")
+        if search is not None:
+            c, e = search["candidates"], search["estimator"]
+            print(f"  search: {c['generated']} candidates, {c['after_constraints']} after "
+                  f"constraints, {c['after_pruning']} after pruning; measured {e.get('measured', 0)}, "
+                  f"cache hits {e.get('cache_hits', 0)}, invalid {e.get('invalid', 0)}")
+            est = ", ".join(f"{k} {v:.2f}" for k, v in search["estimated_ms"].items() if v is not None)
+            print(f"  estimated ms: {est}")
+            if "e2e" in search:
+                meas = ", ".join(f"{k} {v['median_ms']:.2f}" for k, v in search["e2e"]["measured"].items())
+                print(f"  measured ms (end to end): {meas}; kept {search['e2e']['winner']}")
     return 0
 
 
@@ -248,7 +274,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help=model_help)
     c.add_argument("-o", "--output", required=True, help="artifact file to write")
     c.add_argument("--strategy", default=DEFAULT_STRATEGY,
-                   help="single:<backend> | greedy:<b1>,<b2>,... (default %(default)s)")
+                   help="collage[:<b1>,...] | single:<backend> | greedy:<b1>,<b2>,... "
+                   "(default %(default)s)")
+    c.add_argument("--backends", help="collage: backends to search over (default "
+                   "tvm,onnxruntime,openvino)")
+    c.add_argument("--cache", help="collage: measurement cache (default $PROVMAP_CACHE or "
+                   "~/.cache/provmap/costs.sqlite)")
+    c.add_argument("--pin", action="append", metavar="NODE=BACKEND",
+                   help="collage: run NODE (name, re:REGEX, node or expr ID) on BACKEND")
+    c.add_argument("--forbid", action="append", metavar="NODE=BACKEND")
+    c.add_argument("--cut", action="append", metavar="NODE",
+                   help="collage: no partition spans NODE's output")
+    c.add_argument("--max-depth", type=int, default=4)
+    c.add_argument("--max-size", type=int, default=12)
+    c.add_argument("--no-e2e-check", action="store_true",
+                   help="collage: keep the searched plan without measuring it against greedy "
+                   "and single-backend plans end to end")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
                    help="e.g. openvino.precision=bf16 (recorded in the manifest)")
     c.add_argument("--json", action="store_true")

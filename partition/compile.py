@@ -13,7 +13,7 @@ from runtime_module.subgraph import GraphView
 
 from .strategies import greedy, parse_strategy, single
 
-DEFAULT_STRATEGY = "greedy:onnxruntime,openvino,tvm"
+DEFAULT_STRATEGY = "collage"
 
 
 def load_view(model, label: str | None = None) -> GraphView:
@@ -24,21 +24,41 @@ def load_view(model, label: str | None = None) -> GraphView:
     return GraphView(import_onnx(model, label=label))
 
 
+ALL_BACKENDS = ["tvm", "onnxruntime", "openvino"]
+
+
 def make_plan(view: GraphView, strategy: str, backend_options: dict | None = None):
     kind, names = parse_strategy(strategy)
+    if kind == "collage" and not names:
+        names = list(ALL_BACKENDS)
     opts = backend_options or {}
     backends = {n: get_backend(n, **opts.get(n, {})) for n in names}
     if kind == "single":
         return single(view, backends[names[0]]), backends
     if kind == "greedy":
         return greedy(view, [backends[n] for n in names]), backends
-    raise ProvmapError(f"strategy {strategy!r} is not available yet")
+    return None, backends  # collage: the search makes the plan (see compile_model)
 
 
 def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
-                  backend_options: dict | None = None, progress=None) -> Artifact:
-    """Import, partition with `strategy`, build every partition, and (if `out`) save atomically."""
+                  backend_options: dict | None = None, progress=None,
+                  collage_options=None) -> Artifact:
+    """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
+
+    `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...] (all backends by
+    default); `collage_options` is a partition.collage.CollageOptions.
+    """
     view = model if isinstance(model, GraphView) else load_view(model)
+    kind, _ = parse_strategy(strategy)
+    if kind == "collage":
+        from .collage import collage
+
+        _, backends = make_plan(view, strategy, backend_options)
+        res = collage(view, backends, collage_options, progress=progress)
+        art = res.artifact or build_artifact(view, res.plan, backends, progress=progress)
+        if out is not None:
+            art.save(out)
+        return art
     plan, backends = make_plan(view, strategy, backend_options)
     art = build_artifact(view, plan, backends, progress=progress)
     if out is not None:

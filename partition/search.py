@@ -273,12 +273,14 @@ def _convex(mask: int, desc: list[int]) -> bool:
     return True
 
 
-def coalesce(view: GraphView, plan: Plan) -> Plan:
+def coalesce(view: GraphView, plan: Plan, cuts: set | frozenset = frozenset()) -> Plan:
     """Merge partitions on the same backend that touch, when merging creates no cycle (step 6).
 
     Two adjacent partitions on one backend become one subgraph, built once: fewer calls and no
     hand-over between them.  A merge is refused if some path leaves A through another partition
-    and comes back into B, since the merged partition would then depend on itself.
+    and comes back into B, since the merged partition would then depend on itself, and when a
+    user's cut (`cuts`: op node indices whose outputs must stay partition boundaries) lies
+    between them.
     """
     parts = [PartitionSpec(p.backend, list(p.ops), why=p.why) for p in plan.partitions]
     changed = True
@@ -296,6 +298,8 @@ def coalesce(view: GraphView, plan: Plan) -> Plan:
                     continue
                 if _reaches_avoiding(succ, a, b):
                     continue
+                if cuts and _cut_between(view, cuts, parts[a].ops, parts[b].ops):
+                    continue
                 parts[a] = PartitionSpec(parts[a].backend, sorted(parts[a].ops + parts[b].ops),
                                          why=_merge_why(parts[a].why, parts[b].why))
                 del parts[b]
@@ -304,6 +308,16 @@ def coalesce(view: GraphView, plan: Plan) -> Plan:
             if changed:
                 break
     return Plan(strategy=plan.strategy, partitions=parts, info=dict(plan.info))
+
+
+def _cut_between(view: GraphView, cuts, a_ops, b_ops) -> bool:
+    a, b = set(a_ops), set(b_ops)
+    for i in cuts:
+        if i in a and view.op_successors(i) & b:
+            return True
+        if i in b and view.op_successors(i) & a:
+            return True
+    return False
 
 
 def _merge_why(a: str, b: str) -> str:

@@ -1,0 +1,100 @@
+"""`--strategy collage` end to end with real, measured backends (small models, small bounds).
+
+The whole-model claims (every test model no slower than its best single backend) are measured by
+bench/collage_bench.py, not here: a cold search over three backends takes minutes per model.
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from partition.collage import CollageOptions
+from partition.compile import compile_model, load_view
+from provenance import zoo
+from provenance.errors import ProvmapError
+from runtime_module.module import load
+
+
+def ort_ref(model, feeds):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    model = zoo.transformer_block()
+    return model, load_view(model, "transformer")
+
+
+def _opts(cache, **kw):
+    return CollageOptions(max_depth=3, max_size=4, cache_path=str(cache), e2e_repeats=5, **kw)
+
+
+@pytest.mark.slow
+def test_collage_matches_reference_and_second_run_measures_nothing(transformer, tmp_path):
+    model, view = transformer
+    cache = tmp_path / "costs.sqlite"
+    art_path = tmp_path / "c.provmap"
+    t0 = time.perf_counter()
+    art = compile_model(view, "collage:onnxruntime,openvino", out=art_path,
+                        collage_options=_opts(cache))
+    cold = time.perf_counter() - t0
+    rep = art.manifest["plan_info"]["collage"]
+    assert rep["estimator"]["measured"] > 0
+    assert rep["candidates"]["generated"] >= rep["candidates"]["after_pruning"] > 0
+    assert set(rep["estimated_ms"]) >= {"collage", "single:onnxruntime", "single:openvino"}
+    assert rep["e2e"]["winner"] in rep["e2e"]["measured"]
+    feeds = zoo.random_inputs(model, 5)
+    out = load(art_path).run(feeds)
+    # f32 everywhere (OpenVINO pinned to f32); see tests/test_e2e_models.py for the tolerance.
+    np.testing.assert_allclose(out["y"], ort_ref(model, feeds)["y"], atol=1e-4, rtol=1e-3)
+
+    t0 = time.perf_counter()
+    art2 = compile_model(view, "collage:onnxruntime,openvino", collage_options=_opts(cache))
+    warm = time.perf_counter() - t0
+    rep2 = art2.manifest["plan_info"]["collage"]
+    assert rep2["estimator"]["measured"] == 0
+    assert rep2["estimator"]["cache_hits"] == rep["estimator"]["measured"] + rep["estimator"]["cache_hits"]
+    assert warm < cold
+
+
+@pytest.mark.slow
+def test_pin_and_cut_are_obeyed(transformer, tmp_path):
+    model, view = transformer
+    cache = tmp_path / "costs.sqlite"
+    art = compile_model(view, "collage:onnxruntime,openvino",
+                        collage_options=_opts(cache, pins=["attn/Softmax=openvino"],
+                                              cuts=["ffn/fc1/MatMul"], e2e_check=False))
+    names = {n.id: n.name for n in art.provenance_map().nodes}
+    where = {names[i]: p["backend"] for p in art.manifest["partitions"] for i in p["ops"]}
+    assert where["attn/Softmax"] == "openvino"
+    part_of = {names[i]: p["id"] for p in art.manifest["partitions"] for i in p["ops"]}
+    assert part_of["ffn/fc1/MatMul"] != part_of["ffn/fc1/Add"]
+
+
+def test_contradictory_constraints_are_a_clear_error(transformer, tmp_path):
+    _, view = transformer
+    with pytest.raises(ProvmapError, match="attn/Softmax"):
+        compile_model(view, "collage:onnxruntime,openvino",
+                      collage_options=_opts(tmp_path / "c.sqlite",
+                                            pins=["attn/Softmax=openvino"],
+                                            forbids=["attn/Softmax=openvino"]))
+
+
+@pytest.mark.slow
+def test_cli_collage_json_summary(tmp_path):
+    out = tmp_path / "c.provmap"
+    r = subprocess.run([sys.executable, "-m", "partition.cli", "compile", "bundled:transformer",
+                        "-o", str(out), "--strategy", "collage", "--backends",
+                        "onnxruntime,openvino", "--cache", str(tmp_path / "k.sqlite"),
+                        "--max-size", "3", "--max-depth", "2", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert {"candidates", "estimator", "estimated_ms", "e2e"} <= set(s["search"])
+    assert "collage: measured" in r.stderr  # progress with counts/ETA on stderr
