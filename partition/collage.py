@@ -81,9 +81,15 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                    f"{len(kept)} after pruning ({prune_report})")
 
     cache = CostCache(opts.cache_path)
-    est = MeasuredEstimator(backends, cache, isolate=opts.isolate,
-                            progress=lambda done, total, eta: _say(
-                                progress, f"collage: measured {done}/{total}, ETA {eta:.0f} s"))
+    last = [0.0]
+
+    def tick(done, total, eta):  # at most one progress line a second, and the last one
+        now = time.perf_counter()
+        if now - last[0] >= 1.0 or done == total:
+            last[0] = now
+            _say(progress, f"collage: measured {done}/{total}, ETA {eta:.0f} s")
+
+    est = MeasuredEstimator(backends, cache, isolate=opts.isolate, progress=tick)
     est.begin(len(kept))
     try:
         calib = calibrate_boundary(backends)
@@ -198,6 +204,7 @@ def _measure_e2e(built: dict, repeats: int, progress, min_total_s: float = 1.0,
     per_block = max(repeats // 2, 1)
     for _pass in range(2):
         for k, m in mods.items():
+            time.sleep(0.2)  # let the previous block's worker threads (spinning pools) settle
             m.run(feeds)  # re-warm after the previous block
             start = time.perf_counter()
             n = 0

@@ -160,3 +160,28 @@ def test_coalesce_merges_adjacent_same_backend_partitions_only_without_cycles():
     got = sorted((p.backend, sorted(v.nodes[i].name for i in p.ops)) for p in merged.partitions)
     assert got == [("ort", ["a", "b"]), ("ort", ["d"]), ("tvm", ["c"])]
     order_plan(v, merged)
+
+
+def test_pruning_bounds_the_number_of_estimates_without_changing_the_answer():
+    """Nodes only one backend can take need no cut inside them: pruning drops those candidates,
+    so fewer are priced, and the cheapest cover is the same."""
+    from partition.candidates import generate, prune
+    from partition.cost import MockEstimator
+    from runtime_module.backend import Support
+
+    v = load_view(chain(10), "chain10")
+    ops = v.op_nodes
+    verdicts = {"ort": {i: Support(True) for i in ops},
+                "acc": {i: Support(k >= 5) for k, i in enumerate(ops)}}  # accelerator: 2nd half
+    cands = generate(v, verdicts, max_depth=4, max_size=6)
+    kept, report = prune(v, cands)
+    assert report.after < report.before
+
+    def cost(view, c):  # the accelerator is twice as fast per op, plus a fixed call cost
+        return 0.1 + len(c.ops) * (0.5 if c.backend == "acc" else 1.0)
+
+    full, pruned = MockEstimator(cost), MockEstimator(cost)
+    r_full = search(v, cands, lambda c: full.estimate(v, c))
+    r_pruned = search(v, kept, lambda c: pruned.estimate(v, c))
+    assert r_pruned.estimated_s == pytest.approx(r_full.estimated_s)
+    assert len(pruned.calls) < len(full.calls)
