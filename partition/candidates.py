@@ -78,7 +78,9 @@ class OpGraph:
     """
 
     def __init__(self, view: GraphView):
-        self.view = view
+        # No reference to `view` is kept: `facts` caches this object in a WeakKeyDictionary
+        # keyed by the view, and a strong reference back would keep both alive forever.
+        self.op_type: dict[int, str] = {i: view.nodes[i].op_type for i in view.op_nodes}
         self.order: list[int] = list(view.op_nodes)
         self.all: int = mask_of(self.order)
         self.succ: dict[int, int] = {i: mask_of(view.op_successors(i)) for i in self.order}
@@ -319,10 +321,6 @@ class PruneReport:
         return f"{self.before} -> {self.after} candidates ({rules}{extra})"
 
 
-def _rule_names(c: Candidate) -> set[str]:
-    return set(c.rule.split("+")) if c.rule else set()
-
-
 def prune(view: GraphView, candidates: Iterable[Candidate],
           mode: str = "safe") -> tuple[list[Candidate], PruneReport]:
     """Remove candidates that cannot improve the search's result; returns (kept, report).
@@ -429,12 +427,26 @@ def prune(view: GraphView, candidates: Iterable[Candidate],
                              restored=restored, by_backend=by_backend)
 
 
-def _inside_map(cands: list[Candidate]) -> dict[int, list[int]]:
-    inside: dict[int, list[int]] = {}
+def _inside_bits(cands: list[Candidate]) -> dict[tuple[str, int], int]:
+    """(backend, op node) -> bitset over candidate indices of that backend's candidates
+    containing the node.  AND-ing a candidate's entries gives its same-backend supersets."""
+    inside: dict[tuple[str, int], int] = {}
     for k, c in enumerate(cands):
+        bit = 1 << k
         for i in c.ops:
-            inside.setdefault(i, []).append(k)
+            key = (c.backend, i)
+            inside[key] = inside.get(key, 0) | bit
     return inside
+
+
+def _supersets(c: Candidate, k: int, inside: dict[tuple[str, int], int]) -> int:
+    """Candidates of c's backend containing c, other than c itself (a bitset)."""
+    acc = -1
+    for i in sorted(c.ops, key=lambda i: inside[(c.backend, i)].bit_count()):
+        acc &= inside[(c.backend, i)]
+        if acc == 1 << k:
+            return 0
+    return acc & ~(1 << k)
 
 
 def _prune_dominated(cands: list[Candidate], masks: list[int],
@@ -444,7 +456,7 @@ def _prune_dominated(cands: list[Candidate], masks: list[int],
         if len(bs) == 1:
             (b,) = bs
             exclusive[b] = exclusive.get(b, 0) | (1 << i)
-    inside = _inside_map(cands)
+    inside = _inside_bits(cands)
     keep = [True] * len(cands)
     for k, c in enumerate(cands):
         if len(c.ops) < 2:
@@ -453,42 +465,44 @@ def _prune_dominated(cands: list[Candidate], masks: list[int],
         if not ex:
             continue
         a = masks[k]
-        # Only supersets can dominate: scan the candidates of the member with the fewest.
-        pivot = min(c.ops, key=lambda i: len(inside[i]))
-        for j in inside[pivot]:
-            if j == k or cands[j].backend != c.backend:
-                continue
-            b = masks[j]
-            if b != a and (a & ~b) == 0 and ((b & ~a) & ~ex) == 0:
+        for j in bits(_supersets(c, k, inside)):
+            if ((masks[j] & ~a) & ~ex) == 0:  # (dedup made masks[j] != a)
                 keep[k] = False
                 break
     return keep
 
 
 def _prune_collage(cands: list[Candidate], masks: list[int]) -> list[int]:
-    inside = _inside_map(cands)
-    pool = set(range(len(cands)))
-    pruned: set[int] = set()
+    inside = _inside_bits(cands)
+    # Same op set, any backend: "equal" for the intersection test.
+    same: dict[int, int] = {}
+    for k, m in enumerate(masks):
+        same[m] = same.get(m, 0) | (1 << k)
+    any_backend: dict[int, int] = {}
+    for (_, i), b in inside.items():
+        any_backend[i] = any_backend.get(i, 0) | b
+    supersets = [_supersets(c, k, inside) for k, c in enumerate(cands)]
+    pool = (1 << len(cands)) - 1
+    pruned = 0
     while True:
-        maximal = set()
-        for k in pool:
-            a = masks[k]
-            pivot = min(cands[k].ops, key=lambda i: len(inside[i]))
-            if not any(j != k and j in pool and cands[j].backend == cands[k].backend
-                       and masks[j] != a and (a & ~masks[j]) == 0 for j in inside[pivot]):
-                maximal.add(k)
-        new = maximal - pruned
+        # maximal: no strict superset of the same backend left in the pool
+        maximal = 0
+        for k in bits(pool):
+            if not supersets[k] & pool:
+                maximal |= 1 << k
+        new = maximal & ~pruned
         if not new:
             break
         pruned |= new
-        # Kept candidates that overlap without being equal (any backends): the search could
-        # not use both, so drop them from the pool to let smaller "bridging" ones surface.
-        intersecting = set()
-        for x in pruned:
+        # Kept candidates that overlap a kept candidate with a different op set (any backend):
+        # the search could not use both, so drop them from the pool to let smaller "bridging"
+        # ones become maximal in the next round.
+        intersecting = 0
+        for x in bits(pruned):
+            touching = 0
             for i in cands[x].ops:
-                for y in inside[i]:
-                    if y != x and y in pruned and masks[x] != masks[y]:
-                        intersecting.add(x)
-                        intersecting.add(y)
-        pool -= intersecting
-    return sorted(pruned)
+                touching |= any_backend[i]
+            if touching & pruned & ~same[masks[x]]:
+                intersecting |= 1 << x
+        pool &= ~intersecting
+    return list(bits(pruned))

@@ -334,6 +334,20 @@ def test_fusion_pattern_chain_beyond_max_depth():
     assert not any(view.nodes[i].op_type == "Exp" for ops in fused for i in ops)
 
 
+def test_enumeration_safety_valve(monkeypatch):
+    import partition.rules as rules
+    view = load_view(chain_model(9), "chain9")
+    monkeypatch.setattr(rules, "ENUM_LIMIT", 12)
+    cs = cands(view, max_depth=9, max_size=9)
+    g = facts(view)
+    size = g.memo["combine-truncated"]
+    combine = opsets(cs, "combine")
+    # every smaller size is complete, nothing at or above the truncated size beyond what's seen
+    assert {ops for ops in combine if len(ops) < size} == \
+        {ops for ops in brute_combine(view, set(view.op_nodes), 9, 9, 4, 3) if len(ops) < size}
+    assert all(len(ops) <= size for ops in combine)
+
+
 def test_generate_all_backends_and_bad_limits(views):
     view = views["diamond"]
     ver = {b: all_ok(view) for b in BACKENDS}
@@ -417,7 +431,13 @@ def test_constraint_node_naming(views):
     assert c.pins == {relu: "tvm", exp: "openvino", neg: "openvino"}
     assert c.forbids == {add: {"onnxruntime"}}
     assert c.cuts == {exp}
-    assert "2 forbidden" not in c.summary() and "3 pinned" in c.summary()
+    assert c.summary() == "3 pinned, 1 forbidden, 1 cut"
+    # an expression no node produced (the graph output binding) cannot be constrained
+    produced = {e for es in view.produced.values() for e in es}
+    other = next(e.id for e in view.imported.pmap.exprs if e.id not in produced)
+    with pytest.raises(ProvmapError, match=rf"--cut {other}: Relax expression {other} is not "
+                                           "produced by any ONNX node"):
+        parse_constraints(view, cuts=[other], backends=BACKENDS)
 
 
 @pytest.mark.parametrize("kw, message", [
