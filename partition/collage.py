@@ -100,6 +100,17 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     finally:
         est.close()
     plan = coalesce(view, res.plan, cuts=set(cons.cuts) if cons else frozenset())
+    # Candidates are each convex, but two of them can still feed each other (a -> y, x -> b
+    # for P1 = a->b, P2 = x->y).  Such a cover cannot run; say so and fall back.
+    cyclic = None
+    for attempt in (plan, res.plan):
+        try:
+            order_plan(view, attempt)
+            plan = attempt
+            cyclic = None
+            break
+        except ProvmapError as e:
+            cyclic = str(e)
     t_search = time.perf_counter() - t0
     single_est = {b: (e.seconds * 1e3 if e.valid else None) for b, e in whole.items()}
     report = {
@@ -120,6 +131,11 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         "search_total_s": round(t_search, 3),
     }
     plan.info["estimated_ms"] = res.estimated_s * 1e3
+    if cyclic:
+        report["search_plan_cyclic"] = cyclic
+        if not opts.e2e_check:
+            raise ProvmapError(f"collage: the cheapest cover is cyclic ({cyclic}); rerun with "
+                               "the end-to-end check to fall back to greedy/single plans")
     if not opts.e2e_check:
         plan.info["collage"] = report
         return CollageResult(plan, None, report)
@@ -139,6 +155,12 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             for b, v in sorted(valid.items(), key=lambda kv: kv[1]):
                 if v <= best * opts.e2e_single_factor:
                     alternatives[f"single:{b}"] = Plan(f"single:{b}", [PartitionSpec(b, list(view.op_nodes), why=f"single:{b} (end-to-end check)")])
+    if cyclic:
+        del alternatives["collage"]
+        if not alternatives:
+            raise ProvmapError(f"collage: the cheapest cover is cyclic ({cyclic}) and no "
+                               "fallback plan is allowed by the constraints")
+        alternatives = {"collage": next(iter(alternatives.values())), **alternatives}
     # Identical plans (e.g. collage chose the whole model on one backend) are built once.
     sig = {label: _signature(view, p) for label, p in alternatives.items()}
     same = {label: "collage" for label in alternatives
