@@ -25,8 +25,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 from partition.compile import compile_model, load_view
 from provenance import zoo
 from runtime_module.artifact import host_info

@@ -15,18 +15,16 @@ The report shows estimated against measured totals for all of them.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 
 from provenance.errors import ProvmapError
 from runtime_module.artifact import build_artifact
-from runtime_module.backend import Backend, time_runner
+from runtime_module.backend import Backend
 from runtime_module.module import ArtifactModule
 from runtime_module.plan import Plan, PartitionSpec, order_plan
 from runtime_module.subgraph import GraphView
 
-from .candidate import Candidate
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from provenance.errors import ProvmapError
 from provenance.importer import import_onnx
 from provenance import zoo
 from runtime_module.artifact import Artifact, build_artifact

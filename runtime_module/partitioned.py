@@ -34,7 +34,6 @@ def partition_function(sub: Subgraph, pid: str, backend: str) -> relax.Function:
 
 def partitioned_module(view: GraphView, plan: Plan) -> tvm.IRModule:
     """Build main(inputs) -> outputs calling one outlined function per partition, in plan order."""
-    main = view.imported.mod["main"]
     bb = relax.BlockBuilder()
     gvars, subs = [], []
     for p in plan.partitions:

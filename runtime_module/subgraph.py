@@ -18,7 +18,6 @@ from typing import Iterable
 
 import numpy as np
 import onnx
-import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
