@@ -160,9 +160,8 @@ class OpGraph:
             a |= self.anc[i]
         return not (d & a & ~mask)
 
-    def is_connected(self, mask: int) -> bool:
-        if not mask:
-            return False
+    def component(self, mask: int) -> int:
+        """The connected part of `mask` containing its lowest node (edges either way)."""
         start = mask & -mask
         seen = start
         stack = [start.bit_length() - 1]
@@ -171,7 +170,10 @@ class OpGraph:
             nb = (self.succ[i] | self.pred[i]) & mask & ~seen
             seen |= nb
             stack.extend(bits(nb))
-        return seen == mask
+        return seen
+
+    def is_connected(self, mask: int) -> bool:
+        return bool(mask) and self.component(mask) == mask
 
     def depth(self, mask: int) -> int:
         """Longest path inside `mask`, in op nodes."""

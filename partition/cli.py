@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from provenance.cli import _progress, cmd_map
+from provenance.cli import MODEL_HELP, _progress, add_map_command, dispatch
 from provenance.errors import ProvmapError
 
 
@@ -261,17 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Partition ONNX models across inference backends through TVM Relax, with a source map "
         "from every kernel back to ONNX nodes."))
     sub = p.add_subparsers(dest="command", required=True)
-    model_help = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
-                  "bvlc_alexnet, transformer)")
-
-    m = sub.add_parser("map", help="all-TVM build; write OUT.json and OUT.sqlite provenance maps")
-    m.add_argument("model", help=model_help)
-    m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite)")
-    m.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    m.set_defaults(func=cmd_map)
+    add_map_command(sub)
 
     c = sub.add_parser("compile", help="partition a model and write an artifact")
-    c.add_argument("model", help=model_help)
+    c.add_argument("model", help=MODEL_HELP)
     c.add_argument("-o", "--output", required=True, help="artifact file to write")
     c.add_argument("--strategy", default=DEFAULT_STRATEGY,
                    help="collage[:<b1>,...] | single:<backend> | greedy:<b1>,<b2>,... "
@@ -326,21 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except ProvmapError as e:
-        print(f"provmap: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("provmap: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `provmap inspect ... | head`
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return 0
+    return dispatch(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

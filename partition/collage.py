@@ -93,8 +93,6 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         calib = calibrate_boundary(backends)
         res = search(view, kept, lambda c: est.estimate(view, c),
                      crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b))
-        whole = {c.backend: est.estimate(view, c) for c in kept if c.rule and
-                 "whole-model" in c.rule.split("+")}
     finally:
         est.close()
     plan = coalesce(view, res.plan, cuts=set(cons.cuts) if cons else frozenset())
@@ -110,6 +108,9 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         except ProvmapError as e:
             cyclic = str(e)
     t_search = time.perf_counter() - t0
+    # The whole-model candidates cover node 0, so the search priced every one of them.
+    whole = {c.backend: e for c, e in res.estimates.items()
+             if c.rule and "whole-model" in c.rule.split("+")}
     single_est = {b: (e.seconds * 1e3 if e.valid else None) for b, e in whole.items()}
     report = {
         "backends": names,

@@ -123,14 +123,7 @@ def _components(g: OpGraph, mask: int) -> list[int]:
     comps = []
     left = mask
     while left:
-        start = left & -left
-        seen = start
-        stack = [start.bit_length() - 1]
-        while stack:
-            i = stack.pop()
-            nb = (g.succ[i] | g.pred[i]) & mask & ~seen
-            seen |= nb
-            stack.extend(bits(nb))
+        seen = g.component(left)
         comps.append(seen)
         left &= ~seen
     return comps

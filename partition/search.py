@@ -45,6 +45,7 @@ class SearchResult:
     priced: int                  # candidates priced (estimated or measured) by the search
     invalid: dict = field(default_factory=dict)  # reason -> count
     seconds: float = 0.0
+    estimates: dict = field(default_factory=dict)  # every candidate the search priced
 
 
 class _Edges:
@@ -238,7 +239,7 @@ def search(view: GraphView, candidates: Iterable[Candidate],
     return SearchResult(plan=plan, chosen=chosen, estimated_s=best[final],
                         crossing_s=crossing_total, states_expanded=expanded,
                         priced=len(estimates), invalid=invalid,
-                        seconds=time.perf_counter() - t0)
+                        seconds=time.perf_counter() - t0, estimates=estimates)
 
 
 def _descendants(view: GraphView, order: list[int], pos: dict[int, int]) -> list[int]:

@@ -79,22 +79,29 @@ def _findings(report):
     return DebugifyReport([report]).findings
 
 
+MODEL_HELP = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
+              "bvlc_alexnet, transformer)")
+
+
+def add_map_command(sub) -> None:
+    """The `map` subcommand; the full CLI (partition.cli) adds it to its own parser too."""
+    m = sub.add_parser("map", help="all-TVM build; write OUT.json and OUT.sqlite provenance maps")
+    m.add_argument("model", help=MODEL_HELP)
+    m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite)")
+    m.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    m.set_defaults(func=cmd_map)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="provmap", description=(
         "Import ONNX into TVM Relax with stable expression IDs and map every compiled kernel "
         "back to ONNX nodes."))
-    sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("map", help="all-TVM build; write OUT.json and OUT.sqlite provenance maps")
-    m.add_argument("model", help="ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, "
-                   "inception_v1, bvlc_alexnet, transformer)")
-    m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite)")
-    m.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    m.set_defaults(func=cmd_map)
+    add_map_command(p.add_subparsers(dest="command", required=True))
     return p
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def dispatch(args) -> int:
+    """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
     try:
         return args.func(args)
     except ProvmapError as e:
@@ -103,6 +110,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `provmap inspect ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+def main(argv=None) -> int:
+    return dispatch(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -163,6 +163,17 @@ class GraphView:
                                "static shape; provmap partitions static-shape models only")
         return t
 
+    def dtype(self, tensor: str) -> str | None:
+        """Element type of any tensor, initializers included; None where it is not known."""
+        init = self.initializers.get(tensor)
+        if init is not None:
+            try:
+                return _elem_dtype(init.data_type)
+            except Exception:
+                return None
+        t = self._types.get(tensor)
+        return t.dtype if t is not None else None
+
     def subgraph(self, ops: Iterable[int]) -> "Subgraph":
         return Subgraph(self, ops)
 

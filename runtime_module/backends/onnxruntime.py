@@ -165,18 +165,7 @@ class OnnxRuntimeBackend(Backend):
     @staticmethod
     def _node_types(view: "GraphView", node) -> tuple[list, list]:
         def dtype(x: str) -> str | None:
-            if not x:
-                return None
-            init = view.initializers.get(x)
-            if init is not None:
-                try:
-                    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)))
-                except Exception:
-                    return None
-            try:
-                return view.spec(x).dtype
-            except Exception:
-                return None
+            return view.dtype(x) if x else None
 
         return [dtype(x) for x in node.input], [dtype(x) for x in node.output]
 

@@ -47,7 +47,6 @@ import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import onnx
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 
@@ -144,7 +143,7 @@ class OpenVINOBackend(Backend):
         for i in view.op_nodes:
             if out[i].ok:
                 wide = [x for x in list(view.nodes[i].input) + list(view.nodes[i].output)
-                        if x and _dtype(view, x) == "float64"]
+                        if x and view.dtype(x) == "float64"]
                 if wide:
                     out[i] = Support(False, f"OpenVINO {_DEVICE} would compute float64 tensor "
                                             f"'{wide[0]}' in float32 (it has no f64 kernels)")
@@ -279,19 +278,6 @@ class OpenVINOBackend(Backend):
         out_names = list(blob.meta.get("output_names")
                          or [p.get_any_name() for p in compiled.outputs])
         return OpenVINORunner(compiled, in_names, out_names)
-
-
-def _dtype(view: "GraphView", name: str) -> str | None:
-    init = view.initializers.get(name)
-    if init is not None:
-        try:
-            return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)))
-        except Exception:
-            return None
-    try:
-        return view.spec(name).dtype
-    except Exception:
-        return None
 
 
 def _short_type(s: str) -> str:
