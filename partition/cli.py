@@ -51,7 +51,7 @@ def cmd_compile(args) -> int:
         collage_options = CollageOptions(
             max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
             forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
-            e2e_check=not args.no_e2e_check)
+            e2e_check=not args.no_e2e_check, measure_budget_s=args.search_budget)
     elif args.pin or args.forbid or args.cut or args.backends:
         raise ProvmapError("--pin/--forbid/--cut/--backends apply to --strategy collage")
     art = compile_model(view, strategy, out=args.output,
@@ -254,6 +254,50 @@ def cmd_lookup(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from bench.suite import DEFAULT_MODELS, SuiteOptions, quick_options, run_suite
+
+    from .strategies import parse_strategy
+
+    def csv(x):
+        return [s for s in x.split(",") if s] if x else None
+
+    strategies = [s.strip() for s in args.strategies.split(";")] if args.strategies else None
+    from runtime_module.registry import backend_class
+
+    names = set(csv(args.backends) or []) | set(csv(args.search_backends) or [])
+    for s in strategies or ():
+        names |= set(parse_strategy(s)[1])  # a typo fails now, not after an hour of measuring
+    for n in sorted(names):
+        backend_class(n)
+    models = args.models or None
+    for m in models or ():
+        if not m.startswith("bundled:") and not os.path.exists(m):
+            raise ProvmapError(f"{m}: no such model file (or use bundled:NAME)")
+    kw = dict(models=models, strategies=strategies, backends=csv(args.backends),
+              search_backends=csv(args.search_backends), cache=args.cache,
+              repeats=args.repeats, keep_weights=args.keep_weights or None,
+              search_budget_s=args.search_budget)
+    if args.scaling_sizes is not None:
+        kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
+    if args.quick:
+        opts = quick_options(**kw)
+    else:
+        opts = SuiteOptions(**{k: v for k, v in kw.items() if v is not None})
+        if models is None:
+            opts.models = list(DEFAULT_MODELS)
+    res = run_suite(opts, args.output, progress=_progress)
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+    else:
+        from bench.report import markdown
+
+        print(markdown(res), end="")
+        print(f"(written to {args.output}/results.json, results.md, latency.png)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .compile import DEFAULT_STRATEGY
 
@@ -283,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-e2e-check", action="store_true",
                    help="collage: keep the searched plan without measuring it against greedy "
                    "and single-backend plans end to end")
+    c.add_argument("--search-budget", type=float, metavar="SECONDS",
+                   help="collage: stop measuring multi-op candidates after this much measuring "
+                   "time (single ops and whole-model plans are still measured); default: none")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
                    help="e.g. openvino.precision=bf16 (recorded in the manifest)")
     c.add_argument("--json", action="store_true")
@@ -315,6 +362,33 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--expr", metavar="ID")
     lk.add_argument("--json", action="store_true")
     lk.set_defaults(func=cmd_lookup)
+
+    b = sub.add_parser("bench", help="latency, search, provenance and scaling benchmarks; "
+                       "writes results.json, results.md, latency.png")
+    b.add_argument("models", nargs="*", metavar="MODEL",
+                   help="ONNX files or bundled:NAME (default: the five light models and the "
+                   "transformer block)")
+    b.add_argument("-o", "--output", required=True, help="directory for the results")
+    b.add_argument("--strategies", help="';'-separated, e.g. 'single:onnxruntime;"
+                   "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: single: "
+                   "for each of --backends, greedy over them, collage over --search-backends)")
+    b.add_argument("--backends", help="default onnxruntime,openvino,tvm")
+    b.add_argument("--search-backends", help="collage's backends (default onnxruntime,openvino:"
+                   " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
+    b.add_argument("--cache", help="collage cost cache to use (default: a fresh one per model, "
+                   "so the first search is cold)")
+    b.add_argument("--search-budget", type=float, metavar="SECONDS", help="measuring time "
+                   "per cold search, then only single ops and whole-model plans are measured "
+                   "(default 150, --quick 30)")
+    b.add_argument("--repeats", type=int, help="latency runs per alternative (default 30)")
+    b.add_argument("--scaling-sizes", help="synthetic graph sizes, e.g. 100,1000,10000 "
+                   "('' to skip the scaling run)")
+    b.add_argument("--keep-weights", action="store_true",
+                   help="keep ConstantOfShape weights instead of seeded random ones")
+    b.add_argument("--quick", action="store_true", help="two small models, fewer repeats, "
+                   "scaling to 1,000 nodes: under 5 minutes")
+    b.add_argument("--json", action="store_true", help="print results.json to stdout")
+    b.set_defaults(func=cmd_bench)
     return p
 
 

@@ -14,13 +14,13 @@ The report shows estimated against measured totals for all of them.
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
 
 from provenance.errors import ProvmapError
 from runtime_module.artifact import build_artifact
 from runtime_module.backend import Backend
+from runtime_module.interleave import measure_interleaved, pick_fastest
 from runtime_module.module import ArtifactModule
 from runtime_module.plan import Plan, PartitionSpec, order_plan
 from runtime_module.subgraph import GraphView
@@ -41,7 +41,9 @@ class CollageOptions:
     e2e_check: bool = True
     e2e_repeats: int = 10
     e2e_single_factor: float = 3.0  # measure single plans estimated within this factor of best
+    e2e_margin: float = 0.03        # a plan with more partitions must win by this, every pass
     isolate: bool = True
+    measure_budget_s: float | None = None  # see MeasuredEstimator.budget_s
 
 
 @dataclass
@@ -87,7 +89,8 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             last[0] = now
             _say(progress, f"collage: measured {done}/{total}, ETA {eta:.0f} s")
 
-    est = MeasuredEstimator(backends, cache, isolate=opts.isolate, progress=tick)
+    est = MeasuredEstimator(backends, cache, isolate=opts.isolate, progress=tick,
+                            budget_s=opts.measure_budget_s)
     est.begin(len(kept))
     try:
         calib = calibrate_boundary(backends)
@@ -176,9 +179,12 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             report.setdefault("e2e_failed", {})[label] = str(e)
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report['e2e_failed']['collage']}")
-    measured = _measure_e2e(built, opts.e2e_repeats, progress)
-    winner = min(measured, key=lambda k: measured[k]["median_ms"])
-    report["e2e"] = {"measured": measured, "winner": winner, "repeats": opts.e2e_repeats}
+    lat = _measure_e2e(built, opts.e2e_repeats, progress)
+    parts = {k: len(a.manifest["partitions"]) for k, a in built.items()}
+    winner, why = pick_fastest(lat, parts, margin=opts.e2e_margin)
+    measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
+    report["e2e"] = {"measured": measured, "winner": winner, "why": why,
+                     "repeats": opts.e2e_repeats, "margin": opts.e2e_margin}
     chosen_plan = order_plan(view, alternatives[winner])
     if winner != "collage":
         report["e2e"]["note"] = (f"{winner} measured faster end to end than the searched plan "
@@ -196,52 +202,18 @@ def _signature(view: GraphView, plan: Plan):
     return frozenset((p.backend, frozenset(p.ops)) for p in plan.partitions)
 
 
-def _measure_e2e(built: dict, repeats: int, progress, min_total_s: float = 1.0,
-                 warmup: int = 3) -> dict:
-    """Median end-to-end latency of each built artifact, runs interleaved (noise hits all)."""
+def _measure_e2e(built: dict, repeats: int, progress) -> dict:
+    """Interleaved end-to-end latency of each built artifact (runtime_module.interleave)."""
     mods = {k: ArtifactModule(a) for k, a in built.items()}
-    first = next(iter(mods.values()))
-    feeds = first.random_inputs(0)
-    first_run = {}
-    for k, m in mods.items():
+    feeds = next(iter(mods.values())).random_inputs(0)
+    for m in mods.values():
         m.load_runners()
-        for _ in range(warmup):  # first runs pay lazy compilation and allocation
-            m.run(feeds)
-        t = time.perf_counter()
-        m.run(feeds)
-        first_run[k] = time.perf_counter() - t
-    # Far slower alternatives (e.g. untuned TVM everywhere) are not worth `repeats` runs.
-    fastest = min(first_run.values())
-    slow = {k for k, t in first_run.items() if t > 3 * fastest and k != "collage"}
-    samples = {k: ([first_run[k]] if k in slow else []) for k in mods}
-    for k in slow:
-        _say(progress, f"collage: {k} is {first_run[k] / fastest:.1f}x slower on its first "
-                       "run; measured once")
-    mods_all = mods
-    mods = {k: m for k, m in mods.items() if k not in slow}
-    # Blocks, not run-by-run interleaving: one backend's lingering worker threads (ORT spins
-    # after a run) would otherwise be charged to whichever alternative runs next.  Two passes
-    # over the blocks spread slow drifts of the machine over all alternatives.
-    per_block = max(repeats // 2, 1)
-    for _pass in range(2):
-        for k, m in mods.items():
-            time.sleep(0.2)  # let the previous block's worker threads (spinning pools) settle
-            m.run(feeds)  # re-warm after the previous block
-            start = time.perf_counter()
-            n = 0
-            while n < per_block or (time.perf_counter() - start < min_total_s / 2 and n < 250):
-                t = time.perf_counter()
-                m.run(feeds)
-                samples[k].append(time.perf_counter() - t)
-                n += 1
-    out = {}
-    for k, s in samples.items():
-        s = sorted(s)
-        out[k] = {"median_ms": statistics.median(s) * 1e3, "min_ms": s[0] * 1e3,
-                  "p90_ms": s[min(len(s) - 1, int(0.9 * (len(s) - 1) + 0.5))] * 1e3,
-                  "runs": len(s), "partitions": len(built[k].manifest["partitions"])}
-    for m in mods_all.values():
-        for p in m.partitions:
-            if p._runner is not None:
-                p._runner.close()
-    return out
+    try:
+        return measure_interleaved({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
+                                   repeats=repeats, min_block_s=0.5, never_cap=("collage",),
+                                   progress=lambda msg: _say(progress, f"collage: {msg}"))
+    finally:
+        for m in mods.values():
+            for p in m.partitions:
+                if p._runner is not None:
+                    p._runner.close()

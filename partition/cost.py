@@ -524,7 +524,10 @@ class MeasuredEstimator(CostEstimator):
     (warmup + repeats) calls would exceed `max_time_s` (judged by its first call) gets 1 warm-up
     and max(3, max_time_s / first call) repeats (`timing_plan`).  `timeout_s` bounds
     one isolated measurement (build + check + timing).  `progress(done, total, eta_s)` is called
-    after each estimate once `begin(total)` was called.
+    after each estimate once `begin(total)` was called.  `budget_s` bounds the time spent
+    measuring (cache hits are free): past it, only single ops and whole-model candidates are
+    still measured, others are invalid ("not measured: ... budget"), counted in
+    `skipped_budget`.
     """
 
     def __init__(self, backends: Mapping[str, Backend], cache: CostCache | None = None,
@@ -533,8 +536,9 @@ class MeasuredEstimator(CostEstimator):
                  reference: str | Backend | None = "onnxruntime", isolate: bool = True,
                  progress: Callable[[int, int, float], None] | None = None,
                  timeout_s: float | None = 1200.0, start_method: str = "spawn",
-                 ref_cache_bytes: int = 256 << 20):
+                 ref_cache_bytes: int = 256 << 20, budget_s: float | None = None):
         self.backends = dict(backends)
+        self.budget_s = budget_s
         self.cache = cache if cache is not None else CostCache(":memory:")
         self.settings = {"warmup": int(warmup), "repeats": int(repeats),
                          "min_time_s": float(min_time_s), "max_time_s": max_time_s,
@@ -563,7 +567,7 @@ class MeasuredEstimator(CostEstimator):
         self._t_begin = 0.0
         self._c = {"estimates": 0, "measured": 0, "cache_hits": 0, "invalid": 0,
                    "unchecked": 0, "measure_s": 0.0, "build_load_s": 0.0, "check_s": 0.0,
-                   "time_s": 0.0}
+                   "time_s": 0.0, "skipped_budget": 0}
         self._invalid: list[dict] = []
         self._measure_by_backend: dict[str, list[float]] = {}
 
@@ -629,6 +633,14 @@ class MeasuredEstimator(CostEstimator):
                                       "label": label, "reason": est.reason, "cached": True})
             return est
 
+        if (self.budget_s is not None and self._c["measure_s"] >= self.budget_s
+                and len(candidate.ops) > 1 and "whole-model" not in candidate.rule.split("+")):
+            # Out of measuring time: single ops and whole-model plans are still measured (they
+            # guarantee a cover and the end-to-end check's alternatives); larger regions are
+            # left unpriced, which only removes options from the search.  Not cached.
+            self._c["skipped_budget"] += 1
+            return Estimate(None, reason=f"not measured: the measuring budget of "
+                                         f"{self.budget_s:g} s was spent")
         t0 = time.perf_counter()
         res, cacheable = self._measure_region(view, sub, key, label, name)
         dt = time.perf_counter() - t0

@@ -107,24 +107,20 @@ def search(view: GraphView, candidates: Iterable[Candidate],
     n = len(order)
     full = (1 << n) - 1
     by_first: dict[int, list[tuple[int, Candidate]]] = {k: [] for k in range(n)}
+    # Candidate generation only proposes convex candidates; the search re-checks (once per
+    # candidate), because a non-convex one (a path leaving it and re-entering) would make the
+    # plan cyclic.
+    desc, anc = _reach(view, order, pos)
+    nonconvex = 0
     for c in candidates:
         mask = 0
         for i in c.ops:
             mask |= 1 << pos[i]
+        if not _convex(mask, desc, anc):
+            nonconvex += 1
+            continue
         for i in c.ops:
             by_first[pos[i]].append((mask, c))
-    # Candidate generation only proposes convex candidates; the search re-checks, because a
-    # non-convex one (a path leaving it and re-entering) would make the plan cyclic.
-    desc = _descendants(view, order, pos)
-    nonconvex = 0
-    for k in range(n):
-        kept = []
-        for mask, c in by_first[k]:
-            if _convex(mask, desc):
-                kept.append((mask, c))
-            else:
-                nonconvex += 1
-        by_first[k] = kept
     uncoverable = [order[k] for k in range(n) if not by_first[k]]
     if uncoverable:
         raise ProvmapError(f"{strategy}: no candidate covers {view.describe(uncoverable[0])} "
@@ -133,7 +129,7 @@ def search(view: GraphView, candidates: Iterable[Candidate],
     estimates: dict[Candidate, Estimate] = {}
     invalid: dict[str, int] = {}
     if nonconvex:
-        invalid["not convex"] = len({c for k in range(n) for _, c in by_first[k]}) and nonconvex
+        invalid["not convex"] = nonconvex
 
     def cost_of(c: Candidate) -> Estimate:
         e = estimates.get(c)
@@ -159,23 +155,28 @@ def search(view: GraphView, candidates: Iterable[Candidate],
             adj[pos[j]] |= 1 << k
     use_crossing = crossing is not no_crossing
 
-    def key_of(mask: int, a: bytes):
-        if not use_crossing:
-            return mask
+    def key_of(mask: int, a: bytes, front: int):
+        """State key, and the frontier: covered nodes that still touch uncovered ones.  The
+        caller passes the candidate frontier (old frontier | newly covered), so this is
+        O(frontier), not O(covered)."""
         sig = []
-        m = mask
+        fm = 0
+        m = front
         while m:
             low = m & -m
             k = low.bit_length() - 1
             if adj[k] & ~mask:
-                sig.append((k, a[k]))
+                fm |= low
+                if use_crossing:
+                    sig.append((k, a[k]))
             m ^= low
-        return (mask, tuple(sig))
+        return ((mask, tuple(sig)) if use_crossing else mask), fm
 
-    start = key_of(0, bytes(n))
+    start, _ = key_of(0, bytes(n), 0)
     best: dict = {start: 0.0}
     parent: dict = {}
     assign: dict = {start: bytes(n)}
+    frontier: dict = {start: 0}
     tie = itertools.count()
     heap = [(0.0, next(tie), 0, start)]
     expanded = 0
@@ -214,11 +215,12 @@ def search(view: GraphView, candidates: Iterable[Candidate],
             for i in c.ops:
                 na[pos[i]] = code
             na = bytes(na)
-            nkey = key_of(new, na)
+            nkey, nfront = key_of(new, na, frontier[key] | mask)
             if total < best.get(nkey, float("inf")):
                 best[nkey] = total
                 parent[nkey] = (key, c, cross)
                 assign[nkey] = na
+                frontier[nkey] = nfront
                 heapq.heappush(heap, (total, next(tie), new, nkey))
     if final is None:
         raise ProvmapError(f"{strategy}: no valid cover of the model by the candidates "
@@ -242,36 +244,43 @@ def search(view: GraphView, candidates: Iterable[Candidate],
                         seconds=time.perf_counter() - t0, estimates=estimates)
 
 
-def _descendants(view: GraphView, order: list[int], pos: dict[int, int]) -> list[int]:
-    """Bitset of strict descendants of each op node (by topological position)."""
-    desc = [0] * len(order)
-    for k in range(len(order) - 1, -1, -1):
+def _reach(view: GraphView, order: list[int], pos: dict[int, int]) -> tuple[list[int], list[int]]:
+    """Bitsets (by topological position) of strict descendants and strict ancestors of each
+    op node."""
+    n = len(order)
+    succ = [[pos[j] for j in view.op_successors(order[k])] for k in range(n)]
+    desc = [0] * n
+    for k in range(n - 1, -1, -1):
         m = 0
-        for j in view.op_successors(order[k]):
-            pj = pos[j]
-            m |= (1 << pj) | desc[pj]
+        for j in succ[k]:
+            m |= (1 << j) | desc[j]
         desc[k] = m
-    return desc
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for k in range(n):
+        for j in succ[k]:
+            preds[j].append(k)
+    anc = [0] * n
+    for k in range(n):
+        m = 0
+        for p in preds[k]:
+            m |= (1 << p) | anc[p]
+        anc[k] = m
+    return desc, anc
 
 
-def _convex(mask: int, desc: list[int]) -> bool:
-    """No path leaves `mask` and comes back: descendants of members that are outside the set
-    must not have descendants inside it."""
-    outside_reach = 0
+def _convex(mask: int, desc: list[int], anc: list[int]) -> bool:
+    """No path leaves `mask` and comes back: no node outside it is both a descendant and an
+    ancestor of members.  O(|mask|) big-int ORs, so whole-model candidates of 10,000-node
+    graphs stay cheap."""
+    d = a = 0
     m = mask
     while m:
         low = m & -m
         k = low.bit_length() - 1
-        outside_reach |= desc[k] & ~mask
+        d |= desc[k]
+        a |= anc[k]
         m ^= low
-    m = outside_reach
-    while m:
-        low = m & -m
-        k = low.bit_length() - 1
-        if desc[k] & mask:
-            return False
-        m ^= low
-    return True
+    return not (d & a & ~mask)
 
 
 def coalesce(view: GraphView, plan: Plan, cuts: set | frozenset = frozenset()) -> Plan:

@@ -1,0 +1,162 @@
+"""results.json -> results.md (README's tables) and latency.png.  Pure functions of the results,
+so a table or chart can be regenerated from a saved results.json (`python -m bench.report DIR`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _f(x, fmt="{:.2f}", none="-"):
+    return none if x is None else fmt.format(x)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def markdown(res: dict) -> str:
+    v, h = res["versions"], res["host"]
+    lines = [
+        f"provmap bench, {res['date']}, {h.get('machine')} {h.get('cpus')} CPUs "
+        f"({h.get('platform')}); TVM {v.get('tvm')}, ONNX Runtime {v.get('onnxruntime')}, "
+        f"OpenVINO {v.get('openvino')}, Python {v.get('python')}; "
+        f"run took {_f((res.get('duration_s') or 0) / 60, '{:.1f}')} min"
+        + (" (--quick)" if res["options"].get("quick") else "") + ".",
+        "",
+        "End-to-end latency (all strategies of a model measured together, interleaved blocks); "
+        "ratio = median / best single backend's median; err = max abs difference from ONNX "
+        "Runtime on the original model.",
+        "",
+        "| model | strategy | kept | median ms | p90 ms | spread | ratio | partitions | err |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["rows"]:
+        ratio = _f(r.get("ratio_to_best_single"), "{:.3f}")
+        if r["strategy"].startswith("collage") and ratio != "-":
+            ratio = f"**{ratio}**"
+        capped = " (capped)" if r.get("capped") else ""
+        lines.append(f"| {r['model']} | {r['strategy']} | {r['kept']} | {r['median_ms']:.2f}"
+                     f"{capped} | {r['p90_ms']:.2f} | {r['spread']:.2f} | {ratio} | "
+                     f"{r['partitions']} | {r['max_abs_err_vs_ort']:.1e} |")
+    if res["search"]:
+        lines += ["", "Collage search: first compile (cold when the cache is fresh; includes the "
+                  "end-to-end check) and a second compile on the same cache (search only).", "",
+                  "| model | backends | cache | first compile s | of it search s | candidates | "
+                  "after pruning | measured | skipped (budget) | cache hits | invalid | second compile s "
+                  "(measured) | kept | why |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for s in res["search"]:
+            lines.append(
+                f"| {s['model']} | {s['strategy'].split(':', 1)[-1]} | {s['cache']} | "
+                f"{s['first_s']:.1f} | {s['first_search_only_s']:.1f} | {s['candidates']} | "
+                f"{s['after_pruning']} | {s['measured']} | {s.get('skipped_budget', 0)} | "
+                f"{s['cache_hits']} | {s['invalid']} | "
+                f"{s['warm_s']:.1f} ({s['warm_measured']}) | {s['kept']} | "
+                f"{(s.get('e2e_why') or '-').replace('|', '/')} |")
+    if res["artifacts"]:
+        lines += ["", "Artifacts: size, load (verify + load every partition's code), verify only, "
+                  "lookup latency over every ONNX node and kernel name.", "",
+                  "| model | strategy | size | build s | load ms | verify ms | lookup p50 us | "
+                  "lookup p99 us |", "|---|---|---|---|---|---|---|---|"]
+        for a in res["artifacts"]:
+            lines.append(f"| {a['model']} | {a['strategy']} | {_bytes(a['artifact_bytes'])} | "
+                         f"{a['build_s']:.1f} | {a['load_ms']:.1f} | {a['verify_ms']:.1f} | "
+                         f"{a['lookup_us_p50']:.2f} | {a['lookup_us_p99']:.2f} |")
+    if res["container"]:
+        lines += ["", "Container overhead: single-backend artifact against the same library "
+                  "called directly on the original model, from the same interleaved run.", "",
+                  "| model | backend | artifact ms | direct ms | overhead |", "|---|---|---|---|---|"]
+        for c in res["container"]:
+            lines.append(f"| {c['model']} | {c['backend']} | {c['container_ms']:.2f} | "
+                         f"{c['direct_ms']:.2f} | {c['overhead'] * 100:+.1f}% |")
+    if res["provenance"]:
+        lines += ["", "Provenance: TVM import + compile with provmap's tracking against plain "
+                  "TVM (interleaved, medians), and writing the map (JSON + SQLite).", "",
+                  "| model | plain s | tracked s | ratio | map write s |", "|---|---|---|---|---|"]
+        for p in res["provenance"]:
+            lines.append(f"| {p['model']} | {p['plain_s']:.2f} | {p['tracked_s']:.2f} | "
+                         f"{p['ratio']:.3f} | {p['map_write_s']:.3f} |")
+    sc = res.get("scaling")
+    if sc:
+        stages = [k for k in ("tag", "support", "candidates", "search", "map_write")
+                  if all(f"{k}_s" in p for p in sc["points"])]
+        lines += ["", f"Scaling on synthetic graphs ({sc['model']}; {sc['prices']}): seconds per "
+                  "stage, and the fitted growth t ~ n^k.", "",
+                  "| nodes | candidates | " + " | ".join(f"{s} s" for s in stages) + " |",
+                  "|---|---|" + "---|" * len(stages)]
+        for p in sc["points"]:
+            lines.append(f"| {p['nodes']} | {p['candidates']} | "
+                         + " | ".join(f"{p[f'{s}_s']:.3f}" for s in stages) + " |")
+        lines.append("| fitted k | | " + " | ".join(
+            _f((sc["fit"].get(s) or {}).get("exponent"), "{:.2f}") for s in stages) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(res: dict, path: str | os.PathLike) -> None:
+    """Latency per model and strategy, as ratios to the best single backend (log scale: untuned
+    TVM sits two orders of magnitude above the others), medians in the labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in res["rows"]))
+    strategies = list(dict.fromkeys(r["strategy"] for r in res["rows"]))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(models) * max(1, len(strategies)) / 3), 4.5))
+    width = 0.8 / max(1, len(strategies))
+    for j, s in enumerate(strategies):
+        xs, ys, labels = [], [], []
+        for i, m in enumerate(models):
+            r = next((r for r in res["rows"] if r["model"] == m and r["strategy"] == s), None)
+            if r is None or r.get("ratio_to_best_single") is None:
+                continue
+            xs.append(i + (j - (len(strategies) - 1) / 2) * width)
+            ys.append(r["ratio_to_best_single"])
+            labels.append(f"{r['median_ms']:.3g}")
+        bars = ax.bar(xs, ys, width, label=s)
+        for b, lab in zip(bars, labels):
+            ax.annotate(lab, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
+                        va="bottom", fontsize=6, rotation=90)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(models)), models)
+    ax.set_ylabel("latency / best single backend (log)")
+    ax.set_title(f"provmap bench {res['date']} (labels: median ms)")
+    ax.legend(fontsize=7, ncols=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_all(res: dict, out_dir: str | os.PathLike) -> None:
+    out_dir = Path(out_dir)
+    _atomic_write(out_dir / "results.json", json.dumps(res, indent=1).encode())
+    _atomic_write(out_dir / "results.md", markdown(res).encode())
+    if res["rows"]:
+        tmp = out_dir / ".latency.png.tmp.png"
+        chart(res, tmp)
+        os.replace(tmp, out_dir / "latency.png")
+
+
+def main(argv=None) -> int:
+    d = Path((argv or sys.argv[1:])[0])
+    write_all(json.loads((d / "results.json").read_text()), d)
+    print((d / "results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

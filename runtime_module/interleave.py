@@ -1,0 +1,115 @@
+"""End-to-end latency of several alternatives measured together, so machine noise hits all alike.
+
+Used by the Collage end-to-end check (pick the plan to keep) and by the bench suite (report
+them).  Measured in blocks, not run by run: one backend's lingering worker threads (ONNX
+Runtime's pool spins after a run) would otherwise be charged to whichever alternative runs next;
+a short settle before each block and a re-warm call absorb that.  Two or more passes over the
+blocks spread slow drifts of the machine (thermal, other processes) over every alternative, and
+the per-pass medians tell a real difference (same winner in every pass) from noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .backend import percentile
+
+
+@dataclass
+class Latency:
+    samples_s: list[float] = field(default_factory=list)
+    pass_medians_s: list[float] = field(default_factory=list)
+    first_call_s: float = 0.0
+    capped: bool = False  # far slower than the fastest: measured a few times only
+
+    def summary(self) -> dict:
+        s = sorted(self.samples_s)
+        med = statistics.median(s)
+        p90 = percentile(s, 0.9)
+        return {"median_ms": med * 1e3, "p90_ms": p90 * 1e3, "min_ms": s[0] * 1e3,
+                "spread": (p90 - s[0]) / med if med > 0 else 0.0, "runs": len(s),
+                "pass_medians_ms": [m * 1e3 for m in self.pass_medians_s],
+                "capped": self.capped}
+
+
+def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 20,
+                        passes: int = 2, warmup: int = 3, settle_s: float = 0.2,
+                        min_block_s: float = 0.5, max_block_runs: int = 250,
+                        slow_factor: float = 3.0, slow_budget_s: float = 10.0,
+                        never_cap: tuple = (), progress=None) -> dict[str, Latency]:
+    """Latency of each zero-argument callable.
+
+    Each gets `warmup` calls, then `passes` rounds of one block each (at least repeats/passes
+    runs and `min_block_s` seconds, at most `max_block_runs`).  An alternative whose first timed
+    call is over `slow_factor` x the fastest one's (untuned TVM next to ONNX Runtime) is not
+    worth that: it gets as many runs as fit in `slow_budget_s` (at least 3, one pass) and is
+    marked `capped`, unless its key is in `never_cap`.
+    """
+    out = {k: Latency() for k in fns}
+    for k, f in fns.items():
+        for _ in range(warmup):  # first runs pay lazy compilation and allocation
+            f()
+        t = time.perf_counter()
+        f()
+        out[k].first_call_s = time.perf_counter() - t
+    fastest = min(v.first_call_s for v in out.values())
+    slow = {k for k, v in out.items()
+            if v.first_call_s > slow_factor * fastest and k not in never_cap}
+    for k in slow:
+        n = max(3, min(repeats, int(slow_budget_s / max(out[k].first_call_s, 1e-9))))
+        if progress:
+            progress(f"{k} is {out[k].first_call_s / fastest:.1f}x slower than the fastest on "
+                     f"its first run; measured {n} times")
+        out[k].capped = True
+        for _ in range(n):
+            t = time.perf_counter()
+            fns[k]()
+            out[k].samples_s.append(time.perf_counter() - t)
+        out[k].pass_medians_s.append(statistics.median(out[k].samples_s))
+    per_block = max(repeats // passes, 1)
+    for _ in range(passes):
+        for k, f in fns.items():
+            if k in slow:
+                continue
+            time.sleep(settle_s)
+            f()  # re-warm after the previous block
+            block = []
+            start = time.perf_counter()
+            while len(block) < per_block or (time.perf_counter() - start < min_block_s
+                                             and len(block) < max_block_runs):
+                t = time.perf_counter()
+                f()
+                block.append(time.perf_counter() - t)
+            out[k].samples_s.extend(block)
+            out[k].pass_medians_s.append(statistics.median(block))
+    return out
+
+
+def pick_fastest(lat: Mapping[str, Latency], complexity: Mapping[str, int],
+                 margin: float = 0.03) -> tuple[str, str]:
+    """The alternative to keep, and why.
+
+    The fastest median wins, except that a more complex alternative (more partitions) must beat
+    the fastest of the simplest ones by more than `margin` *and* in every pass; otherwise the
+    difference is within the noise and the simpler plan is kept (fewer boundaries, fewer
+    libraries in the process, same speed).
+    """
+    med = {k: statistics.median(v.samples_s) for k, v in lat.items()}
+    best = min(med, key=med.get)
+    least = min(complexity[k] for k in lat)
+    simple = min((k for k in lat if complexity[k] == least), key=med.get)
+    if best == simple or complexity[best] == least:
+        return best, "fastest median"
+    a, b = lat[best], lat[simple]
+    every_pass = (len(a.pass_medians_s) == len(b.pass_medians_s) and not a.capped
+                  and not b.capped and all(x < y for x, y in zip(a.pass_medians_s,
+                                                                 b.pass_medians_s)))
+    if med[best] < (1 - margin) * med[simple] and every_pass:
+        return best, (f"fastest median, {1 - med[best] / med[simple]:.1%} under {simple} "
+                      "in every pass")
+    return simple, (f"{best} was {1 - med[best] / med[simple]:.1%} faster by median but not by "
+                    f"more than {margin:.0%} in every pass: within noise, the simpler plan "
+                    f"({simple}) is kept")

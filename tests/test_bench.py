@@ -1,0 +1,134 @@
+"""`provmap bench`: the suite's outputs on a real (small) run, the scaling fit, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bench import scaling
+from bench.report import markdown
+
+
+def _provmap(*args, timeout=900):
+    return subprocess.run([sys.executable, "-c", "from partition.cli import main; "
+                           "raise SystemExit(main())", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_synthetic_model_size_and_validity():
+    import onnx
+
+    m = scaling.synthetic_model(1000)
+    assert len(m.graph.node) == 1000
+    onnx.checker.check_model(m)
+
+
+def test_fit_growth_recovers_exponents():
+    pts = [{"nodes": n, "tag_s": 2e-5 * n, "search_s": 1e-7 * n ** 2, "map_write_s": 0.0}
+           for n in (100, 1000, 10000)]
+    fit = scaling.fit_growth(pts)
+    assert fit["tag"]["exponent"] == pytest.approx(1.0, abs=1e-6)
+    assert fit["search"]["exponent"] == pytest.approx(2.0, abs=1e-6)
+    assert fit["search"]["coef_s"] == pytest.approx(1e-7, rel=1e-6)
+    assert "map_write" not in fit  # no positive times: nothing to fit
+
+
+def test_scaling_point_times_every_stage():
+    row = scaling.time_size(200)
+    assert row["nodes"] == 200 and row["bindings"] >= 200
+    for stage in scaling.STAGES:
+        assert row[f"{stage}_s"] > 0
+    assert row["candidates_after_pruning"] <= row["candidates"]
+    # Synthetic prices make both backends win some ops: the cover is mixed, not one partition.
+    assert row["partitions"] > 1
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    r = _provmap("bench", "bundled:transformer", "-o", str(out), "--strategies",
+                 "single:onnxruntime;single:openvino;greedy:openvino,onnxruntime;"
+                 "collage:onnxruntime,openvino", "--repeats", "6", "--scaling-sizes", "100,300",
+                 "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, json.loads(r.stdout), r.stderr
+
+
+def test_bench_results_json(small_run):
+    out, res, _ = small_run
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["rows"] == res["rows"]
+    assert res["schema"] == "provmap.bench/1"
+    for k in ("tvm", "onnxruntime", "openvino"):
+        assert res["versions"][k]
+    assert res["host"]["cpus"] >= 1 and res["host"]["machine"]
+    rows = {r["strategy"]: r for r in res["rows"]}
+    assert set(rows) == {"single:onnxruntime", "single:openvino", "greedy:openvino,onnxruntime",
+                         "collage:onnxruntime,openvino"}
+    for r in rows.values():
+        assert r["model"] == "transformer"
+        assert 0 < r["min_ms"] <= r["median_ms"] <= r["p90_ms"]
+        assert r["max_abs_err_vs_ort"] < 1e-4
+        assert len(r["pass_medians_ms"]) == 2
+    best = rows[rows["collage:onnxruntime,openvino"]["best_single"]]
+    assert best["ratio_to_best_single"] == pytest.approx(1.0)
+    singles = [r["median_ms"] for s, r in rows.items() if s.startswith("single:")]
+    assert best["median_ms"] == min(singles)
+
+
+def test_bench_search_cold_then_warm(small_run):
+    _, res, _ = small_run
+    (s,) = res["search"]
+    assert s["cache"] == "fresh (cold)"
+    assert s["measured"] > 0 and s["after_pruning"] <= s["candidates"]
+    assert s["warm_measured"] == 0 and s["warm_cache_hits"] > 0
+    assert s["kept"].startswith("collage")
+
+
+def test_bench_artifacts_container_provenance(small_run):
+    _, res, _ = small_run
+    assert {a["strategy"] for a in res["artifacts"]} == {r["strategy"] for r in res["rows"]}
+    for a in res["artifacts"]:
+        assert a["artifact_bytes"] > 0 and a["load_ms"] > 0
+        assert 0 < a["lookup_us_p50"] <= a["lookup_us_p99"]
+    assert {c["backend"] for c in res["container"]} == {"onnxruntime", "openvino"}
+    for c in res["container"]:
+        assert c["overhead"] == pytest.approx(c["container_ms"] / c["direct_ms"] - 1)
+    (p,) = res["provenance"]
+    assert p["plain_s"] > 0 and p["tracked_s"] > 0
+    assert p["ratio"] == pytest.approx(p["tracked_s"] / p["plain_s"])
+    assert [pt["nodes"] for pt in res["scaling"]["points"]] == [100, 300]
+    assert set(res["scaling"]["fit"]) >= {"tag", "candidates", "search"}
+
+
+def test_bench_markdown_and_chart(small_run):
+    out, res, _ = small_run
+    md = (out / "results.md").read_text()
+    assert md == markdown(res)
+    for r in res["rows"]:
+        assert f"| {r['model']} | {r['strategy']} |" in md
+    png = (out / "latency.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(out / "latency.png")
+    assert img.shape[0] > 100 and img.shape[1] > 100
+    assert np.std(img) > 0  # not a blank canvas
+    assert not list(out.glob(".*tmp*"))  # written atomically, no leftovers
+
+
+def test_bench_progress_on_stderr(small_run):
+    _, _, err = small_run
+    assert "[transformer] search collage" in err and "scaling:" in err
+
+
+def test_bench_bad_inputs():
+    r = _provmap("bench", "no/such/model.onnx", "-o", "/tmp/provmap-bench-never")
+    assert r.returncode == 2 and "no/such/model.onnx" in r.stderr
+    r = _provmap("bench", "bundled:transformer", "-o", "/tmp/provmap-bench-never",
+                 "--strategies", "single:nosuchbackend")
+    assert r.returncode == 2 and "nosuchbackend" in r.stderr
