@@ -48,6 +48,7 @@ class SuiteOptions:
     search_backends: list[str] = field(default_factory=lambda: ["onnxruntime", "openvino"])
     cache: str | None = None              # None: a fresh cache per model (a cold search)
     repeats: int = 30
+    passes: int = 3                       # rounds of interleaved blocks (see interleave.py)
     provenance_repeats: int = 1
     scaling_sizes: list[int] = field(default_factory=lambda: [100, 300, 1000, 3000, 10000])
     keep_weights: bool = False
@@ -62,7 +63,7 @@ class SuiteOptions:
 
 def quick_options(**kw) -> SuiteOptions:
     """Under 5 minutes on 2 cores: two small models, fewer repeats, scaling to 1,000 nodes."""
-    base = dict(models=list(QUICK_MODELS), repeats=10, scaling_sizes=[100, 300, 1000],
+    base = dict(models=list(QUICK_MODELS), repeats=10, passes=2, scaling_sizes=[100, 300, 1000],
                 quick=True, max_size=6, max_depth=3, search_budget_s=30.0)
     base.update({k: v for k, v in kw.items() if v is not None})
     return SuiteOptions(**base)
@@ -275,8 +276,8 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
         log(f"latency: {len(fns)} alternatives, interleaved blocks")
         from runtime_module.interleave import measure_interleaved
 
-        lat = measure_interleaved(fns, repeats=opts.repeats, min_block_s=0.5 if opts.quick else 1.0,
-                                  progress=log)
+        lat = measure_interleaved(fns, repeats=opts.repeats, passes=opts.passes,
+                                  min_block_s=0.5 if opts.quick else 1.0, progress=log)
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
         singles = {s: statistics.median(lat[s].samples_s) for s in mods if s.startswith("single:")}

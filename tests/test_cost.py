@@ -297,3 +297,27 @@ def test_calibrate_boundary():
     assert crossing_s(cal, 10**6, "tvm", "tvm") == 0.0
     assert crossing_s(cal, 10**6, "tvm", "onnxruntime") == pytest.approx(
         cal["fixed_s"]["onnxruntime"] + 10**6 * cal["per_byte_s"])
+
+
+def test_measuring_budget_keeps_single_ops_and_whole_model(tmp_path):
+    v = load_view(two_blocks_model(), "two_blocks")
+    ops = list(v.op_nodes)
+    ort = {"onnxruntime": get_backend("onnxruntime")}
+    with MeasuredEstimator(ort, CostCache(tmp_path / "c.sqlite"), repeats=3, min_time_s=0.0,
+                           isolate=False, budget_s=0.0) as est:
+        pair = est.estimate(v, Candidate("onnxruntime", frozenset(ops[:2]), "combine"))
+        assert not pair.valid and "budget" in pair.reason
+        assert est.estimate(v, Candidate("onnxruntime", frozenset(ops[:1]), "single-op")).valid
+        assert est.estimate(v, _all(v, "onnxruntime")).valid
+        s = est.stats()
+        assert s["skipped_budget"] == 1 and s["measured"] == 2 and s["invalid"] == 0
+    # Skipped regions are not cached: a run with time to spare measures them.
+    with MeasuredEstimator(ort, CostCache(tmp_path / "c.sqlite"), repeats=3, min_time_s=0.0,
+                           isolate=False) as est:
+        assert est.estimate(v, Candidate("onnxruntime", frozenset(ops[:2]), "combine")).valid
+        assert est.stats()["measured"] == 1
+    # Cache hits are free, even past the budget.
+    with MeasuredEstimator(ort, CostCache(tmp_path / "c.sqlite"), isolate=False,
+                           budget_s=0.0) as est:
+        assert est.estimate(v, Candidate("onnxruntime", frozenset(ops[:2]), "combine")).valid
+        assert est.stats()["cache_hits"] == 1

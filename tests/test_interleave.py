@@ -1,0 +1,58 @@
+"""Interleaved latency measurement and the keep-the-simpler-plan rule of the end-to-end check."""
+
+import time
+
+import pytest
+
+from runtime_module.interleave import Latency, measure_interleaved, pick_fastest
+
+
+def _lat(passes, capped=False):
+    return Latency(samples_s=[x for p in passes for x in p],
+                   pass_medians_s=[sorted(p)[len(p) // 2] for p in passes], capped=capped)
+
+
+def test_complex_plan_kept_when_it_wins_every_pass_by_margin():
+    lat = {"collage": _lat([[0.80] * 5, [0.82] * 5]), "single:a": _lat([[1.0] * 5, [1.0] * 5])}
+    win, why = pick_fastest(lat, {"collage": 3, "single:a": 1})
+    assert win == "collage" and "every pass" in why
+
+
+def test_simpler_plan_kept_within_noise():
+    # 2% faster by median: within the 3% margin.
+    lat = {"collage": _lat([[0.98] * 5, [0.98] * 5]), "single:a": _lat([[1.0] * 5, [1.0] * 5])}
+    assert pick_fastest(lat, {"collage": 3, "single:a": 1})[0] == "single:a"
+    # Faster overall, but lost one pass: not a real difference.
+    lat = {"collage": _lat([[0.5] * 5, [1.1] * 5]), "single:a": _lat([[1.0] * 5, [1.0] * 5])}
+    win, why = pick_fastest(lat, {"collage": 3, "single:a": 1})
+    assert win == "single:a" and "within noise" in why
+
+
+def test_simplest_alternative_is_the_fastest_single():
+    lat = {"collage": _lat([[1.2] * 3, [1.2] * 3]), "single:a": _lat([[1.0] * 3, [1.0] * 3]),
+           "single:b": _lat([[1.1] * 3, [1.1] * 3])}
+    assert pick_fastest(lat, {"collage": 2, "single:a": 1, "single:b": 1})[0] == "single:a"
+    # Same complexity: the fastest median simply wins.
+    assert pick_fastest(lat, {"collage": 1, "single:a": 1, "single:b": 1})[0] == "single:a"
+
+
+def test_measure_interleaved_blocks_and_caps_slow():
+    calls = {"fast": 0, "slow": 0}
+
+    def fast():
+        calls["fast"] += 1
+        time.sleep(0.001)
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(0.03)
+
+    lat = measure_interleaved({"fast": fast, "slow": slow}, repeats=10, passes=2,
+                              settle_s=0.0, min_block_s=0.02, slow_budget_s=0.1)
+    assert not lat["fast"].capped and lat["slow"].capped
+    assert len(lat["fast"].pass_medians_s) == 2 and len(lat["fast"].samples_s) >= 10
+    assert 3 <= len(lat["slow"].samples_s) <= 10
+    s = lat["fast"].summary()
+    assert s["min_ms"] <= s["median_ms"] <= s["p90_ms"]
+    assert s["median_ms"] == pytest.approx(1.0, abs=2.0)
+    assert lat["slow"].summary()["median_ms"] > 10 * s["median_ms"] / 2
