@@ -22,7 +22,6 @@ paths for constant data cannot flatter anyone.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -297,6 +296,11 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
             for p in m.partitions:
                 if p._runner is not None:
                     p._runner.close()
+        # The minimum is the steadier estimate on a noisy 2-core machine: ratios by min too.
+        mins = {s: min(lat[s].samples_s) for s in singles}
+        best_min = min(mins.values()) if mins else None
+        for r in out["rows"]:
+            r["ratio_min_to_best_single"] = (r["min_ms"] / (best_min * 1e3)) if best_min else None
         for b in direct:
             c, d = lat[f"single:{b}"].summary(), lat[f"direct:{b}"].summary()
             out["container"].append({"model": name, "backend": b, "container_ms": c["median_ms"],

@@ -56,7 +56,8 @@ def cmd_compile(args) -> int:
         raise ProvmapError("--pin/--forbid/--cut/--backends apply to --strategy collage")
     art = compile_model(view, strategy, out=args.output,
                         backend_options=_parse_backend_options(args.backend_option),
-                        progress=_progress, collage_options=collage_options)
+                        progress=_progress, collage_options=collage_options,
+                        embed_model=args.embed_model)
     t2 = time.perf_counter()
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
@@ -286,7 +287,20 @@ def cmd_bench(args) -> int:
         opts = SuiteOptions(**{k: v for k, v in kw.items() if v is not None})
         if models is None:
             opts.models = list(DEFAULT_MODELS)
+    if args.readme:
+        from pathlib import Path
+
+        from bench.report import END, START
+
+        text = Path(args.readme).read_text() if os.path.exists(args.readme) else ""
+        if START not in text or END not in text:  # fail now, not after the run
+            raise ProvmapError(f"{args.readme}: no {START} ... {END} markers")
     res = run_suite(opts, args.output, progress=_progress)
+    if args.readme:
+        from bench.report import update_readme
+
+        update_readme(args.readme, res, os.path.relpath(args.output,
+                                                        os.path.dirname(os.path.abspath(args.readme))))
     if args.json:
         json.dump(res, sys.stdout, indent=1)
         print()
@@ -332,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "time (single ops and whole-model plans are still measured); default: none")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
                    help="e.g. openvino.precision=bf16 (recorded in the manifest)")
+    c.add_argument("--embed-model", action="store_true",
+                   help="store the ONNX model in the artifact, so compare/annotate/report work "
+                   "from the artifact alone (weights are then stored twice)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compile)
 
@@ -387,8 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep ConstantOfShape weights instead of seeded random ones")
     b.add_argument("--quick", action="store_true", help="two small models, fewer repeats, "
                    "scaling to 1,000 nodes: under 5 minutes")
+    b.add_argument("--readme", metavar="README.md", help="also put the tables into this file, "
+                   "between its provmap-bench markers")
     b.add_argument("--json", action="store_true", help="print results.json to stdout")
     b.set_defaults(func=cmd_bench)
+
+    from .workbench_cli import add_workbench_commands
+
+    add_workbench_commands(sub)
     return p
 
 

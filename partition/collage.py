@@ -96,9 +96,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         calib = calibrate_boundary(backends)
         res = search(view, kept, lambda c: est.estimate(view, c),
                      crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b))
+        plan = coalesce(view, res.plan, cuts=set(cons.cuts) if cons else frozenset())
+        explained = _explain(view, plan, res, est, verdicts, names)
     finally:
         est.close()
-    plan = coalesce(view, res.plan, cuts=set(cons.cuts) if cons else frozenset())
     # Candidates are each convex, but two of them can still feed each other (a -> y, x -> b
     # for P1 = a->b, P2 = x->y).  Such a cover cannot run; say so and fall back.
     cyclic = None
@@ -131,6 +132,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         "partitions_before_coalescing": len(res.plan.partitions),
         "partitions": len(plan.partitions),
         "search_total_s": round(t_search, 3),
+        "explain": explained,
     }
     plan.info["estimated_ms"] = res.estimated_s * 1e3
     if cyclic:
@@ -196,6 +198,37 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     art.manifest["strategy"] = "collage" if winner == "collage" else f"collage->{winner}"
     chosen_plan.info["collage"] = report
     return CollageResult(chosen_plan, art, report)
+
+
+def _explain(view: GraphView, plan: Plan, res, est, verdicts: dict, names: list[str]) -> list:
+    """Per partition of the searched plan: what the search paid for it, and what the same
+    region would cost on each backend as one partition (None: unsupported or invalid, with
+    the reason).  Regions the search never priced whole (coalesced ones) are priced now, from
+    the cache when possible.  `greedy` names the backend greedy would have used for it: the
+    first backend, in the order given, that supports every node of the region."""
+    from .candidate import Candidate
+
+    chosen = [(frozenset(c.ops), c, e) for c, e in res.chosen]
+    out = []
+    for p in plan.partitions:
+        region = frozenset(p.ops)
+        paid = sum(e.seconds for ops, _c, e in chosen if ops <= region and e.valid)
+        parts = [c.rule for ops, c, _e in chosen if ops <= region]
+        alts = {}
+        for b in names:
+            if not all(verdicts[b].get(i) is not None and verdicts[b][i].ok for i in region):
+                bad = next(i for i in region if not (verdicts[b].get(i) and verdicts[b][i].ok))
+                alts[b] = {"ms": None, "reason": f"unsupported: {view.describe(bad)}"}
+                continue
+            e = est.estimate(view, Candidate(b, region, "explain"))
+            alts[b] = {"ms": e.seconds * 1e3 if e.valid else None, "reason": e.reason}
+        greedy_b = next((b for b in names if alts[b]["reason"] is None
+                         or not str(alts[b]["reason"]).startswith("unsupported")), None)
+        out.append({"op_ids": sorted(view.node_ids[i] for i in p.ops), "backend": p.backend,
+                    "ops": len(p.ops),
+                    "first": view.describe(p.ops[0]), "searched_ms": paid * 1e3,
+                    "from_candidates": parts, "alternatives": alts, "greedy_backend": greedy_b})
+    return out
 
 
 def _signature(view: GraphView, plan: Plan):

@@ -6,7 +6,7 @@ import os
 
 from provenance.importer import import_onnx
 from provenance import zoo
-from runtime_module.artifact import Artifact, build_artifact
+from runtime_module.artifact import Artifact, build_artifact, embed_source_model
 from runtime_module.registry import get_backend
 from runtime_module.subgraph import GraphView
 
@@ -41,11 +41,12 @@ def make_plan(view: GraphView, strategy: str, backend_options: dict | None = Non
 
 def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
-                  collage_options=None) -> Artifact:
+                  collage_options=None, embed_model: bool = False) -> Artifact:
     """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
 
     `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...] (all backends by
-    default); `collage_options` is a partition.collage.CollageOptions.
+    default); `collage_options` is a partition.collage.CollageOptions.  `embed_model` stores
+    the ONNX model in the artifact (for compare/annotate/bisect without the model file).
     """
     view = model if isinstance(model, GraphView) else load_view(model)
     kind, _ = parse_strategy(strategy)
@@ -55,11 +56,13 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         _, backends = make_plan(view, strategy, backend_options)
         res = collage(view, backends, collage_options, progress=progress)
         art = res.artifact or build_artifact(view, res.plan, backends, progress=progress)
+        if embed_model:
+            embed_source_model(art, view.model)
         if out is not None:
             art.save(out)
         return art
     plan, backends = make_plan(view, strategy, backend_options)
-    art = build_artifact(view, plan, backends, progress=progress)
+    art = build_artifact(view, plan, backends, progress=progress, embed_model=embed_model)
     if out is not None:
         art.save(out)
     return art

@@ -40,6 +40,7 @@ from .plan import Plan, order_plan
 from .subgraph import GraphView
 
 FORMAT = "provmap-artifact"
+SOURCE_MODEL = "source/model.onnx"  # optional: the compiled ONNX model (compile --embed-model)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
@@ -80,6 +81,30 @@ class Artifact:
         prefix = f"partitions/{pid}/"
         files = {name[len(prefix):]: self.members[name] for name in p["files"]}
         return Blob(backend=p["backend"], files=files, meta=p["blob_meta"])
+
+    def source_model(self, given=None):
+        """The ONNX model this artifact was compiled from: the embedded one, or `given` (a path,
+        bundled:NAME or ModelProto) after checking its SHA-256 against the manifest."""
+        import onnx
+
+        from provenance import zoo
+
+        want = self.manifest["model"].get("sha256")
+        if given is None:
+            member = self.manifest["model"].get("member")
+            if not member:
+                raise ProvmapError("the artifact does not embed its ONNX model (compile with "
+                                   "--embed-model) and no --model was given")
+            return onnx.load_from_string(self.members[member])
+        model = given
+        label = "the given model"
+        if not isinstance(given, onnx.ModelProto):
+            model, _ = zoo.resolve(str(given))
+            label = str(given)
+        if want and model_sha256(model) != want:
+            raise ProvmapError(f"{label} is not the model this artifact was compiled from "
+                               f"(SHA-256 differs from the manifest's {want[:12]}...)")
+        return model
 
     def provenance_map(self) -> ProvenanceMap:
         return ProvenanceMap.from_dict(json.loads(self.members["map.json"]))
@@ -181,11 +206,13 @@ def _quiet_spinning(plan: Plan, backends: dict[str, Backend]) -> dict[str, Backe
 
 
 def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
-                   progress=None, blobs: dict | None = None) -> Artifact:
+                   progress=None, blobs: dict | None = None, embed_model: bool = False) -> Artifact:
     """Build every partition of `plan` with its backend and assemble the artifact in memory.
 
     `blobs` may hold already-built blobs keyed by the subgraph's structural key and backend (the
-    search measured them; building again would waste minutes).
+    search measured them; building again would waste minutes).  `embed_model` stores the
+    compiled ONNX model as `source/model.onnx`, so compare/annotate/bisect work from the
+    artifact alone (it roughly doubles the file: weights are stored twice).
     """
     plan = order_plan(view, plan)
     backends = _quiet_spinning(plan, backends)
@@ -285,4 +312,15 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "partitions": parts,
         "coverage": pmap.coverage(),
     }
-    return Artifact(manifest=manifest, members=members)
+    art = Artifact(manifest=manifest, members=members)
+    if embed_model:
+        embed_source_model(art, model)
+    return art
+
+
+def embed_source_model(art: Artifact, model) -> None:
+    """Store the compiled ONNX model in the artifact (see build_artifact's `embed_model`)."""
+    if model_sha256(model) != art.manifest["model"]["sha256"]:
+        raise ProvmapError("embed_source_model: not the model this artifact was compiled from")
+    art.members[SOURCE_MODEL] = model.SerializeToString()
+    art.manifest["model"]["member"] = SOURCE_MODEL

@@ -208,6 +208,13 @@ class Backend(ABC):
              repeats: int = 10, min_time_s: float = 0.0) -> Timing:
         return time_runner(runner, inputs, warmup, repeats, min_time_s)
 
+    def profile_kernels(self, blob: Blob, inputs: Sequence[np.ndarray],
+                        repeats: int = 10) -> dict[str, float] | None:
+        """Seconds per call of each kernel (names as in `blob.kernels`), from the backend's own
+        profiler, or None if it has none (callers then split a partition's time evenly and
+        say so).  Loads its own profiling instance of the blob; inputs in runner order."""
+        return None
+
     def describe(self) -> dict:
         return {"name": self.name, "version": self.version(), "options": self.options()}
 

@@ -139,12 +139,22 @@ class ArtifactModule(Module):
         self._plan = steps
         return steps
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run the whole model.  `inputs` maps every graph input name to an array."""
+    def run(self, inputs: Mapping[str, np.ndarray], on_partition=None) -> dict[str, np.ndarray]:
+        """Run the whole model.  `inputs` maps every graph input name to an array.
+
+        `on_partition(module, inputs, outputs, seconds)` (dicts by ONNX tensor name) is called
+        after each partition: what compare and profile hook into.
+        """
         env = self._check_inputs(inputs)
         for runner, ins, outs, drop, m, expect in self._compile_plan():
             try:
-                results = runner([env[n] for n in ins])
+                if on_partition is not None:
+                    args = [env[n] for n in ins]
+                    t0 = time.perf_counter()
+                    results = runner(args)
+                    dt = time.perf_counter() - t0
+                else:
+                    results = runner([env[n] for n in ins])
             except ProvmapError:
                 raise
             except Exception as e:
@@ -158,6 +168,8 @@ class ArtifactModule(Module):
                                        f"{a.dtype}{list(a.shape)}, expected "
                                        f"{spec[1]}{list(spec[0])}")
             env.update(zip(outs, results))
+            if on_partition is not None:
+                on_partition(m, dict(zip(ins, args)), dict(zip(outs, results)), dt)
             for n in drop:
                 env.pop(n, None)
         return {n: env[n] for n in self.output_names}

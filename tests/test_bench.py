@@ -132,3 +132,20 @@ def test_bench_bad_inputs():
     r = _provmap("bench", "bundled:transformer", "-o", "/tmp/provmap-bench-never",
                  "--strategies", "single:nosuchbackend")
     assert r.returncode == 2 and "nosuchbackend" in r.stderr
+
+
+def test_readme_tables_between_markers(small_run, tmp_path):
+    from bench.report import END, START, update_readme
+
+    out, res, _ = small_run
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{START}\nold table\n{END}\nafter\n")
+    update_readme(readme, res, "bench/out")
+    text = readme.read_text()
+    assert text.startswith("# x\n\nbefore\n") and text.endswith("\nafter\n")
+    assert "old table" not in text and markdown(res) in text
+    assert "(bench/out/latency.png)" in text
+    readme.write_text("no markers")
+    r = _provmap("bench", "bundled:transformer", "-o", str(tmp_path / "o"), "--readme",
+                 str(readme))
+    assert r.returncode == 2 and "markers" in r.stderr

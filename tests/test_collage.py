@@ -1,7 +1,7 @@
 """`--strategy collage` end to end with real, measured backends (small models, small bounds).
 
 The whole-model claims (every test model no slower than its best single backend) are measured by
-bench/collage_bench.py, not here: a cold search over three backends takes minutes per model.
+`provmap bench` (bench/suite.py), not here: a cold search takes minutes per model.
 """
 
 import json

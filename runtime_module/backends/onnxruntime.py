@@ -46,6 +46,7 @@ output arrays on every call, so results are safe to keep.  Measured on a 1-op mo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -341,6 +342,35 @@ class OnnxRuntimeBackend(Backend):
         if missing:
             raise BackendError(f"onnxruntime: model.onnx lacks tensors named in meta: {missing}")
         return OrtRunner(sess, in_names, out_names)
+
+
+    def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
+        """ORT's session profiler: `<node>_kernel_time` events of the optimized graph's nodes,
+        which are exactly this backend's kernels."""
+        so = self._session_options()
+        with tempfile.TemporaryDirectory(prefix="provmap-ortprof-") as d:
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(d, "ort")
+            sess = self._session(bytes(blob.files["model.onnx"]), so, "profile model.onnx")
+            names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
+            feed = dict(zip(names, inputs))
+            for _ in range(max(1, repeats) + 1):  # the first call is a warm-up, dropped below
+                sess.run(None, feed)
+            with open(sess.end_profiling()) as f:
+                events = json.load(f)
+        totals: dict[str, list[float]] = {}
+        for e in events:
+            if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+                node = e["name"][: -len("_kernel_time")]
+                totals.setdefault(node, []).append(e.get("dur", 0) * 1e-6)
+        out = {}
+        for k in blob.kernels:
+            base = k.name.split("#")[0]
+            ts = totals.get(base)
+            if ts:
+                runs = ts[1:] if len(ts) > 1 else ts  # drop the first (warm-up) call
+                out[k.name] = sum(runs) / len(runs)
+        return out
 
 
 class OrtRunner(Runner):

@@ -279,6 +279,26 @@ class OpenVINOBackend(Backend):
                          or [p.get_any_name() for p in compiled.outputs])
         return OpenVINORunner(compiled, in_names, out_names)
 
+    def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
+        """OpenVINO's per-layer performance counters (PERF_COUNT) of the executed layers, which
+        are this backend's kernels."""
+        model = self._read_ir(blob.files["model.xml"], blob.files["model.bin"])
+        cfg = dict(self.config(), PERF_COUNT="YES")
+        compiled = _get_core().compile_model(model, _DEVICE, cfg)
+        names = list(blob.meta.get("input_names") or [p.get_any_name() for p in compiled.inputs])
+        ports = _port_order(compiled.inputs, names, "input")
+        req = compiled.create_infer_request()
+        feed = {p: np.ascontiguousarray(x) for p, x in zip(ports, inputs)}
+        req.infer(feed)  # warm-up
+        totals: dict[str, float] = {}
+        n = max(1, repeats)
+        for _ in range(n):
+            req.infer(feed)
+            for info in req.profiling_info:
+                totals[info.node_name] = totals.get(info.node_name, 0.0) + \
+                    info.real_time.total_seconds()
+        return {k.name: totals[k.name] / n for k in blob.kernels if k.name in totals}
+
 
 def _short_type(s: str) -> str:
     """'<Type: 'float32'>' or 'f32' -> 'f32'."""

@@ -38,6 +38,7 @@ class TVMRunner(Runner):
         finally:
             os.unlink(path)
         self._dev = tvm.cpu()
+        self._lib = lib  # kept for a profiling VM (profile_kernels)
         self._vm = relax.VirtualMachine(lib, self._dev)
         self._main = self._vm["main"]
         self._tuple_out = len(self.output_names) != 1
@@ -128,6 +129,23 @@ class TVMBackend(Backend):
                 "input_names": param_names, "output_names": out_names}
         return Blob(backend=self.name, files={"lib.so": lib}, meta=meta, kernels=kernels,
                     source=source)
+
+    def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
+        """The Relax VM's profiler: one entry per PrimFunc call, named like our kernels."""
+        runner = self.load(blob)
+        vm = relax.VirtualMachine(runner._lib, runner._dev, profile=True)
+        args = [runner._to_tvm(np.asarray(a)) for a in inputs]
+        vm.profile("main", *args)  # warm-up
+        totals: dict[str, float] = {}
+        n = max(1, repeats)
+        for _ in range(n):
+            report = vm.profile("main", *args)
+            for call in report.calls:
+                name = str(call["Name"])
+                dur = call["Duration (us)"]
+                us = float(getattr(dur, "microseconds", dur))
+                totals[name] = totals.get(name, 0.0) + us * 1e-6
+        return {k.name: totals[k.name] / n for k in blob.kernels if k.name in totals}
 
     def load(self, blob: Blob) -> Runner:
         try:

@@ -1,0 +1,132 @@
+"""Find the first ONNX node whose output on a backend diverges from the reference.
+
+Polygraphy-style: the reference (ONNX Runtime on the whole model, every intermediate exposed)
+runs once; then topological prefixes of the model are built and run on the backend under test,
+and a binary search finds the shortest prefix with a diverging output, in O(log n) builds.  That
+assumes divergence persists downstream, which holds for a wrong kernel (and is re-checked: the
+reproducer must fail on its own).  The reproducer is the divergent node alone, cut with the
+original node and initializers, its inputs saved from the reference run: a vendor can run it
+without the model.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from provenance.errors import ProvmapError
+from runtime_module.backend import Backend, BackendError
+from runtime_module.compare import Tolerance, metrics, reference_run
+from runtime_module.subgraph import GraphView
+
+
+def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict) -> dict:
+    sub = view.subgraph(ops)
+    blob = backend.build(sub)
+    runner = backend.load(blob)
+    try:
+        outs = runner([values[n] for n in runner.input_names])
+    finally:
+        runner.close()
+    return dict(zip(runner.output_names, outs))
+
+
+def _diverging(got: dict, ref: dict, tol: Tolerance) -> list[tuple[str, dict]]:
+    bad = []
+    for n, a in got.items():
+        if n in ref:
+            m = metrics(a, ref[n], tol)
+            if not m["ok"]:
+                bad.append((n, m))
+    return bad
+
+
+def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | None = None,
+           reference: str = "onnxruntime", out_dir: str | os.PathLike | None = None,
+           progress=None) -> dict:
+    tol = tol or Tolerance()
+    say = progress or (lambda m: None)
+    order = list(view.op_nodes)
+    produced = [o for i in order for o in view.nodes[i].output if o]
+    ref = reference_run(view.model, inputs, produced, reference)
+    values = {**inputs, **ref}
+    runs = 0
+
+    def prefix_diverges(k: int):
+        nonlocal runs
+        runs += 1
+        try:
+            got = _run_region(view, order[: k + 1], backend, values)
+        except BackendError as e:
+            raise ProvmapError(f"bisect: {backend.name} cannot build the prefix ending at "
+                               f"{view.describe(order[k])}: {e}") from None
+        return _diverging(got, ref, tol)
+
+    say(f"bisect: {len(order)} op nodes, reference {reference}")
+    last = prefix_diverges(len(order) - 1)
+    if not last:
+        return {"backend": backend.name, "diverges": False, "runs": runs,
+                "op_nodes": len(order), "reference": reference}
+    lo, hi = 0, len(order) - 1  # invariant: prefix hi diverges; every prefix < lo does not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        bad = prefix_diverges(mid)
+        say(f"bisect: prefix up to {view.describe(order[mid])}: "
+            f"{'diverges' if bad else 'matches'}")
+        if bad:
+            hi = mid
+        else:
+            lo = mid + 1
+    node = order[lo]
+    res = {"backend": backend.name, "diverges": True, "runs": runs, "op_nodes": len(order),
+           "reference": reference, "node": view.nodes[node].name or view.describe(node),
+           "node_id": view.node_ids[node], "op_type": view.nodes[node].op_type,
+           "position": lo, "atol": tol.atol, "rtol": tol.rtol}
+    # The reproducer: the node alone, its inputs from the reference run.
+    sub = view.subgraph([node])
+    model = sub.onnx_model()
+    feeds = {t.name: np.asarray(values[t.name]) for t in sub.inputs}
+    got = _run_region(view, [node], backend, values)
+    alone = _diverging(got, ref, tol)
+    res["reproducer_diverges"] = bool(alone)
+    res["tensors"] = [{"tensor": n, **m} for n, m in alone]
+    if out_dir is not None:
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        _atomic(d / "reproducer.onnx", model.SerializeToString())
+        buf = tempfile.NamedTemporaryFile(dir=d, suffix=".npz", delete=False)
+        buf.close()
+        np.savez(buf.name, **feeds)
+        os.replace(buf.name, d / "reproducer_inputs.npz")
+        expected = {n: np.asarray(ref[n]) for n in got if n in ref}
+        buf = tempfile.NamedTemporaryFile(dir=d, suffix=".npz", delete=False)
+        buf.close()
+        np.savez(buf.name, **expected)
+        os.replace(buf.name, d / "reproducer_expected.npz")
+        res["reproducer"] = {"model": str(d / "reproducer.onnx"),
+                             "inputs": str(d / "reproducer_inputs.npz"),
+                             "expected": str(d / "reproducer_expected.npz")}
+    return res
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,
+                     tol: Tolerance | None = None) -> list[str]:
+    """Run a reproducer on `backend`: names of outputs that still diverge from the expected."""
+    from partition.compile import load_view
+
+    tol = tol or Tolerance()
+    view = load_view(onnx.load(str(model_path)), "reproducer")
+    feeds = dict(np.load(inputs_path))
+    want = dict(np.load(expected_path))
+    got = _run_region(view, list(view.op_nodes), backend, feeds)
+    return [n for n, _m in _diverging(got, want, tol)]

@@ -1,0 +1,87 @@
+"""Why each partition is where it is, from what the Collage search recorded in the manifest.
+
+For every partition of the searched plan: what the search paid for it (the sum of the chosen
+candidates inside it), the same region priced as one partition on each backend, and the backend
+greedy would have used; then the end-to-end check that may have replaced the searched plan by a
+single-backend or greedy plan (isolated costs do not add up), with its measured latencies.
+Offline: everything comes from the artifact.
+"""
+
+from __future__ import annotations
+
+
+def explain_artifact(manifest: dict) -> dict:
+    info = (manifest.get("plan_info") or {}).get("collage")
+    strategy = manifest["strategy"]
+    parts_by_ops = {frozenset(p["ops"]): p for p in manifest["partitions"]}
+    if not info:
+        return {"strategy": strategy, "searched": False,
+                "note": "no search: partitions were assigned by rule",
+                "partitions": [{"partition": p["id"], "backend": p["backend"], "ops": len(p["ops"]),
+                                "why": p.get("why", "")} for p in manifest["partitions"]]}
+    rows = []
+    for e in info.get("explain") or []:
+        art_p = parts_by_ops.get(frozenset(e["op_ids"]))
+        alts = {b: a.get("ms") for b, a in e["alternatives"].items()}
+        priced = {b: v for b, v in alts.items() if v is not None}
+        best_other = min((v for b, v in priced.items() if b != e["backend"]), default=None)
+        mine = priced.get(e["backend"])
+        if mine is not None and best_other is not None:
+            verdict = (f"{e['backend']} is {best_other / mine:.2f}x cheaper than the next backend "
+                       "for this region" if mine <= best_other else
+                       f"as one partition {e['backend']} costs more than another backend "
+                       f"({mine:.3f} vs {best_other:.3f} ms); it wins through its boundaries "
+                       "(crossing costs) or as the sum of smaller candidates")
+        elif mine is not None:
+            verdict = f"the only backend that can run this region ({e['backend']})"
+        else:
+            verdict = "chosen as a sum of smaller candidates; the whole region was not priced"
+        rows.append({"partition": art_p["id"] if art_p else None, "backend": e["backend"],
+                     "ops": e["ops"], "first": e["first"], "searched_ms": e["searched_ms"],
+                     "alternatives_ms": alts,
+                     "reasons": {b: a.get("reason") for b, a in e["alternatives"].items()
+                                 if a.get("ms") is None},
+                     "greedy_backend": e.get("greedy_backend"),
+                     "from_candidates": e.get("from_candidates"), "verdict": verdict,
+                     "in_artifact": art_p is not None})
+    e2e = info.get("e2e") or {}
+    return {"strategy": strategy, "searched": True, "backends": info.get("backends"),
+            "estimated_ms": info.get("estimated_ms"), "crossing_ms": info.get("crossing_ms"),
+            "partitions": rows,
+            "end_to_end": {"winner": e2e.get("winner"), "why": e2e.get("why"),
+                           "note": e2e.get("note"),
+                           "measured_ms": {k: v.get("median_ms")
+                                           for k, v in (e2e.get("measured") or {}).items()},
+                           "same_as_collage": info.get("e2e_same_as_collage")},
+            "kept": strategy}
+
+
+def format_explain(x: dict) -> str:
+    lines = [f"strategy: {x['strategy']}"]
+    if not x["searched"]:
+        lines.append(x["note"])
+        for p in x["partitions"]:
+            lines.append(f"  {p['partition']} {p['backend']} ({p['ops']} ops): {p['why']}")
+        return "\n".join(lines) + "\n"
+    est = x.get("estimated_ms") or {}
+    lines.append("search estimates (ms): " + ", ".join(
+        f"{k} {v:.3f}" if v is not None else f"{k} invalid" for k, v in est.items()))
+    lines.append("searched plan, per partition (region priced as one partition on each backend):")
+    for r in x["partitions"]:
+        alts = ", ".join(f"{b} {v:.3f}" if v is not None else f"{b} -"
+                         for b, v in r["alternatives_ms"].items())
+        pid = r["partition"] or "(not in the artifact)"
+        lines.append(f"  {pid} {r['backend']}: {r['ops']} ops from {r['first']}; searched "
+                     f"{r['searched_ms']:.3f} ms; as one partition: {alts}; greedy would use "
+                     f"{r['greedy_backend']}")
+        lines.append(f"      {r['verdict']}")
+        for b, why in r["reasons"].items():
+            lines.append(f"      {b}: {why}")
+    e = x["end_to_end"]
+    if e["measured_ms"]:
+        lines.append("end-to-end check (measured, ms): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in e["measured_ms"].items()))
+        lines.append(f"  kept {e['winner']}: {e['why']}")
+        if e.get("note"):
+            lines.append(f"  {e['note']}")
+    return "\n".join(lines) + "\n"

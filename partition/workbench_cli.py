@@ -1,0 +1,246 @@
+"""The vendor's workbench on the command line: compare, bisect, profile, report, annotate, explain.
+
+Same conventions as the rest of `provmap`: data on stdout (text, or JSON with --json), progress
+and errors on stderr, files written to a temp path and renamed.  `compare` exits 0 when every
+tensor matches, 1 on a mismatch, 2 when it could not evaluate (bad artifact, missing model,
+reference failure): scripts can tell "wrong numbers" from "broken setup".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from provenance.cli import MODEL_HELP, _progress
+from provenance.errors import ProvmapError
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".provmap-", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _inputs(args, mod=None, view=None) -> dict:
+    from .cli import _load_inputs
+
+    if getattr(args, "inputs", None):
+        return _load_inputs(args.inputs)
+    if mod is not None:
+        return mod.random_inputs(args.seed)
+    from provenance import zoo
+
+    return zoo.random_inputs(view.model, seed=args.seed)
+
+
+def _tol(args):
+    from runtime_module.compare import Tolerance
+
+    return Tolerance(atol=args.atol, rtol=args.rtol)
+
+
+def cmd_compare(args) -> int:
+    from runtime_module.compare import compare_artifact
+    from runtime_module.module import load
+
+    mod = load(args.artifact)
+    model = mod.artifact.source_model(args.model)
+    inputs = _inputs(args, mod=mod)
+    res = compare_artifact(mod, model, inputs, args.reference, _tol(args))
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        for t in res["tensors"]:
+            flag = "ok  " if t["ok"] else "FAIL"
+            met = (f"max abs {t['max_abs']:.3g}, max rel {t['max_rel']:.3g}, cosine "
+                   f"{t['cosine']:.6f}" if t["max_abs"] is not None else t["problem"])
+            print(f"{flag} {t['partition']} {t['backend']:12} {t['tensor']} (from "
+                  f"{t['onnx_node']}): {met}")
+        c = res["first_divergent_partition"]
+        if c:
+            print(f"first divergent partition: {c['partition']} ({c['backend']}), ONNX nodes "
+                  f"{', '.join(c['onnx_nodes'][:20])}{' ...' if len(c['onnx_nodes']) > 20 else ''}; "
+                  f"diverging outputs from {', '.join(map(str, c['diverging_nodes']))}")
+        print("match" if res["match"] else f"{res['mismatches']} tensor(s) differ beyond "
+              f"atol {res['atol']:g} / rtol {res['rtol']:g} vs {res['reference']}")
+    return 0 if res["match"] else 1
+
+
+def cmd_bisect(args) -> int:
+    from runtime_module.registry import get_backend
+
+    from .bisect import bisect
+    from .compile import load_view
+
+    view = load_view(args.model)
+    backend = get_backend(args.backend)
+    inputs = _inputs(args, view=view)
+    res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
+                 progress=_progress)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    elif not res["diverges"]:
+        print(f"{args.backend} matches {res['reference']} on every output ({res['runs']} run(s))")
+    else:
+        print(f"first diverging node: {res['node']} ({res['op_type']}, {res['node_id']}), "
+              f"position {res['position']} of {res['op_nodes']}, found in {res['runs']} runs")
+        for t in res["tensors"]:
+            print(f"  {t['tensor']}: max abs {t['max_abs']:.3g}, cosine {t['cosine']:.6f}")
+        if "reproducer" in res:
+            print(f"reproducer: {res['reproducer']['model']} (inputs "
+                  f"{res['reproducer']['inputs']}, expected {res['reproducer']['expected']}); "
+                  f"fails alone: {res['reproducer_diverges']}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from runtime_module.module import load
+    from runtime_module.profile import profile_artifact
+
+    mod = load(args.artifact)
+    res = profile_artifact(mod, _inputs(args, mod=mod), repeats=args.repeats)
+    trace = res.pop("trace")
+    if args.trace:
+        _write_atomic(args.trace, json.dumps(trace).encode())
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    print(f"end to end {res['e2e_ms']:.3f} ms; partitions sum to {res['partitions_total_ms']:.3f}"
+          f" ms ({res['coverage']:.1%})")
+    for p in res["partitions"]:
+        print(f"  {p['partition']} {p['backend']:12} {p['ms']:9.3f} ms  ({p['kernels']} kernels; "
+              f"{p['kernel_times']}; outside kernels {p['outside_kernels_ms']:.3f} ms)")
+    print("top ONNX nodes:")
+    for r in res["onnx_nodes"][: args.top]:
+        shared = f"  (kernel shared with {', '.join(r['shared_with'])})" if r.get("shared_with") else ""
+        print(f"  {r['ms']:9.4f} ms  {r['onnx_node']} [{r['backend']}]{shared}")
+    if args.trace:
+        print(f"Chrome trace: {args.trace}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from runtime_module.module import load
+    from runtime_module.report_html import render
+
+    profile = None
+    if args.profile:
+        try:
+            with open(args.profile) as f:
+                profile = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ProvmapError(f"{args.profile}: cannot read the profile JSON: {e}") from None
+    mod = load(args.artifact, runnable=bool(args.measure))
+    if args.measure:
+        from runtime_module.profile import profile_artifact
+
+        profile = profile_artifact(mod, mod.random_inputs(0), repeats=args.repeats)
+    page = render(mod, profile)
+    _write_atomic(args.output, page.encode())
+    summary = {"report": args.output, "nodes": len(mod.lookup.map.nodes),
+               "partitions": len(mod.partitions), "bytes": len(page.encode()),
+               "costs": "measured" if profile else "none"}
+    print(json.dumps(summary) if args.json else
+          f"wrote {args.output} ({summary['nodes']} nodes, {summary['partitions']} partitions)")
+    return 0
+
+
+def cmd_annotate(args) -> int:
+    from runtime_module.annotate import annotate_model
+    from runtime_module.module import load
+
+    mod = load(args.artifact, runnable=False)
+    model = annotate_model(mod.artifact.source_model(args.model), mod)
+    _write_atomic(args.output, model.SerializeToString())
+    n = sum(1 for node in model.graph.node
+            if any(p.key == "provmap.backend" for p in node.metadata_props))
+    summary = {"annotated": args.output, "nodes": len(model.graph.node), "with_backend": n}
+    print(json.dumps(summary) if args.json else
+          f"wrote {args.output}: {n} of {len(model.graph.node)} nodes annotated "
+          "(metadata_props provmap.*; open in Netron)")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from runtime_module.module import load
+
+    from .explain import explain_artifact, format_explain
+
+    mod = load(args.artifact, runnable=False)
+    x = explain_artifact(mod.manifest)
+    print(json.dumps(x, indent=1) if args.json else format_explain(x), end="" if not args.json else "\n")
+    return 0
+
+
+def _common(p, inputs=True):
+    p.add_argument("--json", action="store_true")
+    if inputs:
+        p.add_argument("--inputs", help=".npz with one array per model input (default: random)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def _tolerances(p):
+    p.add_argument("--reference", default="onnxruntime", choices=["onnxruntime", "openvino"])
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-3)
+
+
+def add_workbench_commands(sub) -> None:
+    c = sub.add_parser("compare", help="artifact vs full-model reference at every partition "
+                       "boundary (exit 0 match, 1 mismatch, 2 could not evaluate)")
+    c.add_argument("artifact")
+    c.add_argument("--model", help="the ONNX model, if the artifact does not embed it")
+    _common(c)
+    _tolerances(c)
+    c.set_defaults(func=cmd_compare)
+
+    b = sub.add_parser("bisect", help="first ONNX node whose output on a backend diverges; "
+                       "writes a minimal reproducer")
+    b.add_argument("model", help=MODEL_HELP)
+    b.add_argument("--backend", required=True)
+    b.add_argument("-o", "--output", help="directory for reproducer.onnx and its inputs")
+    _common(b)
+    _tolerances(b)
+    b.set_defaults(func=cmd_bisect)
+
+    pr = sub.add_parser("profile", help="time per partition, kernel and ONNX node")
+    pr.add_argument("artifact")
+    pr.add_argument("--repeats", type=int, default=20)
+    pr.add_argument("--trace", help="write a Chrome trace JSON here")
+    pr.add_argument("--top", type=int, default=15, help="ONNX nodes listed in text mode")
+    _common(pr)
+    pr.set_defaults(func=cmd_profile)
+
+    r = sub.add_parser("report", help="self-contained HTML: the graph colored by backend")
+    r.add_argument("artifact")
+    r.add_argument("-o", "--output", required=True)
+    r.add_argument("--profile", help="costs from a `provmap profile --json` file")
+    r.add_argument("--measure", action="store_true", help="profile now for per-node costs")
+    r.add_argument("--repeats", type=int, default=10)
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_report)
+
+    a = sub.add_parser("annotate", help="the ONNX model with each node's backend, partition "
+                       "and kernels in metadata (Netron)")
+    a.add_argument("artifact")
+    a.add_argument("-o", "--output", required=True)
+    a.add_argument("--model", help="the ONNX model, if the artifact does not embed it")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_annotate)
+
+    e = sub.add_parser("explain", help="why each partition is where it is (Collage estimates "
+                       "vs other backends and greedy; the end-to-end check)")
+    e.add_argument("artifact")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_explain)
+
+

@@ -1,0 +1,146 @@
+"""Compare an artifact with a full-model reference at every partition boundary.
+
+A vendor whose backend gives wrong numbers needs to know *where*: the artifact is run with a hook
+that captures every tensor a partition produces, the original model is run once on the
+reference library with those same tensors added as graph outputs, and each is compared (max
+abs, max rel, cosine) under the name of the ONNX node that produced it.  The first partition
+whose outputs diverge while all its inputs still match is the culprit: errors upstream of it
+would otherwise be blamed on everything downstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from provenance.errors import ProvmapError
+
+
+@dataclass
+class Tolerance:
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+
+def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> dict:
+    """max abs / max rel error and cosine similarity; `ok` by |got - ref| <= atol + rtol*|ref|."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return {"ok": False, "max_abs": None, "max_rel": None, "cosine": None,
+                "problem": f"{got.dtype}{list(got.shape)} vs reference {ref.dtype}{list(ref.shape)}"}
+    a = got.astype(np.float64).ravel()
+    r = ref.astype(np.float64).ravel()
+    if a.size == 0:
+        return {"ok": True, "max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0, "problem": ""}
+    nan_a, nan_r = np.isnan(a), np.isnan(r)
+    problem = ""
+    if (nan_a != nan_r).any():
+        problem = f"NaN at {int((nan_a != nan_r).sum())} element(s) where the other has none"
+    both = ~(nan_a | nan_r)
+    diff = np.abs(a[both] - r[both])
+    max_abs = float(diff.max()) if diff.size else 0.0
+    rel = diff / np.maximum(np.abs(r[both]), 1e-12)
+    max_rel = float(rel.max()) if rel.size else 0.0
+    na, nr = np.linalg.norm(a[both]), np.linalg.norm(r[both])
+    cosine = float(np.dot(a[both], r[both]) / (na * nr)) if na > 0 and nr > 0 else \
+        (1.0 if na == nr else 0.0)
+    ok = not problem and bool(np.all(diff <= tol.atol + tol.rtol * np.abs(r[both])))
+    return {"ok": ok, "max_abs": max_abs, "max_rel": max_rel, "cosine": cosine,
+            "problem": problem}
+
+
+def reference_run(model: onnx.ModelProto, inputs: dict, extra_outputs: list[str],
+                  reference: str = "onnxruntime") -> dict[str, np.ndarray]:
+    """Run the whole model on the reference library with `extra_outputs` exposed."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for name in extra_outputs:
+        if name not in have:
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+            have.add(name)
+    names = [o.name for o in m.graph.output]
+    data = m.SerializeToString()
+    if reference == "onnxruntime":
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, inputs)))
+    if reference == "openvino":
+        import openvino as ov
+
+        core = ov.Core()
+        compiled = core.compile_model(core.read_model(data, b""), "CPU",
+                                      {"INFERENCE_PRECISION_HINT": "f32"})
+        res = compiled(inputs)
+        out = {}
+        for port, v in res.items():
+            for n in port.get_names():
+                out[n] = np.asarray(v)
+        return {n: out[n] for n in names if n in out}
+    raise ProvmapError(f"unknown reference {reference!r}; use onnxruntime or openvino")
+
+
+def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str = "onnxruntime",
+                     tol: Tolerance | None = None) -> dict:
+    """Every partition output and model output, artifact vs reference (see module doc)."""
+    tol = tol or Tolerance()
+    producer = {}
+    for node in model.graph.node:
+        for o in node.output:
+            producer[o] = node.name or f"{node.op_type}#{len(producer)}"
+    graph_in = {i.name for i in model.graph.input}
+    graph_out = [o.name for o in model.graph.output]
+    captured: dict[str, tuple] = {}  # tensor -> (partition module, array)
+    inputs_of: dict[str, list[str]] = {}
+
+    def hook(m, ins, outs, _dt):
+        inputs_of[m.id] = list(ins)
+        for n, a in outs.items():
+            captured[n] = (m, np.array(a, copy=True))
+
+    try:
+        mod.run(inputs, on_partition=hook)
+    except ProvmapError as e:
+        raise ProvmapError(f"the artifact failed to run: {e}") from None
+    try:
+        ref = reference_run(model, inputs, list(captured), reference)
+    except ProvmapError:
+        raise
+    except Exception as e:
+        raise ProvmapError(f"reference {reference} failed on the model: "
+                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    tensors = []
+    bad = set()
+    for name, (m, a) in captured.items():
+        if name not in ref:
+            continue
+        met = metrics(a, ref[name], tol)
+        tensors.append({"tensor": name, "onnx_node": producer.get(name), "partition": m.id,
+                        "backend": m.backend, "model_output": name in graph_out,
+                        "shape": list(np.shape(a)), **met})
+        if not met["ok"]:
+            bad.add(name)
+    culprit = None
+    for m in mod.partitions:
+        outs = [t for t in tensors if t["partition"] == m.id]
+        if any(not t["ok"] for t in outs):
+            upstream_ok = all(n in graph_in or n not in bad for n in inputs_of.get(m.id, ()))
+            if upstream_ok:
+                names = _node_names(mod, m)
+                culprit = {"partition": m.id, "backend": m.backend, "onnx_nodes": names,
+                           "diverging_tensors": [t["tensor"] for t in outs if not t["ok"]],
+                           "diverging_nodes": [t["onnx_node"] for t in outs if not t["ok"]]}
+                break
+    return {"reference": reference, "atol": tol.atol, "rtol": tol.rtol,
+            "match": not bad, "mismatches": len(bad), "tensors": tensors,
+            "first_divergent_partition": culprit}
+
+
+def _node_names(mod, m) -> list[str]:
+    by_id = {n.id: n for n in mod.lookup.map.nodes}
+    return [(by_id[i].name or i) if i in by_id else i for i in m.info["ops"]]

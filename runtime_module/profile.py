@@ -1,0 +1,124 @@
+"""Where the time goes: per partition, per kernel, per ONNX node, across every backend.
+
+Partition times are measured by the executor's hook around each partition call (the same calls
+a normal run makes), so they add up to the end-to-end latency up to the executor's own
+microseconds.  Inside a partition, each backend's own profiler (ORT session profiling, OpenVINO
+PERF_COUNT, the Relax VM profiler) gives the *shares* of its kernels; those shares scale the
+partition's measured time (profilers add their own overhead, and do not see a library's
+per-call cost, which is reported as the partition's "outside kernels" row).  A kernel that
+implements several ONNX nodes (a fused conv+bias+relu) splits its time evenly among them and
+says so (`shared_with`).  A backend without a profiler gets an even split, flagged.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from .registry import get_backend
+
+
+def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int = 10) -> dict:
+    mod.load_runners()
+    for _ in range(3):
+        mod.run(inputs)
+    e2e, per_part = [], {m.id: [] for m in mod.partitions}
+    part_inputs: dict[str, list] = {}
+
+    def hook(m, ins, _outs, dt):
+        per_part[m.id].append(dt)
+        if m.id not in part_inputs:
+            part_inputs[m.id] = [ins[n] for n in m.runner.input_names]
+
+    trace_run = None
+    for k in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        mod.run(inputs)
+        e2e.append(time.perf_counter() - t0)
+        # Partition times come from separate hooked runs, interleaved with the plain ones.
+        marks = []
+        start = time.perf_counter()
+        mod.run(inputs, on_partition=lambda m, i, o, dt: (hook(m, i, o, dt),
+                                                          marks.append((m, time.perf_counter(), dt))))
+        if k == 0:
+            trace_run = (start, marks)
+    e2e_ms = statistics.median(e2e) * 1e3
+    lk = mod.lookup
+    node_name = {n.id: (n.name or n.id) for n in lk.map.nodes}
+    partitions, kernels_out, nodes_out = [], [], {}
+    for m in mod.partitions:
+        p_ms = statistics.median(per_part[m.id]) * 1e3
+        blob = mod.artifact.blob(m.id)
+        options = mod.manifest["backends"].get(m.backend, {}).get("options", {})
+        try:
+            prof = get_backend(m.backend, **options).profile_kernels(
+                blob, part_inputs[m.id], kernel_repeats)
+            source = "profiler" if prof else "even split (backend has no profiler)"
+        except Exception as e:  # a profiler failing must not hide the partition-level numbers
+            prof, source = None, f"even split (profiler failed: {type(e).__name__}: {e})"
+        names = [k.name for k in blob.kernels]
+        if not prof:
+            share = {n: 1.0 / len(names) for n in names} if names else {}
+            inside_ms = p_ms
+        else:
+            tot = sum(prof.values())
+            # Profilers see only kernel time; what the library spends around them stays with
+            # the partition, so kernel times are scaled to (at most) the measured partition time.
+            inside_ms = min(p_ms, tot * 1e3)
+            share = {n: prof.get(n, 0.0) / tot for n in names} if tot > 0 else {}
+        k_rows = []
+        for k in blob.kernels:
+            q = f"{m.id}:{k.name}"
+            ms = share.get(k.name, 0.0) * inside_ms
+            answer = lk.kernel(q)
+            nodes = [d for a in answer for d in a["onnx_nodes"] if d.get("role") != "constant"]
+            ids = sorted({d["id"] for d in nodes})
+            onnx_nodes = [node_name.get(i, i) for i in ids]
+            k_rows.append({"kernel": q, "partition": m.id, "backend": m.backend, "ms": ms,
+                           "onnx_nodes": onnx_nodes, "source": source})
+            for i in ids:
+                row = nodes_out.setdefault(i, {"onnx_node": node_name.get(i, i), "id": i,
+                                              "ms": 0.0, "kernels": [], "backend": m.backend})
+                row["ms"] += ms / len(ids)
+                row["kernels"].append(q)
+                if len(ids) > 1:
+                    row.setdefault("shared_with", set()).update(set(ids) - {i})
+        kernels_out.extend(k_rows)
+        partitions.append({"partition": m.id, "backend": m.backend, "ms": p_ms,
+                           "kernels_ms": inside_ms if share else 0.0,
+                           "outside_kernels_ms": p_ms - (inside_ms if share else 0.0),
+                           "kernels": len(names), "kernel_times": source})
+    for row in nodes_out.values():
+        if "shared_with" in row:
+            row["shared_with"] = sorted(node_name.get(i, i) for i in row["shared_with"])
+    total = sum(p["ms"] for p in partitions)
+    return {"e2e_ms": e2e_ms, "partitions_total_ms": total,
+            "coverage": total / e2e_ms if e2e_ms else None, "repeats": repeats,
+            "partitions": partitions,
+            "kernels": sorted(kernels_out, key=lambda r: -r["ms"]),
+            "onnx_nodes": sorted(nodes_out.values(), key=lambda r: -r["ms"]),
+            "trace": chrome_trace(trace_run, partitions, kernels_out) if trace_run else None}
+
+
+def chrome_trace(trace_run, partitions, kernels) -> dict:
+    """Chrome trace (chrome://tracing, Perfetto): partitions as measured in one run; inside
+    each, its kernels laid end to end with their attributed durations."""
+    start, marks = trace_run
+    events = []
+    by_part: dict[str, list] = {}
+    for k in kernels:
+        by_part.setdefault(k["partition"], []).append(k)
+    for m, end, dt in marks:
+        ts = (end - dt - start) * 1e6
+        events.append({"name": f"{m.id} ({m.backend})", "cat": "partition", "ph": "X",
+                       "ts": ts, "dur": dt * 1e6, "pid": 1, "tid": m.backend,
+                       "args": {"partition": m.id}})
+        t = ts
+        for k in sorted(by_part.get(m.id, []), key=lambda r: r["kernel"]):
+            if k["ms"] <= 0:
+                continue
+            events.append({"name": k["kernel"], "cat": "kernel", "ph": "X", "ts": t,
+                           "dur": k["ms"] * 1e3, "pid": 1, "tid": f"{m.backend} kernels",
+                           "args": {"onnx_nodes": k["onnx_nodes"], "source": k["source"]}})
+            t += k["ms"] * 1e3
+    return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -1,0 +1,261 @@
+"""The vendor's workbench: compare, bisect, profile, report (in headless Chromium), annotate,
+explain -- on real backends, with a deliberately wrong kernel injected (test only)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+
+import crashing_backend as cb
+from partition.bisect import bisect, check_reproducer
+from partition.cli import main as cli_main
+from partition.compile import compile_model, load_view
+from provenance import zoo
+from runtime_module.compare import Tolerance, compare_artifact
+from runtime_module.module import load
+from runtime_module.registry import get_backend
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return zoo.transformer_block()
+
+
+@pytest.fixture(scope="module")
+def mixed_art(tmp_path_factory, transformer):
+    """Transformer block, ORT with Softmax excluded and OpenVINO picking it up: 3 partitions."""
+    path = tmp_path_factory.mktemp("wb") / "mixed.provmap"
+    compile_model(transformer, "greedy:onnxruntime,openvino", out=path, embed_model=True,
+                  backend_options={"onnxruntime": {"exclude_ops": ["Softmax"]}})
+    return path
+
+
+def _perturb(mod, pid: str, delta: float = 0.5):
+    part = next(p for p in mod.partitions if p.id == pid)
+    part._runner = cb._Perturbed(part.runner, delta)
+    mod._plan = None
+
+
+def test_compare_clean_artifact_matches(mixed_art):
+    mod = load(mixed_art)
+    assert len(mod.partitions) >= 3
+    model = mod.artifact.source_model()
+    res = compare_artifact(mod, model, mod.random_inputs(0))
+    assert res["match"] and res["first_divergent_partition"] is None
+    produced = {t["tensor"] for t in res["tensors"]}
+    boundary = {t["name"] for p in mod.manifest["partitions"] for t in p["outputs"]}
+    assert produced == boundary  # every tensor crossing a boundary, and the outputs
+    for t in res["tensors"]:
+        assert t["onnx_node"] and t["cosine"] > 0.999999
+
+
+def test_compare_points_at_the_perturbed_partition(mixed_art):
+    mod = load(mixed_art)
+    victim = mod.manifest["partitions"][1]
+    _perturb(mod, victim["id"])
+    res = compare_artifact(mod, mod.artifact.source_model(), mod.random_inputs(0))
+    assert not res["match"]
+    c = res["first_divergent_partition"]
+    assert c["partition"] == victim["id"] and c["backend"] == victim["backend"]
+    names = {n.id: n.name for n in mod.lookup.map.nodes}
+    assert set(c["onnx_nodes"]) == {names[i] for i in victim["ops"]}
+    # Upstream tensors still match; the victim's and everything downstream differ.
+    first = next(t for t in res["tensors"] if t["partition"] == mod.manifest["partitions"][0]["id"])
+    assert first["ok"]
+    bad = [t for t in res["tensors"] if t["partition"] == victim["id"]]
+    assert bad and all(not t["ok"] and t["max_abs"] == pytest.approx(0.5, rel=1e-3) for t in bad)
+
+
+def test_compare_cli_exit_codes(mixed_art, tmp_path, monkeypatch, capsys):
+    assert cli_main(["compare", str(mixed_art), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["match"]
+    # 1: mismatch (the perturbed kernel injected into the loaded module).
+    import runtime_module.module as rm
+
+    real = rm.load
+
+    def perturbed_load(path, runnable=True):
+        m = real(path, runnable)
+        _perturb(m, m.manifest["partitions"][-1]["id"])
+        return m
+
+    monkeypatch.setattr(rm, "load", perturbed_load)
+    assert cli_main(["compare", str(mixed_art)]) == 1
+    assert "first divergent partition" in capsys.readouterr().out
+    monkeypatch.setattr(rm, "load", real)
+    # 2: cannot evaluate -- no embedded model and none given, or the wrong model.
+    plain = tmp_path / "plain.provmap"
+    compile_model(zoo.transformer_block(), "single:onnxruntime", out=plain)
+    assert cli_main(["compare", str(plain)]) == 2
+    assert "--embed-model" in capsys.readouterr().err
+    assert cli_main(["compare", str(plain), "--model", "bundled:squeezenet"]) == 2
+    assert "not the model this artifact was compiled from" in capsys.readouterr().err
+
+
+def test_bisect_finds_the_wrong_node_and_reproducer_fails_alone(tmp_path, transformer):
+    view = load_view(transformer, "transformer")
+    target = view.nodes[view.op_nodes[len(view.op_nodes) // 2]].name
+    cb.NodePerturbingBackend.TARGET = target
+    backend = cb.NodePerturbingBackend()
+    inputs = zoo.random_inputs(transformer, seed=0)
+    res = bisect(view, backend, inputs, Tolerance(), out_dir=tmp_path / "repro")
+    assert res["diverges"] and res["node"] == target
+    n = len(view.op_nodes)
+    assert res["runs"] <= int(np.ceil(np.log2(n))) + 2  # O(log n) builds
+    assert res["reproducer_diverges"]
+    r = res["reproducer"]
+    rep = onnx.load(r["model"])
+    assert [nd.name for nd in rep.graph.node if nd.name == target] == [target]
+    assert check_reproducer(r["model"], r["inputs"], r["expected"], backend)
+    assert not check_reproducer(r["model"], r["inputs"], r["expected"], get_backend("onnxruntime"))
+
+
+def test_bisect_clean_backend_reports_no_divergence(transformer):
+    view = load_view(transformer, "transformer")
+    res = bisect(view, get_backend("openvino"), zoo.random_inputs(transformer, seed=0))
+    assert not res["diverges"] and res["runs"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet", "inception_v1", "resnet50",
+                                  "vgg19"])
+def test_profile_sums_to_end_to_end(tmp_path, name):
+    from runtime_module.profile import profile_artifact
+
+    model = zoo.with_random_weights(zoo.resolve(f"bundled:{name}")[0], seed=0)
+    art = compile_model(model, "greedy:onnxruntime,openvino",
+                        backend_options={"onnxruntime": {"exclude_ops": ["MaxPool"]}})
+    art.save(tmp_path / "a.provmap")
+    mod = load(tmp_path / "a.provmap")
+    assert {p.backend for p in mod.partitions} == {"onnxruntime", "openvino"}
+    res = profile_artifact(mod, mod.random_inputs(0), repeats=10, kernel_repeats=3)
+    assert res["partitions_total_ms"] == pytest.approx(res["e2e_ms"], rel=0.10)
+    for p in res["partitions"]:
+        assert p["kernel_times"] == "profiler", p
+        assert 0 <= p["outside_kernels_ms"] <= p["ms"] + 1e-9
+    # Node attribution adds up to the kernels' time.
+    assert sum(r["ms"] for r in res["onnx_nodes"]) == pytest.approx(
+        sum(k["ms"] for k in res["kernels"]), rel=1e-6)
+    assert any(r.get("shared_with") for r in res["onnx_nodes"])  # fused kernels say so
+    ev = res["trace"]["traceEvents"]
+    assert {e["cat"] for e in ev} == {"partition", "kernel"}
+
+
+def test_profile_tvm_and_cli_trace(tmp_path, transformer, capsys):
+    art = tmp_path / "tvm.provmap"
+    compile_model(transformer, "greedy:tvm,onnxruntime", out=art,
+                  backend_options={"tvm": {"exclude_ops": ["Softmax"]}})
+    trace = tmp_path / "trace.json"
+    assert cli_main(["profile", str(art), "--repeats", "5", "--trace", str(trace), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    by_backend = {p["backend"]: p for p in res["partitions"]}
+    assert by_backend["tvm"]["kernel_times"] == "profiler"
+    assert any(k["backend"] == "tvm" and k["ms"] > 0 for k in res["kernels"])
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def _chromium():
+    for exe in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(exe)
+        if path:
+            return path
+    pytest.fail("Chromium is needed for the report test (.ci/run installs Debian's chromium)")
+
+
+def test_report_renders_in_headless_chromium(tmp_path):
+    from bench.scaling import synthetic_model
+
+    from runtime_module.artifact import build_artifact
+    from runtime_module.plan import PartitionSpec, Plan
+
+    view = load_view(synthetic_model(1200), "synthetic1200")
+    half = len(view.op_nodes) // 2
+    plan = Plan("manual", [PartitionSpec("onnxruntime", view.op_nodes[:half]),
+                           PartitionSpec("openvino", view.op_nodes[half:])])
+    art = tmp_path / "big.provmap"
+    build_artifact(view, plan, {b: get_backend(b) for b in ("onnxruntime", "openvino")}).save(art)
+    html_path = tmp_path / "report.html"
+    assert cli_main(["report", str(art), "-o", str(html_path)]) == 0
+    page = html_path.read_text()
+    assert "<script src" not in page and "http://" not in page.replace(
+        "http://www.w3.org/2000/svg", "")  # self-contained
+    exe = _chromium()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--virtual-time-budget=10000", "--window-size=1400,900"]
+    dom = subprocess.run([exe, *flags, "--dump-dom", html_path.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    assert 'data-rendered="ok"' in dom.stdout, dom.stderr[-2000:]
+    assert "data-error" not in dom.stdout
+    assert 'data-nodes="1200"' in dom.stdout
+    shot = tmp_path / "shot.png"
+    subprocess.run([exe, *flags, f"--screenshot={shot}", html_path.as_uri()],
+                   capture_output=True, timeout=120)
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(shot)
+    assert img.shape[0] >= 800 and img.shape[1] >= 1300
+    # Backend colors are on screen: ORT blue and OpenVINO green pixels both present.
+    rgb = (img[..., :3] * 255).round().astype(int)
+    for color in ((0x4e, 0x79, 0xa7), (0x59, 0xa1, 0x4f)):
+        assert (np.abs(rgb - np.array(color)).sum(axis=-1) < 6).sum() > 100, color
+
+
+def test_annotate_writes_placement_into_the_model(mixed_art, tmp_path, transformer):
+    out = tmp_path / "annotated.onnx"
+    assert cli_main(["annotate", str(mixed_art), "-o", str(out)]) == 0
+    m = onnx.load(out)
+    mod = load(mixed_art, runnable=False)
+    placed = {}
+    for node in m.graph.node:
+        props = {p.key: p.value for p in node.metadata_props}
+        if "provmap.backend" in props:
+            placed[node.name] = props
+    by_part = {p["id"]: p for p in mod.manifest["partitions"]}
+    names = {n.id: n.name for n in mod.lookup.map.nodes}
+    for pid, p in by_part.items():
+        for i in p["ops"]:
+            assert placed[names[i]]["provmap.partition"] == pid
+            assert placed[names[i]]["provmap.backend"] == p["backend"]
+            assert placed[names[i]]["provmap.kernels"]
+    softmax = [n for n in m.graph.node if n.op_type == "Softmax"]
+    assert all({p.key: p.value for p in n.metadata_props}["provmap.backend"] == "openvino"
+               for n in softmax)
+    # Still the same model: it runs and gives the same output.
+    import onnxruntime as ort
+
+    feeds = zoo.random_inputs(transformer, seed=1)
+    a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    b = ort.InferenceSession(transformer.SerializeToString(),
+                             providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_explain_collage_artifact(tmp_path, transformer, capsys):
+    from partition.collage import CollageOptions
+
+    art = tmp_path / "c.provmap"
+    compile_model(transformer, "collage:onnxruntime,openvino", out=art,
+                  collage_options=CollageOptions(cache_path=str(tmp_path / "c.sqlite"),
+                                                 max_size=4, max_depth=2))
+    assert cli_main(["explain", str(art), "--json"]) == 0
+    x = json.loads(capsys.readouterr().out)
+    assert x["searched"] and x["partitions"]
+    for r in x["partitions"]:
+        assert set(r["alternatives_ms"]) == {"onnxruntime", "openvino"}
+        assert r["alternatives_ms"][r["backend"]] is not None or r["from_candidates"]
+        assert r["greedy_backend"] in ("onnxruntime", "openvino")
+    assert x["end_to_end"]["winner"] and x["end_to_end"]["measured_ms"]
+    assert cli_main(["explain", str(art)]) == 0
+    text = capsys.readouterr().out
+    assert "end-to-end check" in text and "as one partition" in text
+    # A rule-based artifact says there was no search.
+    plain = tmp_path / "p.provmap"
+    compile_model(transformer, "single:openvino", out=plain)
+    assert cli_main(["explain", str(plain), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["searched"] is False
