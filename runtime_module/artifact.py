@@ -34,7 +34,7 @@ from provenance.errors import ProvmapError
 from provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
 from provenance import store
 
-from .backend import Backend, BackendError, Blob
+from .backend import Backend, BackendError, Blob, KernelInfo
 from .partitioned import partitioned_module
 from .plan import Plan, order_plan
 from .subgraph import GraphView
@@ -80,7 +80,9 @@ class Artifact:
         p = self.partition(pid)
         prefix = f"partitions/{pid}/"
         files = {name[len(prefix):]: self.members[name] for name in p["files"]}
-        return Blob(backend=p["backend"], files=files, meta=p["blob_meta"])
+        # Kernel names come back from the manifest (their node mapping lives in the map).
+        kernels = [KernelInfo(name=q.split(":", 1)[1], kind="") for q in p.get("kernels", [])]
+        return Blob(backend=p["backend"], files=files, meta=p["blob_meta"], kernels=kernels)
 
     def source_model(self, given=None):
         """The ONNX model this artifact was compiled from: the embedded one, or `given` (a path,

@@ -20,6 +20,7 @@ EXTRA = ["#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
 def report_data(mod, profile: dict | None = None) -> dict:
     lk = mod.lookup
     nodes = sorted(lk.map.nodes, key=lambda n: n.index)
+    graph_inputs = {t["name"] for t in mod.manifest["model"]["inputs"]}
     producer = {}
     for n in nodes:
         for o in n.outputs:
@@ -28,6 +29,17 @@ def report_data(mod, profile: dict | None = None) -> dict:
     for n in nodes:  # ONNX node order is topological (the importer sorts unsorted files)
         depth[n.id] = 1 + max((depth.get(producer[i], -1) for i in n.inputs if i in producer),
                               default=-1)
+    # Constant producers (weights built by ConstantOfShape, shape arithmetic) have no inputs:
+    # place them just above their first consumer instead of all in the top layer.
+    consumers: dict[str, list[str]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i in producer:
+                consumers.setdefault(producer[i], []).append(n.id)
+    for n in reversed(nodes):
+        if not any(i in producer for i in n.inputs) and consumers.get(n.id) and \
+                not any(i for i in n.inputs if i not in producer and i in graph_inputs):
+            depth[n.id] = max(0, min(depth[c] for c in consumers[n.id]) - 1)
     layers: dict[int, list[str]] = {}
     for n in nodes:
         layers.setdefault(depth[n.id], []).append(n.id)
@@ -72,7 +84,7 @@ def report_data(mod, profile: dict | None = None) -> dict:
             "colors": colors, "nodes": out_nodes, "edges": edges, "partitions": parts,
             "e2e_ms": (profile or {}).get("e2e_ms"),
             "cost_source": "provmap profile (measured, attributed to nodes)" if profile else
-            "not measured (run `provmap report --profile` or pass a profile JSON)"}
+            "not measured (`provmap report --measure`, or `--profile PROFILE.json`)"}
 
 
 _PAGE = """<!doctype html>
