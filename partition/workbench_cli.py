@@ -114,8 +114,8 @@ def cmd_profile(args) -> int:
     if args.json:
         print(json.dumps(res, indent=1))
         return 0
-    print(f"end to end {res['e2e_ms']:.3f} ms; partitions sum to {res['partitions_total_ms']:.3f}"
-          f" ms ({res['coverage']:.1%})")
+    print(f"end to end {res['e2e_ms']:.3f} ms (plain runs: {res['e2e_plain_ms']:.3f} ms); "
+          f"partitions sum to {res['partitions_total_ms']:.3f} ms ({res['coverage']:.1%})")
     for p in res["partitions"]:
         print(f"  {p['partition']} {p['backend']:12} {p['ms']:9.3f} ms  ({p['kernels']} kernels; "
               f"{p['kernel_times']}; outside kernels {p['outside_kernels_ms']:.3f} ms)")
