@@ -14,54 +14,25 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from provenance import zoo
 from provenance.importer import import_onnx
-from runtime_module.backend import Backend, BackendError, Blob, Runner
+from runtime_module.backend import BackendError, Blob, Runner
 from runtime_module.backends.onnxruntime import OnnxRuntimeBackend
 from runtime_module.registry import get_backend
 from runtime_module.subgraph import GraphView
+from backend_cases import bundled_model, load_case, run_parts
 from unsupported_models import ERF_DOUBLE_NODE, erf_double_model, maxunpool_model
 
 RTOL = ATOL = 1e-4
 
 
-def _model(name: str):
-    model, _ = zoo.resolve(f"bundled:{name}")
-    if name != "transformer":
-        model = zoo.with_random_weights(model, seed=0)
-    return model
-
-
 @pytest.fixture(scope="module", params=["squeezenet", "transformer"])
 def case(request):
-    model = _model(request.param)
-    view = GraphView(import_onnx(model))
-    feeds = zoo.random_inputs(model, seed=1)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-    return request.param, view, feeds, ref
+    return load_case(request.param)
 
 
 @pytest.fixture(scope="module")
 def backend():
     return OnnxRuntimeBackend()
-
-
-def _run_parts(backend: Backend, view: GraphView, parts, feeds):
-    """Build and run each part in order, feeding tensors by name; returns (values, blobs)."""
-    values = dict(feeds)
-    blobs = []
-    for ops in parts:
-        sub = view.subgraph(ops)
-        blob = backend.build(sub)
-        runner = backend.load(blob)
-        outs = runner([values[n] for n in runner.input_names])
-        assert runner.output_names == [t.name for t in sub.outputs]
-        for t, arr in zip(sub.outputs, outs):
-            assert arr.shape == t.shape and str(arr.dtype) == t.dtype, t
-        values.update(zip(runner.output_names, outs))
-        blobs.append((sub, blob))
-    return values, blobs
 
 
 def _assert_covered(sub, blob):
@@ -87,7 +58,7 @@ def test_registry_and_version():
 
 def test_whole_model_matches_ort(case, backend):
     name, view, feeds, ref = case
-    values, [(sub, blob)] = _run_parts(backend, view, [view.op_nodes], feeds)
+    values, [(sub, blob, _)] = run_parts(backend, view, [view.op_nodes], feeds)
     for out, expected in ref.items():
         np.testing.assert_allclose(values[out], expected, rtol=RTOL, atol=ATOL, err_msg=out)
     _assert_covered(sub, blob)
@@ -105,10 +76,10 @@ def test_split_in_two_matches_ort(case, backend):
     name, view, feeds, ref = case
     ops = view.op_nodes
     k = len(ops) // 2
-    values, blobs = _run_parts(backend, view, [ops[:k], ops[k:]], feeds)
+    values, blobs = run_parts(backend, view, [ops[:k], ops[k:]], feeds)
     for out, expected in ref.items():
         np.testing.assert_allclose(values[out], expected, rtol=RTOL, atol=ATOL, err_msg=out)
-    for sub, blob in blobs:
+    for sub, blob, _ in blobs:
         _assert_covered(sub, blob)
     # the boundary really is a cut: the second part reads what the first produced
     first, second = blobs[0][0], blobs[1][0]
@@ -141,7 +112,7 @@ def test_outputs_survive_later_calls(case, backend):
 
 def test_kernels_follow_fusion():
     """Conv+Relu is one ORT kernel (FusedConv, or an NCHWc Conv with activation)."""
-    model = _model("squeezenet")
+    model = bundled_model("squeezenet")
     view = GraphView(import_onnx(model))
     sub = view.subgraph(view.op_nodes)
     blob = OnnxRuntimeBackend().build(sub)

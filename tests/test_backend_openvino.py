@@ -13,58 +13,29 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnxruntime as ort
 import openvino as ov
 import pytest
 
 from provenance import zoo
 from provenance.importer import import_onnx
-from runtime_module.backend import Backend, BackendError, Blob, Runner
+from runtime_module.backend import BackendError, Blob, Runner
 from runtime_module.backends.openvino import OpenVINOBackend
 from runtime_module.registry import get_backend
 from runtime_module.subgraph import GraphView
+from backend_cases import bundled_model, load_case, run_parts
 from unsupported_models import MAXUNPOOL_NODE, erf_double_model, maxunpool_model
 
 RTOL = ATOL = 1e-3
 
 
-def _model(name: str):
-    model, _ = zoo.resolve(f"bundled:{name}")
-    if name != "transformer":
-        model = zoo.with_random_weights(model, seed=0)
-    return model
-
-
 @pytest.fixture(scope="module", params=["squeezenet", "transformer"])
 def case(request):
-    model = _model(request.param)
-    view = GraphView(import_onnx(model))
-    feeds = zoo.random_inputs(model, seed=1)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-    return request.param, view, feeds, ref
+    return load_case(request.param)
 
 
 @pytest.fixture(scope="module")
 def backend():
     return OpenVINOBackend()
-
-
-def _run_parts(backend: Backend, view: GraphView, parts, feeds):
-    """Build and run each part in order, feeding tensors by name; returns (values, blobs)."""
-    values = dict(feeds)
-    blobs = []
-    for ops in parts:
-        sub = view.subgraph(ops)
-        blob = backend.build(sub)
-        runner = backend.load(blob)
-        outs = runner([values[n] for n in runner.input_names])
-        assert runner.output_names == [t.name for t in sub.outputs]
-        for t, arr in zip(sub.outputs, outs):
-            assert arr.shape == t.shape and str(arr.dtype) == t.dtype, t
-        values.update(zip(runner.output_names, outs))
-        blobs.append((sub, blob, runner))
-    return values, blobs
 
 
 def _assert_covered(sub, blob):
@@ -101,7 +72,7 @@ def test_registry_and_options():
 
 def test_whole_model_matches_ort(case, backend):
     name, view, feeds, ref = case
-    values, [(sub, blob, runner)] = _run_parts(backend, view, [view.op_nodes], feeds)
+    values, [(sub, blob, runner)] = run_parts(backend, view, [view.op_nodes], feeds)
     for out, expected in ref.items():
         np.testing.assert_allclose(values[out], expected, rtol=RTOL, atol=ATOL, err_msg=out)
     _assert_covered(sub, blob)
@@ -117,7 +88,7 @@ def test_split_in_two_matches_ort(case, backend):
     name, view, feeds, ref = case
     ops = view.op_nodes
     k = len(ops) // 2
-    values, blobs = _run_parts(backend, view, [ops[:k], ops[k:]], feeds)
+    values, blobs = run_parts(backend, view, [ops[:k], ops[k:]], feeds)
     for out, expected in ref.items():
         np.testing.assert_allclose(values[out], expected, rtol=RTOL, atol=ATOL, err_msg=out)
     for sub, blob, runner in blobs:
@@ -160,7 +131,7 @@ def test_outputs_survive_later_calls(case, backend):
 def test_kernels_follow_fusion():
     """The FullyConnected layer OpenVINO makes of MatMul+Add carries both ONNX nodes (it is
     named after the Add only; the MatMul reaches it through the consumer fallback)."""
-    view = GraphView(import_onnx(_model("transformer")))
+    view = GraphView(import_onnx(bundled_model("transformer")))
     sub = view.subgraph(view.op_nodes)
     blob = OpenVINOBackend().build(sub)
     names = [view.nodes[i].name for i in sub.closure]
@@ -172,7 +143,7 @@ def test_kernels_follow_fusion():
 
 
 def test_explicit_bf16_is_recorded():
-    view = GraphView(import_onnx(_model("transformer")))
+    view = GraphView(import_onnx(bundled_model("transformer")))
     blob = OpenVINOBackend(precision="bf16").build(view.subgraph(view.op_nodes[:4]))
     assert blob.meta["precision"] == "bf16"
     assert blob.meta["config"]["INFERENCE_PRECISION_HINT"] == "bf16"

@@ -1,0 +1,48 @@
+"""Shared by the per-backend tests: the models they run and the part-by-part executor."""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+
+from provenance import zoo
+from provenance.importer import import_onnx
+from runtime_module.backend import Backend
+from runtime_module.subgraph import GraphView
+
+
+def bundled_model(name: str):
+    """A bundled model with seeded random weights (the transformer already has them)."""
+    model, _ = zoo.resolve(f"bundled:{name}")
+    if name != "transformer":
+        model = zoo.with_random_weights(model, seed=0)
+    return model
+
+
+def load_case(name: str):
+    """(name, view, feeds, reference outputs of a plain ORT session on the original model)."""
+    model = bundled_model(name)
+    view = GraphView(import_onnx(model))
+    feeds = zoo.random_inputs(model, seed=1)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    return name, view, feeds, ref
+
+
+def run_parts(backend: Backend, view: GraphView, parts, feeds):
+    """Build and run each part in order, feeding tensors by name.
+
+    Returns (values, [(sub, blob, runner)]), checking each runner's output names, shapes and
+    dtypes against the subgraph's on the way."""
+    values = dict(feeds)
+    built = []
+    for ops in parts:
+        sub = view.subgraph(ops)
+        blob = backend.build(sub)
+        runner = backend.load(blob)
+        outs = runner([values[n] for n in runner.input_names])
+        assert runner.output_names == [t.name for t in sub.outputs]
+        for t, arr in zip(sub.outputs, outs):
+            assert arr.shape == t.shape and str(arr.dtype) == t.dtype, t
+        values.update(zip(runner.output_names, outs))
+        built.append((sub, blob, runner))
+    return values, built
