@@ -15,12 +15,12 @@ from .strategies import greedy, parse_strategy, single
 DEFAULT_STRATEGY = "collage"
 
 
-def load_view(model, label: str | None = None) -> GraphView:
+def load_view(model, label: str | None = None, check: bool = True) -> GraphView:
     """Import a model (path, "bundled:NAME" or ModelProto) and wrap it for partitioning."""
     if isinstance(model, (str, os.PathLike)):
         model, name = zoo.resolve(str(model))
         label = label or name
-    return GraphView(import_onnx(model, label=label))
+    return GraphView(import_onnx(model, label=label, check=check))
 
 
 ALL_BACKENDS = ["tvm", "onnxruntime", "openvino"]

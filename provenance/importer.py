@@ -157,9 +157,13 @@ def _bindings(func):
         yield from block.bindings
 
 
-def import_onnx(source, shape_dict: dict | None = None, label: str | None = None) -> Imported:
-    """Import a model (path or ModelProto) into Relax and build the ONNX<->Relax half of the map."""
-    model, default_label = load_model(source)
+def import_onnx(source, shape_dict: dict | None = None, label: str | None = None,
+                check: bool = True) -> Imported:
+    """Import a model (path or ModelProto) into Relax and build the ONNX<->Relax half of the map.
+
+    `check=False` skips onnx.checker, for models provmap cut itself from a checked one (the
+    checker serializes the whole model: about a second for VGG-19's classifier)."""
+    model, default_label = load_model(source, check=check)
     label = label or default_label
     graph = model.graph
     if any(n.op_type in ("If", "Loop", "Scan") for n in graph.node):

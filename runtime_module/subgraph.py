@@ -126,7 +126,8 @@ class GraphView:
     def _infer_types(self) -> dict[str, TensorSpec]:
         types: dict[str, TensorSpec] = {}
         try:
-            inferred = onnx.shape_inference.infer_shapes(self.model, strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(_weightless(self.model),
+                                                         strict_mode=False)
             vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
         except Exception:  # fall back to Relax's types below
             vis = list(self.graph.input) + list(self.graph.output)
@@ -176,6 +177,40 @@ class GraphView:
 
     def subgraph(self, ops: Iterable[int]) -> "Subgraph":
         return Subgraph(self, ops)
+
+
+_WEIGHT_BYTES = 1 << 16
+
+
+def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` for shape inference: large initializers become typed graph inputs.
+
+    Shape inference serializes the whole model and parses it again in C++: for VGG-19's 400 MB
+    classifier that is seconds per GraphView (and the cost estimator builds one per measured
+    region).  It needs only the *types* of weights; small initializers (shape tensors, axes,
+    which inference reads as values) are kept as they are.
+    """
+    big = [t for t in model.graph.initializer
+           if len(t.raw_data) > _WEIGHT_BYTES or len(t.float_data) * 4 > _WEIGHT_BYTES]
+    if not big:
+        return model
+    big_names = {t.name for t in big}
+    out = onnx.ModelProto()
+    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(out, f, getattr(model, f))
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    g, src = out.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(i for i in src.input if i.name not in big_names)
+    g.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in big)
+    g.initializer.extend(t for t in src.initializer if t.name not in big_names)
+    g.sparse_initializer.extend(src.sparse_initializer)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    return out
 
 
 @mutator

@@ -107,3 +107,24 @@ def _walk_lookup(art):
         assert nodes, kname
         for x in nodes:
             assert any(k["kernel"] == kname for k in lk.onnx_node(x["id"])[0]["kernels"])
+
+
+def test_shape_inference_without_weight_data_gives_the_same_types():
+    """GraphView infers types on a copy whose large initializers are typed inputs (fast for
+    VGG-size weights); small ones (Reshape's shape) keep their values.  Same types as on the
+    full model."""
+    import onnx
+
+    from runtime_module.subgraph import _weightless
+
+    model = zoo.with_random_weights(zoo.resolve("bundled:bvlc_alexnet")[0], seed=0)
+    light = _weightless(model)
+    assert light.ByteSize() < model.ByteSize() / 100
+    assert {t.name for t in light.graph.initializer} < {t.name for t in model.graph.initializer}
+    full = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    fast = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+    types = lambda m: {vi.name: vi.type.SerializeToString()  # noqa: E731
+                       for vi in list(m.graph.value_info) + list(m.graph.output)}
+    assert types(fast) == types(full) and len(types(full)) > 20
+    view = load_view(model, "alexnet")
+    assert all(view.spec(o).shape for o in view.graph_outputs)
