@@ -165,13 +165,21 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             raise ProvmapError(f"collage: the cheapest cover is cyclic ({cyclic}) and no "
                                "fallback plan is allowed by the constraints")
         alternatives = {"collage": next(iter(alternatives.values())), **alternatives}
-    # Identical plans (e.g. collage chose the whole model on one backend) are built once.
+    # Identical plans are built and measured once: collage choosing the whole model on one
+    # backend, or greedy giving everything to its first backend (= that single plan).  The
+    # first label wins, in the order collage, single:, greedy:, so the kept plan is named by
+    # what it is.
     sig = {label: _signature(view, p) for label, p in alternatives.items()}
-    same = {label: "collage" for label in alternatives
-            if label != "collage" and sig[label] == sig["collage"]}
-    for label in same:
-        del alternatives[label]
-    report["e2e_same_as_collage"] = sorted(same)
+    order = sorted(alternatives, key=lambda k: (k != "collage", not k.startswith("single:")))
+    kept_by_sig: dict = {}
+    same: dict[str, str] = {}
+    for label in order:
+        first = kept_by_sig.setdefault(sig[label], label)
+        if first != label:
+            same[label] = first
+    alternatives = {k: alternatives[k] for k in order if k not in same}
+    report["e2e_same_as_collage"] = sorted(k for k, v in same.items() if v == "collage")
+    report["e2e_same"] = same
     built = {}
     for label, p in alternatives.items():
         _say(progress, f"collage: building {label} for the end-to-end check")

@@ -49,6 +49,14 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     assert rep["candidates"]["generated"] >= rep["candidates"]["after_pruning"] > 0
     assert set(rep["estimated_ms"]) >= {"collage", "single:onnxruntime", "single:openvino"}
     assert rep["e2e"]["winner"] in rep["e2e"]["measured"]
+    # Identical plans are measured once, under the simplest name (collage, then single:).
+    for dup, kept in rep["e2e_same"].items():
+        assert dup not in rep["e2e"]["measured"] and kept in rep["e2e"]["measured"]
+        assert not (dup.startswith("single:") and kept.startswith("greedy:"))
+    # Greedy over ORT first gives the whole block to ORT: the same plan as single:onnxruntime.
+    greedy = [k for k in rep["e2e_same"] if k.startswith("greedy:")]
+    if "single:onnxruntime" in rep["e2e"]["measured"] and greedy:
+        assert rep["e2e_same"][greedy[0]] in ("single:onnxruntime", "collage")
     feeds = zoo.random_inputs(model, 5)
     out = load(art_path).run(feeds)
     # f32 everywhere (OpenVINO pinned to f32); see tests/test_e2e_models.py for the tolerance.
