@@ -95,6 +95,10 @@ def cmd_bisect(args) -> int:
               f"position {res['position']} of {res['op_nodes']}, found in {res['runs']} runs")
         for t in res["tensors"]:
             print(f"  {t['tensor']}: max abs {t['max_abs']:.3g}, cosine {t['cosine']:.6f}")
+        if not res["reproducer_diverges"]:
+            print("  the node alone, fed the reference's inputs, matches: the divergence is "
+                  "small upstream differences amplified here (accumulated error), not a wrong "
+                  "kernel for this node")
         if "reproducer" in res:
             print(f"reproducer: {res['reproducer']['model']} (inputs "
                   f"{res['reproducer']['inputs']}, expected {res['reproducer']['expected']}); "
