@@ -27,6 +27,7 @@ from runtime_module.plan import PartitionSpec, Plan
 from runtime_module.subgraph import GraphView
 
 from .candidate import Candidate, Estimate
+from .candidates import facts, mask_of
 
 Crossing = Callable[[int, str, str], float]
 
@@ -110,15 +111,15 @@ def search(view: GraphView, candidates: Iterable[Candidate],
     # Candidate generation only proposes convex candidates; the search re-checks (once per
     # candidate), because a non-convex one (a path leaving it and re-entering) would make the
     # plan cyclic.
-    desc, anc = _reach(view, order, pos)
+    g = facts(view)
     nonconvex = 0
     for c in candidates:
+        if not g.is_convex(mask_of(c.ops)):
+            nonconvex += 1
+            continue
         mask = 0
         for i in c.ops:
             mask |= 1 << pos[i]
-        if not _convex(mask, desc, anc):
-            nonconvex += 1
-            continue
         for i in c.ops:
             by_first[pos[i]].append((mask, c))
     uncoverable = [order[k] for k in range(n) if not by_first[k]]
@@ -242,45 +243,6 @@ def search(view: GraphView, candidates: Iterable[Candidate],
                         crossing_s=crossing_total, states_expanded=expanded,
                         priced=len(estimates), invalid=invalid,
                         seconds=time.perf_counter() - t0, estimates=estimates)
-
-
-def _reach(view: GraphView, order: list[int], pos: dict[int, int]) -> tuple[list[int], list[int]]:
-    """Bitsets (by topological position) of strict descendants and strict ancestors of each
-    op node."""
-    n = len(order)
-    succ = [[pos[j] for j in view.op_successors(order[k])] for k in range(n)]
-    desc = [0] * n
-    for k in range(n - 1, -1, -1):
-        m = 0
-        for j in succ[k]:
-            m |= (1 << j) | desc[j]
-        desc[k] = m
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for k in range(n):
-        for j in succ[k]:
-            preds[j].append(k)
-    anc = [0] * n
-    for k in range(n):
-        m = 0
-        for p in preds[k]:
-            m |= (1 << p) | anc[p]
-        anc[k] = m
-    return desc, anc
-
-
-def _convex(mask: int, desc: list[int], anc: list[int]) -> bool:
-    """No path leaves `mask` and comes back: no node outside it is both a descendant and an
-    ancestor of members.  O(|mask|) big-int ORs, so whole-model candidates of 10,000-node
-    graphs stay cheap."""
-    d = a = 0
-    m = mask
-    while m:
-        low = m & -m
-        k = low.bit_length() - 1
-        d |= desc[k]
-        a |= anc[k]
-        m ^= low
-    return not (d & a & ~mask)
 
 
 def coalesce(view: GraphView, plan: Plan, cuts: set | frozenset = frozenset()) -> Plan:
