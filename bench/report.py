@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from provenance.store import write_atomic, write_bytes_atomic
+
 
 def _f(x, fmt="{:.2f}", none="-"):
     return none if x is None else fmt.format(x)
@@ -21,6 +23,14 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
+def _table(intro: str, header: list[str], rows: list[list]) -> list[str]:
+    """A blank line, the intro, a blank line, then a Markdown table."""
+    def line(cells):
+        return "| " + " | ".join(str(c) for c in cells) + " |"
+
+    return ["", intro, "", line(header), "|" + "---|" * len(header), *map(line, rows)]
+
+
 def markdown(res: dict) -> str:
     v, h = res["versions"], res["host"]
     lines = [
@@ -28,79 +38,73 @@ def markdown(res: dict) -> str:
         f"({h.get('platform')}); TVM {v.get('tvm')}, ONNX Runtime {v.get('onnxruntime')}, "
         f"OpenVINO {v.get('openvino')}, Python {v.get('python')}; "
         f"run took {_f((res.get('duration_s') or 0) / 60, '{:.1f}')} min"
-        + (" (--quick)" if res["options"].get("quick") else "") + ".",
-        "",
-        "End-to-end latency (all strategies of a model measured together, interleaved blocks); "
-        "ratio = median / best single backend's median; ratio (min) = the same with minimums "
-        "(steadier on a noisy machine); kept = the plan the artifact runs; err = max abs "
-        "difference from ONNX Runtime on the original model.",
-        "",
-        "| model | strategy | kept | median ms | p90 ms | min ms | spread | ratio | ratio (min) "
-        "| partitions | err |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        + (" (--quick)" if res["options"].get("quick") else "") + "."]
+    rows = []
     for r in res["rows"]:
         ratio = _f(r.get("ratio_to_best_single"), "{:.3f}")
         ratio_min = _f(r.get("ratio_min_to_best_single"), "{:.3f}")
         if r["strategy"].startswith("collage") and ratio != "-":
             ratio, ratio_min = f"**{ratio}**", f"**{ratio_min}**"
         capped = " (capped)" if r.get("capped") else ""
-        kept = f"{r['kept']} [{', '.join(r.get('backends') or [])}]"
-        lines.append(f"| {r['model']} | {r['strategy']} | {kept} | {r['median_ms']:.2f}"
-                     f"{capped} | {r['p90_ms']:.2f} | {r['min_ms']:.2f} | {r['spread']:.2f} | "
-                     f"{ratio} | {ratio_min} | {r['partitions']} | "
-                     f"{r['max_abs_err_vs_ort']:.1e} |")
+        rows.append([r["model"], r["strategy"],
+                     f"{r['kept']} [{', '.join(r.get('backends') or [])}]",
+                     f"{r['median_ms']:.2f}{capped}", f"{r['p90_ms']:.2f}", f"{r['min_ms']:.2f}",
+                     f"{r['spread']:.2f}", ratio, ratio_min, r["partitions"],
+                     f"{r['max_abs_err_vs_ort']:.1e}"])
+    lines += _table(
+        "End-to-end latency (all strategies of a model measured together, interleaved blocks); "
+        "ratio = median / best single backend's median; ratio (min) = the same with minimums "
+        "(steadier on a noisy machine); kept = the plan the artifact runs; err = max abs "
+        "difference from ONNX Runtime on the original model.",
+        ["model", "strategy", "kept", "median ms", "p90 ms", "min ms", "spread", "ratio",
+         "ratio (min)", "partitions", "err"], rows)
     if res["search"]:
-        lines += ["", "Collage search: first compile (cold when the cache is fresh; includes the "
-                  "end-to-end check) and a second compile on the same cache (search only).", "",
-                  "| model | backends | cache | first compile s | of it search s | candidates | "
-                  "after pruning | measured | skipped (budget) | cache hits | invalid | second compile s "
-                  "(measured) | kept | why |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for s in res["search"]:
-            lines.append(
-                f"| {s['model']} | {s['strategy'].split(':', 1)[-1]} | {s['cache']} | "
-                f"{s['first_s']:.1f} | {s['first_search_only_s']:.1f} | {s['candidates']} | "
-                f"{s['after_pruning']} | {s['measured']} | {s.get('skipped_budget', 0)} | "
-                f"{s['cache_hits']} | {s['invalid']} | "
-                f"{s['warm_s']:.1f} ({s['warm_measured']}) | {s['kept']} | "
-                f"{(s.get('e2e_why') or '-').replace('|', '/')} |")
+        lines += _table(
+            "Collage search: first compile (cold when the cache is fresh; includes the "
+            "end-to-end check) and a second compile on the same cache (search only).",
+            ["model", "backends", "cache", "first compile s", "of it search s", "candidates",
+             "after pruning", "measured", "skipped (budget)", "cache hits", "invalid",
+             "second compile s (measured)", "kept", "why"],
+            [[s["model"], s["strategy"].split(":", 1)[-1], s["cache"], f"{s['first_s']:.1f}",
+              f"{s['first_search_only_s']:.1f}", s["candidates"], s["after_pruning"],
+              s["measured"], s.get("skipped_budget", 0), s["cache_hits"], s["invalid"],
+              f"{s['warm_s']:.1f} ({s['warm_measured']})", s["kept"],
+              (s.get("e2e_why") or "-").replace("|", "/")] for s in res["search"]])
     if res["artifacts"]:
-        lines += ["", "Artifacts: size, load (verify + load every partition's code), verify only, "
-                  "lookup latency over every ONNX node and kernel name.", "",
-                  "| model | strategy | size | build s | load ms | verify ms | lookup p50 us | "
-                  "lookup p99 us |", "|---|---|---|---|---|---|---|---|"]
-        for a in res["artifacts"]:
-            lines.append(f"| {a['model']} | {a['strategy']} | {_bytes(a['artifact_bytes'])} | "
-                         f"{a['build_s']:.1f} | {a['load_ms']:.1f} | {a['verify_ms']:.1f} | "
-                         f"{a['lookup_us_p50']:.2f} | {a['lookup_us_p99']:.2f} |")
+        lines += _table(
+            "Artifacts: size, load (verify + load every partition's code), verify only, "
+            "lookup latency over every ONNX node and kernel name.",
+            ["model", "strategy", "size", "build s", "load ms", "verify ms", "lookup p50 us",
+             "lookup p99 us"],
+            [[a["model"], a["strategy"], _bytes(a["artifact_bytes"]), f"{a['build_s']:.1f}",
+              f"{a['load_ms']:.1f}", f"{a['verify_ms']:.1f}", f"{a['lookup_us_p50']:.2f}",
+              f"{a['lookup_us_p99']:.2f}"] for a in res["artifacts"]])
     if res["container"]:
-        lines += ["", "Container overhead: single-backend artifact against the same library "
-                  "called directly on the original model, from the same interleaved run.", "",
-                  "| model | backend | artifact ms | direct ms | overhead |", "|---|---|---|---|---|"]
-        for c in res["container"]:
-            lines.append(f"| {c['model']} | {c['backend']} | {c['container_ms']:.2f} | "
-                         f"{c['direct_ms']:.2f} | {c['overhead'] * 100:+.1f}% |")
+        lines += _table(
+            "Container overhead: single-backend artifact against the same library called "
+            "directly on the original model, from the same interleaved run.",
+            ["model", "backend", "artifact ms", "direct ms", "overhead"],
+            [[c["model"], c["backend"], f"{c['container_ms']:.2f}", f"{c['direct_ms']:.2f}",
+              f"{c['overhead'] * 100:+.1f}%"] for c in res["container"]])
     if res["provenance"]:
-        lines += ["", "Provenance: TVM import + compile with provmap's tracking against plain "
-                  "TVM (interleaved, medians), and writing the map (JSON + SQLite).", "",
-                  "| model | plain s | tracked s | ratio | map write s |", "|---|---|---|---|---|"]
-        for p in res["provenance"]:
-            lines.append(f"| {p['model']} | {p['plain_s']:.2f} | {p['tracked_s']:.2f} | "
-                         f"{p['ratio']:.3f} | {p['map_write_s']:.3f} |")
+        lines += _table(
+            "Provenance: TVM import + compile with provmap's tracking against plain TVM "
+            "(interleaved, medians), and writing the map (JSON + SQLite).",
+            ["model", "plain s", "tracked s", "ratio", "map write s"],
+            [[p["model"], f"{p['plain_s']:.2f}", f"{p['tracked_s']:.2f}", f"{p['ratio']:.3f}",
+              f"{p['map_write_s']:.3f}"] for p in res["provenance"]])
     sc = res.get("scaling")
     if sc:
         stages = [k for k in ("tag", "support", "candidates", "search", "map_write")
                   if all(f"{k}_s" in p for p in sc["points"])]
-        lines += ["", f"Scaling on synthetic graphs ({sc['model']}; {sc['prices']}): seconds per "
-                  "stage, and the fitted growth t ~ n^k.", "",
-                  "| nodes | candidates | " + " | ".join(f"{s} s" for s in stages) + " |",
-                  "|---|---|" + "---|" * len(stages)]
-        for p in sc["points"]:
-            lines.append(f"| {p['nodes']} | {p['candidates']} | "
-                         + " | ".join(f"{p[f'{s}_s']:.3f}" for s in stages) + " |")
-        lines.append("| fitted k | | " + " | ".join(
-            _f((sc["fit"].get(s) or {}).get("exponent"), "{:.2f}") for s in stages) + " |")
+        rows = [[p["nodes"], p["candidates"], *(f"{p[f'{s}_s']:.3f}" for s in stages)]
+                for p in sc["points"]]
+        rows.append(["fitted k", "", *(_f((sc["fit"].get(s) or {}).get("exponent"), "{:.2f}")
+                                       for s in stages)])
+        lines += _table(
+            f"Scaling on synthetic graphs ({sc['model']}; {sc['prices']}): seconds per stage, "
+            "and the fitted growth t ~ n^k.",
+            ["nodes", "candidates", *(f"{s} s" for s in stages)], rows)
     return "\n".join(lines) + "\n"
 
 
@@ -136,24 +140,16 @@ def chart(res: dict, path: str | os.PathLike) -> None:
     ax.set_title(f"provmap bench {res['date']} (labels: median ms)")
     ax.legend(fontsize=7, ncols=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def write_all(res: dict, out_dir: str | os.PathLike) -> None:
     out_dir = Path(out_dir)
-    _atomic_write(out_dir / "results.json", json.dumps(res, indent=1).encode())
-    _atomic_write(out_dir / "results.md", markdown(res).encode())
+    write_bytes_atomic(out_dir / "results.json", json.dumps(res, indent=1).encode())
+    write_bytes_atomic(out_dir / "results.md", markdown(res).encode())
     if res["rows"]:
-        tmp = out_dir / ".latency.png.tmp.png"
-        chart(res, tmp)
-        os.replace(tmp, out_dir / "latency.png")
+        write_atomic(out_dir / "latency.png", lambda tmp: chart(res, tmp))
 
 
 START, END = "<!-- provmap-bench:start -->", "<!-- provmap-bench:end -->"
@@ -172,7 +168,7 @@ def update_readme(readme: str | os.PathLike, res: dict, results_dir: str) -> Non
     body = (f"{START}\n<!-- generated by `provmap bench` from {results_dir}/results.json; "
             f"do not edit by hand -->\n\n{markdown(res)}\n![latency per model and strategy]"
             f"({results_dir}/latency.png)\n{END}")
-    _atomic_write(path, (head + body + tail).encode())
+    write_bytes_atomic(path, (head + body + tail).encode())
 
 
 def main(argv=None) -> int:

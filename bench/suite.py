@@ -152,9 +152,7 @@ def _artifact_stats(path: str, say) -> dict:
         t0 = time.perf_counter()
         mod = load(path)
         loads.append(time.perf_counter() - t0)
-        for p in mod.partitions:
-            if p._runner is not None:
-                p._runner.close()
+        mod.close()
         del mod
         t0 = time.perf_counter()
         ver = load(path, runnable=False)
@@ -293,9 +291,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 "best_single": best, "partitions": len(m.manifest["partitions"]),
                 "backends": sorted({p["backend"] for p in m.manifest["partitions"]}),
                 "max_abs_err_vs_ort": err})
-            for p in m.partitions:
-                if p._runner is not None:
-                    p._runner.close()
+            m.close()
         # The minimum is the steadier estimate on a noisy 2-core machine: ratios by min too.
         mins = {s: min(lat[s].samples_s) for s in singles}
         best_min = min(mins.values()) if mins else None

@@ -12,13 +12,13 @@ without the model.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from provenance.errors import ProvmapError
+from provenance.store import save_npz_atomic, write_bytes_atomic
 from runtime_module.backend import Backend, BackendError
 from runtime_module.compare import Tolerance, metrics, reference_run
 from runtime_module.subgraph import GraphView
@@ -96,27 +96,14 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
     res["tensors"] = [{"tensor": n, **m} for n, m in alone]
     if out_dir is not None:
         d = Path(out_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        _atomic(d / "reproducer.onnx", model.SerializeToString())
-        buf = tempfile.NamedTemporaryFile(dir=d, suffix=".npz", delete=False)
-        buf.close()
-        np.savez(buf.name, **feeds)
-        os.replace(buf.name, d / "reproducer_inputs.npz")
-        expected = {n: np.asarray(ref[n]) for n in got if n in ref}
-        buf = tempfile.NamedTemporaryFile(dir=d, suffix=".npz", delete=False)
-        buf.close()
-        np.savez(buf.name, **expected)
-        os.replace(buf.name, d / "reproducer_expected.npz")
+        write_bytes_atomic(d / "reproducer.onnx", model.SerializeToString())
+        save_npz_atomic(d / "reproducer_inputs.npz", feeds)
+        save_npz_atomic(d / "reproducer_expected.npz",
+                        {n: np.asarray(ref[n]) for n in got if n in ref})
         res["reproducer"] = {"model": str(d / "reproducer.onnx"),
                              "inputs": str(d / "reproducer_inputs.npz"),
                              "expected": str(d / "reproducer_expected.npz")}
     return res
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,

@@ -12,13 +12,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 from provenance.cli import MODEL_HELP, _progress, add_map_command, dispatch
 from provenance.errors import ProvmapError
+from provenance.store import save_npz_atomic
 
 
 def _parse_backend_options(items) -> dict:
@@ -99,20 +99,6 @@ def _load_inputs(path: str) -> dict:
         raise ProvmapError(f"{path}: cannot read inputs (.npz expected): {e}") from None
 
 
-def _save_npz(path: str, arrays: dict) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".provmap-", suffix=".npz", dir=d)
-    os.close(fd)
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def cmd_run(args) -> int:
     from runtime_module.module import load
 
@@ -133,9 +119,9 @@ def cmd_run(args) -> int:
         outs = mod.run(inputs)
         times.append(time.perf_counter() - s)
     if args.output:
-        _save_npz(args.output, outs)
+        save_npz_atomic(args.output, outs)
     if args.save_inputs:
-        _save_npz(args.save_inputs, inputs)
+        save_npz_atomic(args.save_inputs, inputs)
     summary = {"artifact": args.artifact, "load_s": round(t1 - t0, 4),
                "run_ms": [round(t * 1e3, 3) for t in times],
                "median_ms": round(float(np.median(times)) * 1e3, 3),

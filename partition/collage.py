@@ -223,15 +223,17 @@ def _explain(view: GraphView, plan: Plan, res, est, verdicts: dict, names: list[
         paid = sum(e.seconds for ops, _c, e in chosen if ops <= region and e.valid)
         parts = [c.rule for ops, c, _e in chosen if ops <= region]
         alts = {}
+        supported = []
         for b in names:
-            if not all(verdicts[b].get(i) is not None and verdicts[b][i].ok for i in region):
-                bad = next(i for i in region if not (verdicts[b].get(i) and verdicts[b][i].ok))
+            bad = next((i for i in sorted(region)
+                        if not (verdicts[b].get(i) and verdicts[b][i].ok)), None)
+            if bad is not None:
                 alts[b] = {"ms": None, "reason": f"unsupported: {view.describe(bad)}"}
                 continue
+            supported.append(b)
             e = est.estimate(view, Candidate(b, region, "explain"))
             alts[b] = {"ms": e.seconds * 1e3 if e.valid else None, "reason": e.reason}
-        greedy_b = next((b for b in names if alts[b]["reason"] is None
-                         or not str(alts[b]["reason"]).startswith("unsupported")), None)
+        greedy_b = supported[0] if supported else None
         out.append({"op_ids": sorted(view.node_ids[i] for i in p.ops), "backend": p.backend,
                     "ops": len(p.ops),
                     "first": view.describe(p.ops[0]), "searched_ms": paid * 1e3,
@@ -255,6 +257,4 @@ def _measure_e2e(built: dict, repeats: int, progress) -> dict:
                                    progress=lambda msg: _say(progress, f"collage: {msg}"))
     finally:
         for m in mods.values():
-            for p in m.partitions:
-                if p._runner is not None:
-                    p._runner.close()
+            m.close()

@@ -9,25 +9,10 @@ reference failure): scripts can tell "wrong numbers" from "broken setup".
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
 from provenance.cli import MODEL_HELP, _progress
 from provenance.errors import ProvmapError
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".provmap-", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from provenance.store import write_bytes_atomic
 
 
 def _inputs(args, mod=None, view=None) -> dict:
@@ -114,7 +99,7 @@ def cmd_profile(args) -> int:
     res = profile_artifact(mod, _inputs(args, mod=mod), repeats=args.repeats)
     trace = res.pop("trace")
     if args.trace:
-        _write_atomic(args.trace, json.dumps(trace).encode())
+        write_bytes_atomic(args.trace, json.dumps(trace).encode())
     if args.json:
         print(json.dumps(res, indent=1))
         return 0
@@ -149,7 +134,7 @@ def cmd_report(args) -> int:
 
         profile = profile_artifact(mod, mod.random_inputs(0), repeats=args.repeats)
     page = render(mod, profile)
-    _write_atomic(args.output, page.encode())
+    write_bytes_atomic(args.output, page.encode())
     summary = {"report": args.output, "nodes": len(mod.lookup.map.nodes),
                "partitions": len(mod.partitions), "bytes": len(page.encode()),
                "costs": "measured" if profile else "none"}
@@ -164,7 +149,7 @@ def cmd_annotate(args) -> int:
 
     mod = load(args.artifact, runnable=False)
     model = annotate_model(mod.artifact.source_model(args.model), mod)
-    _write_atomic(args.output, model.SerializeToString())
+    write_bytes_atomic(args.output, model.SerializeToString())
     n = sum(1 for node in model.graph.node
             if any(p.key == "provmap.backend" for p in node.metadata_props))
     summary = {"annotated": args.output, "nodes": len(model.graph.node), "with_backend": n}

@@ -20,6 +20,7 @@ import secrets
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import sqlite_utils
 
 from provenance.model import ROLE_COMPUTE, SCHEMA_VERSION, OnnxNode, ProvenanceMap
@@ -104,16 +105,20 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _stage(pmap: ProvenanceMap, dest: Path, writer) -> Path:
-    """Write `pmap` with `writer` into a fresh temp file; the temp never outlives a failure."""
+def _stage_file(dest: Path, write) -> Path:
+    """`write(tmp)` into a fresh temp file next to `dest`; the temp never outlives a failure."""
     tmp = _new_temp(dest)
     try:
-        writer(pmap, tmp)
+        write(tmp)
         _fsync_path(tmp)
     except BaseException:
         _discard(tmp)
         raise
     return tmp
+
+
+def _stage(pmap: ProvenanceMap, dest: Path, writer) -> Path:
+    return _stage_file(dest, lambda tmp: writer(pmap, tmp))
 
 
 def _commit(tmp: Path, dest: Path) -> None:
@@ -123,6 +128,29 @@ def _commit(tmp: Path, dest: Path) -> None:
         _discard(tmp)
         raise
     _fsync_path(dest.parent, directory=True)
+
+
+def write_atomic(path: str | os.PathLike, write) -> Path:
+    """Any file, all or nothing: `write(tmp)` fills a temp file next to `path` (creating its
+    directory), which is fsynced and renamed over `path`.  Every provmap output goes through
+    this (maps, artifacts, reports, reproducers, bench results), so an interrupted or failing
+    command never leaves a half-written file."""
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _commit(_stage_file(dest, write), dest)
+    return dest
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    return write_atomic(path, lambda tmp: tmp.write_bytes(data))
+
+
+def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> Path:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a name
+            np.savez(f, **arrays)
+
+    return write_atomic(path, write)
 
 
 # ---- JSON ------------------------------------------------------------------------------------

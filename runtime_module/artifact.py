@@ -113,27 +113,17 @@ class Artifact:
 
     # -- writing ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically: a temp file in the destination directory, fsync, then rename."""
-        dest = Path(path)
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        """Write atomically (store.write_atomic: temp file beside it, fsync, rename)."""
         manifest = dict(self.manifest)
         manifest["members"] = {name: _sha(data) for name, data in sorted(self.members.items())}
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        os.close(fd)
-        try:
+
+        def write(tmp: Path) -> None:
             with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
                 z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
                 for name, data in sorted(self.members.items()):
                     z.writestr(name, data)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, dest)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+
+        dest = store.write_atomic(path, write)
         self.manifest = manifest
         return dest
 

@@ -204,6 +204,15 @@ class ArtifactModule(Module):
                 out[name] = rng.integers(0, 2, size=spec["shape"]).astype(dt)
         return out
 
+    def close(self) -> None:
+        """Release every loaded partition's native resources now (sessions, compiled models)
+        instead of at garbage collection; a later run loads them again."""
+        for m in self.partitions:
+            if m._runner is not None:
+                m._runner.close()
+                m._runner = None
+        self._plan = None
+
     def save(self, path) -> None:
         self.artifact.save(path)
 

@@ -48,9 +48,6 @@ def report_data(mod, profile: dict | None = None) -> dict:
         for k, i in enumerate(ids):
             pos[i] = (k, d)
     node_ms = {r["id"]: r for r in (profile or {}).get("onnx_nodes", [])}
-    est = {}
-    for p in mod.manifest["partitions"]:
-        est[p["id"]] = p.get("why", "")
     backends = [p["backend"] for p in mod.manifest["partitions"]]
     colors = {}
     for b in dict.fromkeys(backends):

@@ -54,6 +54,17 @@ def test_compare_clean_artifact_matches(mixed_art):
         assert t["onnx_node"] and t["cosine"] > 0.999999
 
 
+def test_close_releases_partitions_and_run_reloads(mixed_art):
+    mod = load(mixed_art)
+    feeds = mod.random_inputs(0)
+    first = mod.run(feeds)
+    mod.close()
+    assert all(p._runner is None for p in mod.partitions)
+    again = mod.run(feeds)  # loads the code again on demand
+    for k, v in first.items():
+        np.testing.assert_array_equal(again[k], v)
+
+
 def test_compare_points_at_the_perturbed_partition(mixed_art):
     mod = load(mixed_art)
     victim = mod.manifest["partitions"][1]
