@@ -16,7 +16,9 @@ import time
 
 import numpy as np
 
-from provenance.cli import MODEL_HELP, _progress, add_map_command, dispatch
+from provenance.cli import (MODEL_HELP, _progress, add_input_shape_option, add_map_command,
+                            dispatch)
+from provenance.shapes import parse_input_shapes
 from provenance.errors import ProvmapError
 from provenance.store import save_npz_atomic
 
@@ -37,7 +39,7 @@ def cmd_compile(args) -> int:
     from .compile import compile_model, load_view
 
     t0 = time.perf_counter()
-    view = load_view(args.model)
+    view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
               f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s")
     t1 = time.perf_counter()
@@ -332,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "time (single ops and whole-model plans are still measured); default: none")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
                    help="e.g. openvino.precision=bf16 (recorded in the manifest)")
+    add_input_shape_option(c)
     c.add_argument("--embed-model", action="store_true",
                    help="store the ONNX model in the artifact, so compare/annotate/report work "
                    "from the artifact alone (weights are then stored twice)")

@@ -7,6 +7,7 @@ import os
 from provenance.importer import import_onnx
 from provenance import zoo
 from runtime_module.artifact import Artifact, build_artifact, embed_source_model
+from runtime_module.plan import Plan
 from runtime_module.registry import get_backend
 from runtime_module.subgraph import GraphView
 
@@ -15,12 +16,17 @@ from .strategies import greedy, parse_strategy, single
 DEFAULT_STRATEGY = "collage"
 
 
-def load_view(model, label: str | None = None, check: bool = True) -> GraphView:
-    """Import a model (path, "bundled:NAME" or ModelProto) and wrap it for partitioning."""
+def load_view(model, label: str | None = None, check: bool = True,
+              input_shapes: dict | None = None) -> GraphView:
+    """Import a model (path, "bundled:NAME" or ModelProto) and wrap it for partitioning.
+
+    `input_shapes` (NAME -> dims) fixes symbolic input dimensions; partitioning needs every
+    input shape static, and the refusal names each open dimension."""
     if isinstance(model, (str, os.PathLike)):
         model, name = zoo.resolve(str(model))
         label = label or name
-    return GraphView(import_onnx(model, label=label, check=check))
+    return GraphView(import_onnx(model, shape_dict=input_shapes, label=label, check=check,
+                                 require_static=True))
 
 
 ALL_BACKENDS = ["tvm", "onnxruntime", "openvino"]
@@ -41,16 +47,17 @@ def make_plan(view: GraphView, strategy: str, backend_options: dict | None = Non
 
 def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
-                  collage_options=None, embed_model: bool = False) -> Artifact:
+                  collage_options=None, embed_model: bool = False,
+                  input_shapes: dict | None = None) -> Artifact:
     """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
 
     `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...] (all backends by
     default); `collage_options` is a partition.collage.CollageOptions.  `embed_model` stores
     the ONNX model in the artifact (for compare/annotate/bisect without the model file).
     """
-    view = model if isinstance(model, GraphView) else load_view(model)
+    view = model if isinstance(model, GraphView) else load_view(model, input_shapes=input_shapes)
     kind, _ = parse_strategy(strategy)
-    if kind == "collage":
+    if kind == "collage" and view.op_nodes:
         from .collage import collage
 
         _, backends = make_plan(view, strategy, backend_options)
@@ -61,7 +68,11 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         if out is not None:
             art.save(out)
         return art
-    plan, backends = make_plan(view, strategy, backend_options)
+    if view.op_nodes:
+        plan, backends = make_plan(view, strategy, backend_options)
+    else:  # every output is a constant: nothing to partition, search or build
+        plan, backends = Plan(strategy=strategy, partitions=[],
+                              info={"note": "no node computes at run time"}), {}
     art = build_artifact(view, plan, backends, progress=progress, embed_model=embed_model)
     if out is not None:
         art.save(out)

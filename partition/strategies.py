@@ -42,9 +42,8 @@ def single(view: GraphView, backend: Backend) -> Plan:
             why = v.reason if v is not None else "no verdict"
             raise ProvmapError(f"single:{backend.name}: {view.describe(i)} is not supported by "
                                f"{backend.name}: {why}")
-    return Plan(strategy=f"single:{backend.name}",
-                partitions=[PartitionSpec(backend.name, list(view.op_nodes),
-                                          why=f"single:{backend.name}")])
+    parts = [PartitionSpec(backend.name, list(view.op_nodes), why=f"single:{backend.name}")]
+    return Plan(strategy=f"single:{backend.name}", partitions=parts if view.op_nodes else [])
 
 
 def greedy(view: GraphView, backends: list[Backend]) -> Plan:

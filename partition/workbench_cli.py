@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from provenance.cli import MODEL_HELP, _progress
+from provenance.cli import MODEL_HELP, _progress, add_input_shape_option
 from provenance.errors import ProvmapError
 from provenance.store import write_bytes_atomic
 
@@ -66,7 +66,9 @@ def cmd_bisect(args) -> int:
     from .bisect import bisect
     from .compile import load_view
 
-    view = load_view(args.model)
+    from provenance.shapes import parse_input_shapes
+
+    view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     backend = get_backend(args.backend)
     inputs = _inputs(args, view=view)
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
@@ -197,6 +199,7 @@ def add_workbench_commands(sub) -> None:
     b.add_argument("model", help=MODEL_HELP)
     b.add_argument("--backend", required=True)
     b.add_argument("-o", "--output", help="directory for reproducer.onnx and its inputs")
+    add_input_shape_option(b)
     _common(b)
     _tolerances(b)
     b.set_defaults(func=cmd_bisect)

@@ -33,8 +33,10 @@ def cpu_pipeline(target):
     return relax.backend.cpu_generic.get_default_pipeline(target)
 
 
-def bytecode_calls(ex) -> dict[str, list[str]]:
-    """Kernel calls per VM function, in execution order, read from the executable's bytecode."""
+def bytecode_calls(ex, skip=frozenset()) -> dict[str, list[str]]:
+    """Kernel calls per VM function, in execution order, read from the executable's bytecode.
+
+    `skip`: more plumbing callees than PLUMBING_PACKED (the build's shape functions)."""
     calls: dict[str, list[str]] = defaultdict(list)
     fn = None
     for line in ex.as_text().splitlines():
@@ -43,7 +45,7 @@ def bytecode_calls(ex) -> dict[str, list[str]]:
             fn = m.group(1)
             continue
         m = _CALL_RE.match(line)
-        if m and fn is not None and m.group(1) not in PLUMBING_PACKED:
+        if m and fn is not None and m.group(1) not in PLUMBING_PACKED and m.group(1) not in skip:
             calls[fn].append(m.group(1))
     return dict(calls)
 
@@ -80,7 +82,7 @@ def join_executable(imported: Imported, tracker: ProvenanceTracker, ex, target,
                          exprs=list(src.exprs), node_exprs=list(src.node_exprs))
     pmap.meta.update({"backend": backend, "target": str(target.kind.name),
                       "tvm_version": tvm.__version__})
-    calls = bytecode_calls(ex)
+    calls = bytecode_calls(ex, skip=tracker.host_funcs)
     final = tracker.mod
     prim = {gv.name_hint for gv, f in final.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
     kernels: dict[str, Kernel] = {}

@@ -14,6 +14,7 @@ import sys
 import time
 
 from .errors import ProvmapError
+from .shapes import parse_input_shapes
 
 
 def _progress(msg: str) -> None:
@@ -34,28 +35,38 @@ def _resolve_model(spec: str):
 def cmd_map(args) -> int:
     from . import store
     from .build import compile_tvm, model_sha256
-    from .importer import import_onnx, load_model
+    from .importer import import_onnx, load_model, mark_not_compilable
 
     source, _ = _resolve_model(args.model)
     t0 = time.perf_counter()
     model, label = load_model(source)
     if args.model.startswith("bundled:"):
         label = args.model
-    imported = import_onnx(model, label=label)
+    imported = import_onnx(model, label=label, shape_dict=parse_input_shapes(args.input_shape))
     t1 = time.perf_counter()
     _progress(f"imported {label}: {len(imported.pmap.nodes)} ONNX nodes, "
               f"{len(imported.pmap.exprs)} Relax bindings ({t1 - t0:.2f} s)")
-    build = compile_tvm(imported)
+    try:
+        build = compile_tvm(imported)
+    except ProvmapError:
+        raise
+    except Exception as e:  # TVM's own errors (InternalError, TVMError...): one line, no trace
+        first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise ProvmapError(f"{label}: TVM build failed: {first}") from None
     t2 = time.perf_counter()
     _progress(f"compiled with TVM (llvm, default CPU pipeline) in {t2 - t1:.2f} s")
     pmap = build.pmap
+    opaque = mark_not_compilable(pmap, imported)
+    if opaque:
+        _progress(f"{opaque} ONNX node(s) not compilable by TVM (mapped as such; see "
+                  "onnx_nodes[].elided)")
     pmap.meta["model_sha256"] = model_sha256(model)
     findings = [str(f) for r in build.tracker.reports for f in _findings(r)]
     out_dir = os.path.dirname(os.path.abspath(args.output))
     os.makedirs(out_dir, exist_ok=True)
     jpath, spath = store.save(pmap, args.output)
     cov = pmap.coverage()
-    cov.update({"json": str(jpath), "sqlite": str(spath), "debugify_findings": findings,
+    cov.update({"onnx_nodes_not_compilable": opaque, "json": str(jpath), "sqlite": str(spath), "debugify_findings": findings,
                 "import_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3)})
     if args.json:
         print(json.dumps(cov, indent=2))
@@ -66,6 +77,10 @@ def cmd_map(args) -> int:
               f"{cov['onnx_nodes_unaccounted']} unaccounted")
         print(f"  kernels    : {cov['kernels_total']} total, {cov['kernels_mapped']} mapped "
               f"({cov['kernel_sites_total']} call sites, {cov['kernel_sites_mapped']} mapped)")
+        if opaque:
+            print(f"  not compilable by TVM: {opaque} node(s)")
+            for i, why in sorted(imported.opaque.items()):
+                print(f"    {pmap.nodes[i].op_type} #{i} '{pmap.nodes[i].name}': {why}")
         print(f"  debugify   : {len(findings)} finding(s)")
         for f in findings:
             print(f"    {f}")
@@ -89,7 +104,15 @@ def add_map_command(sub) -> None:
     m.add_argument("model", help=MODEL_HELP)
     m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite)")
     m.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    add_input_shape_option(m)
     m.set_defaults(func=cmd_map)
+
+
+def add_input_shape_option(parser) -> None:
+    """`--input-shape NAME=1x3x224x224`, repeatable, on every command that imports a model."""
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                        help="fix an input's shape, e.g. input=1x3x224x224 (repeatable; needed "
+                             "when the model leaves a dimension symbolic)")
 
 
 def build_parser() -> argparse.ArgumentParser:

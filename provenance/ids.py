@@ -54,9 +54,46 @@ def tensor_digest(t: onnx.TensorProto) -> bytes:
     return _h("tensor", str(t.data_type), list(map(str, t.dims)), arr.tobytes())
 
 
+def outer_references(graph: onnx.GraphProto) -> list[str]:
+    """Names a subgraph (If/Loop/Scan body) reads from the enclosing scope, in first-use order.
+
+    ONNX lets a body read any outer tensor without listing it; a cut that keeps such a node must
+    still feed those tensors, so they count as the node's inputs.
+    """
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    out: list[str] = []
+    for n in graph.node:
+        for x in list(n.input) + [r for a in n.attribute for g in _subgraphs(a)
+                                  for r in outer_references(g)]:
+            if x and x not in defined and x not in out:
+                out.append(x)
+        defined.update(o for o in n.output if o)
+    return out
+
+
+def _subgraphs(a: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    if a.type == onnx.AttributeProto.GRAPH:
+        return [a.g]
+    if a.type == onnx.AttributeProto.GRAPHS:
+        return list(a.graphs)
+    return []
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Explicit inputs, then the outer-scope tensors its subgraphs read (see outer_references)."""
+    extra = [r for a in node.attribute for g in _subgraphs(a) for r in outer_references(g)]
+    out = list(node.input)
+    for r in extra:
+        if r not in out:
+            out.append(r)
+    return out
+
+
 def _graph_digest(g: onnx.GraphProto) -> bytes:
-    # Subgraph attributes (If/Loop bodies): hash their content without names.
-    ids = compute_node_ids(g)
+    # Subgraph attributes (If/Loop bodies): hash their content without names; what a body reads
+    # from the enclosing scope enters by position here and by value in the owner node's inputs.
+    refs = outer_references(g)
+    ids = compute_node_ids(g, outer={r: _h("outer", k) for k, r in enumerate(refs)})
     return _h("graph", [d.hex() for d in ids.node_digest], [ids.tensor_key.get(o.name, b"").hex()
                                                               for o in g.output])
 
@@ -145,7 +182,7 @@ def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = No
                 raise GraphOrderError(f"ONNX node #{i} '{nodes[i].name}' ({nodes[i].op_type}) is on a cycle")
             state[i] = 1
             stack.append((i, True))
-            for name in nodes[i].input:
+            for name in node_inputs(nodes[i]):
                 if name in tensor_key:
                     continue
                 if name not in producers:
@@ -163,7 +200,7 @@ def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = No
     for i in order:
         n = nodes[i]
         attrs = sorted((_attr_digest(a) for a in n.attribute))
-        ins = [tensor_key[x] for x in n.input]
+        ins = [tensor_key[x] for x in node_inputs(n)]
         d = _h("node", n.domain or "ai.onnx", n.op_type, attrs, ins, len(n.output))
         digest[i] = d
         for k, o in enumerate(n.output):

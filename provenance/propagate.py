@@ -38,7 +38,7 @@ from tvm import relax
 PLUMBING_OPS = {
     "relax.null_value", "relax.shape_of", "relax.call_builtin_with_ctx", "relax.print",
     "relax.assert_op", "relax.to_vdevice", "relax.hint_on_device", "relax.make_closure",
-    "relax.invoke_closure", "relax.tensor_to_shape", "relax.shape_to_tensor",
+    "relax.invoke_closure", "relax.tensor_to_shape",
     "relax.builtin.alloc_tensor", "relax.builtin.stop_lift_params",
 }
 PLUMBING_OP_PREFIXES = ("relax.memory.", "relax.vm.")
@@ -50,9 +50,15 @@ PLUMBING_PACKED = {
     "vm.builtin.tuple_getitem", "vm.builtin.make_tuple", "vm.builtin.shape_of",
     "vm.builtin.copy", "vm.builtin.read_if_cond", "vm.builtin.invoke_closure",
     "vm.builtin.make_closure", "vm.builtin.to_device",
+    # Symbolic shapes (VMShapeLower): the shape heap and the tensor -> shape conversion.
+    "vm.builtin.alloc_shape_heap", "vm.builtin.tensor_to_shape",
 }
-# High-level ops that lowering turns into a VM builtin of another name.
+# High-level ops that lowering turns into a VM builtin of another name.  Ops with an
+# "FCallPacked" attribute (relax.nonzero, relax.unique, ...) are legalized into a call of that
+# packed function: `callee` names them after it, so the occurrence rule can match the call
+# LegalizeOps creates when it re-binds the value (a match_cast keeps the old Var).
 CALLEE_ALIASES = {"relax.reshape": "vm.builtin.reshape"}
+_PACKED_NAME: dict[str, str | None] = {}
 _CALL_TIR_OPS = {"relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
                  "relax.call_dps_packed", "relax.call_packed", "relax.call_pure_packed"}
 
@@ -81,11 +87,24 @@ def callee(value) -> str | None:
             return target
         if n in PLUMBING_OPS or n.startswith(PLUMBING_OP_PREFIXES):
             return None
-        return CALLEE_ALIASES.get(n, n)
+        if n in CALLEE_ALIASES:
+            return CALLEE_ALIASES[n]
+        if n not in _PACKED_NAME:
+            packed = op.get_attr("FCallPacked")
+            _PACKED_NAME[n] = str(packed) if packed is not None else None
+        return _PACKED_NAME[n] or n
     n = _name(op)
     if n is None or n in PLUMBING_PACKED:
         return None
     return n
+
+
+def host_functions(mod) -> set[str]:
+    """PrimFuncs that run on the host to compute symbolic shapes (VMShapeLower's
+    "shape_func"): shape plumbing, like the VM's match_shape builtins, not kernels."""
+    return {gv.name_hint for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None
+            and "tirx.is_host_func" in f.attrs}
 
 
 def _dims(values) -> tuple:
@@ -199,6 +218,7 @@ class ProvenanceTracker:
         self.keys = _Keys()
         self.reports: list[PassReport] = []
         self.dropped: dict[str, str] = {}  # expr id -> pass that dropped it
+        self.host_funcs: set[str] = host_functions(mod)  # never sites (see host_functions)
         self.prov: dict[str, dict] = {}
         for fname in self.functions:
             self.prov[fname] = self._initial(mod[fname], var_expr)
@@ -211,7 +231,7 @@ class ProvenanceTracker:
         for b in bindings(func):
             v, val = b.var, b.value
             eid = var_expr.get(v)
-            if callee(val) is not None:
+            if self.callee(val) is not None:
                 prov[v] = {eid} if eid else set()
                 upstream[v] = [v]
                 continue
@@ -235,6 +255,10 @@ class ProvenanceTracker:
                 out |= s
         return out
 
+    def callee(self, value) -> str | None:
+        c = callee(value)
+        return None if c in self.host_funcs else c
+
     # ---- one pass -----------------------------------------------------------------------
     def tracks(self, mod) -> bool:
         """True when `mod` is the module we follow (not a nested pass's private module)."""
@@ -251,6 +275,7 @@ class ProvenanceTracker:
 
     def update(self, mod: tvm.IRModule, pass_name: str) -> PassReport:
         report = PassReport(pass_name)
+        self.host_funcs |= host_functions(mod)
         before_ids = self.all_ids()
         new_prov = {}
         for f in self.functions:
@@ -271,7 +296,7 @@ class ProvenanceTracker:
         old_b = list(bindings(old_f))
         report.sites_before += len(old_prov)
 
-        old_callee = {b.var: callee(b.value) for b in old_b}  # None for non-sites
+        old_callee = {b.var: self.callee(b.value) for b in old_b}  # None for non-sites
         new_fns = self._relax_functions(new_mod)
         # Value keys of the old module and its consumer graph are built only when a pass
         # actually re-created bindings: most passes keep every Var and need neither.
@@ -316,7 +341,7 @@ class ProvenanceTracker:
 
         for b in bindings(new_f):
             v, val = b.var, b.value
-            site = callee(val)
+            site = self.callee(val)
             # Identity only between like kinds: CallTIRRewrite keeps `lv` as an alias of the
             # output buffer while the kernel call moves to a new binding.
             if v in old_callee and (old_callee[v] is not None) == (site is not None):
@@ -381,7 +406,7 @@ class ProvenanceTracker:
 
         out = {}
         for b in bindings(new_f):
-            s = callee(b.value)
+            s = self.callee(b.value)
             if s is None and b.var not in new_prov:
                 continue
             ids = new_prov.get(b.var, set())
@@ -472,8 +497,8 @@ class ProvenanceTracker:
     def sites(self, fname="main"):
         """[(var, callee, ids)] for the current module, in call order."""
         prov = self.prov[fname]
-        return [(b.var, callee(b.value), prov.get(b.var, frozenset()))
-                for b in bindings(self.mod[fname]) if callee(b.value) is not None]
+        return [(b.var, self.callee(b.value), prov.get(b.var, frozenset()))
+                for b in bindings(self.mod[fname]) if self.callee(b.value) is not None]
 
     def instrument(self):
         return _TrackingInstrument(self)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import io
 import json
 import os
 import platform
@@ -28,6 +29,9 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
+import tvm
 
 from provenance.build import model_sha256
 from provenance.errors import ProvmapError
@@ -282,7 +286,18 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
     members["map.json"] = json.dumps(pmap.to_dict(), sort_keys=True).encode()
     with tempfile.TemporaryDirectory(prefix="provmap-map-") as d:
         members["map.sqlite"] = Path(store.save_sqlite(pmap, Path(d) / "map.sqlite")).read_bytes()
-    members["partitioned.relax"] = partitioned_module(view, plan).script().encode()
+    try:
+        members["partitioned.relax"] = partitioned_module(view, plan).script().encode()
+    except (ProvmapError, KeyError, tvm.TVMError) as e:  # readable extra, never a reason to fail
+        members["partitioned.relax"] = (f"# the partitioned Relax module could not be printed: "
+                                        f"{e}\n").encode()
+    constants = {}
+    for k, (name, value) in enumerate(view.constant_outputs().items()):
+        member = f"constants/{k}.npy"
+        buf = io.BytesIO()
+        np.save(buf, value, allow_pickle=False)
+        members[member] = buf.getvalue()
+        constants[name] = member
 
     manifest = {
         "format": FORMAT,
@@ -297,11 +312,15 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
             "outputs": [view.spec(n).to_dict() for n in view.graph_outputs],
             "onnx_nodes": len(view.nodes),
             "op_nodes": len(view.op_nodes),
+            "input_shapes_given": dict(imp.input_shapes),
+            "not_compilable_by_tvm": {view.node_ids[i]: why for i, why in imp.opaque.items()},
+            "folded_before_import": len(imp.folded),
         },
         "strategy": plan.strategy,
         "plan_info": plan.info,
         "backends": {name: backends[name].describe() for name in plan.backends()},
         "partitions": parts,
+        "constant_outputs": constants,
         "coverage": pmap.coverage(),
     }
     art = Artifact(manifest=manifest, members=members)

@@ -5,7 +5,8 @@ partition (type key "provmap.<backend>").  As in TVM, the root's "main" runs the
 partition module's function (named by the partition id) runs one partition.  The executor is
 deliberately small: partitions run in the manifest's topological order, tensors live in a dict
 keyed by ONNX tensor name and are dropped after their last use, and arrays are handed from one
-backend to the next as-is (numpy views; TVM takes them zero-copy over DLPack when aligned).
+backend to the next as-is (numpy views; TVM takes them zero-copy over DLPack when aligned and
+writeable).
 
 `load(path)` verifies the whole file first (see artifact.read_artifact); with `runnable=False`
 nothing backend-specific is imported or loaded, which is what offline inspection uses.
@@ -13,9 +14,11 @@ nothing backend-specific is imported or loaded, which is what offline inspection
 
 from __future__ import annotations
 
+import io
 import time
 from typing import Callable, Mapping
 
+import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, with numpy)
 import numpy as np
 
 from provenance.errors import ProvmapError
@@ -102,6 +105,7 @@ class ArtifactModule(Module):
         self.output_names = [t["name"] for t in self.manifest["model"]["outputs"]]
         self._lookup = None
         self._plan = None
+        self._constants: dict[str, np.ndarray] | None = None
 
     # -- TVM-style surface -------------------------------------------------------------------
     def _functions(self):
@@ -130,14 +134,34 @@ class ArtifactModule(Module):
             for n in m.runner.input_names:
                 last_use[n] = k
         keep = set(self.output_names)
+        produced = set(self.input_specs) | set(self._constant_outputs())
         for k, m in enumerate(self.partitions):
             r = m.runner
             drop = [n for n, last in last_use.items() if last == k and n not in keep]
             specs = {t["name"]: (tuple(t["shape"]), np.dtype(t["dtype"])) for t in m.info["outputs"]}
             expect = [specs.get(n) for n in r.output_names]
             steps.append((r, list(r.input_names), list(r.output_names), drop, m, expect))
+            produced.update(r.output_names)
+        missing = [n for n in self.output_names if n not in produced]
+        if missing:
+            raise ProvmapError(f"graph output(s) {missing} are computed by no partition, are no "
+                               "graph input and no stored constant; the artifact is incomplete")
         self._plan = steps
         return steps
+
+    def _constant_outputs(self) -> dict[str, np.ndarray]:
+        """Graph outputs the build computed once (nothing runs for them): manifest key
+        "constant_outputs", tensor name -> .npy member."""
+        if self._constants is None:
+            out = {}
+            for name, member in (self.manifest.get("constant_outputs") or {}).items():
+                data = self.artifact.members.get(member)
+                if data is None:
+                    raise ProvmapError(f"constant output {name!r}: the artifact has no member "
+                                       f"{member!r}")
+                out[name] = np.load(io.BytesIO(data), allow_pickle=False)
+            self._constants = out
+        return self._constants
 
     def run(self, inputs: Mapping[str, np.ndarray], on_partition=None) -> dict[str, np.ndarray]:
         """Run the whole model.  `inputs` maps every graph input name to an array.
@@ -163,7 +187,7 @@ class ArtifactModule(Module):
             # A backend handing back the wrong dtype or shape would silently poison the next
             # partition; the check costs well under a microsecond per tensor.
             for name, a, spec in zip(outs, results, expect):
-                if spec is not None and (a.dtype != spec[1] or a.shape != spec[0]):
+                if spec is not None and (a.dtype != spec[1] or not _shape_ok(a.shape, spec[0])):
                     raise ProvmapError(f"partition {m.id} ({m.backend}) returned {name!r} as "
                                        f"{a.dtype}{list(a.shape)}, expected "
                                        f"{spec[1]}{list(spec[0])}")
@@ -172,7 +196,10 @@ class ArtifactModule(Module):
                 on_partition(m, dict(zip(ins, args)), dict(zip(outs, results)), dt)
             for n in drop:
                 env.pop(n, None)
-        return {n: env[n] for n in self.output_names}
+        # Constants are copied: a caller writing into a returned array must not change what
+        # the next run returns.
+        consts = self._constant_outputs()
+        return {n: consts[n].copy() if n in consts else env[n] for n in self.output_names}
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
         env = {}
@@ -181,10 +208,11 @@ class ArtifactModule(Module):
                 raise ProvmapError(f"missing input {name!r}; the model takes "
                                    f"{', '.join(self.input_specs)}")
             a = np.asarray(inputs[name])
-            if tuple(a.shape) != tuple(spec["shape"]) or str(a.dtype) != spec["dtype"]:
+            if not _shape_ok(a.shape, tuple(spec["shape"])) or str(a.dtype) != spec["dtype"]:
                 raise ProvmapError(f"input {name!r}: expected {spec['dtype']}{list(spec['shape'])}, "
                                    f"got {a.dtype}{list(a.shape)}")
-            env[name] = np.ascontiguousarray(a)
+            # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
+            env[name] = np.asarray(a, order="C")
         extra = set(inputs) - set(self.input_specs)
         if extra:
             raise ProvmapError(f"unknown input(s) {sorted(extra)}; the model takes "
@@ -215,6 +243,12 @@ class ArtifactModule(Module):
 
     def save(self, path) -> None:
         self.artifact.save(path)
+
+
+def _shape_ok(shape: tuple, spec: tuple) -> bool:
+    """`spec` may hold None for a dimension only known at run time (NonZero, Unique outputs)."""
+    return shape == spec or (len(shape) == len(spec)
+                             and all(w is None or g == w for g, w in zip(shape, spec)))
 
 
 def load(path, runnable: bool = True) -> ArtifactModule:

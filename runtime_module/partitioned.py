@@ -58,6 +58,11 @@ def partitioned_module(view: GraphView, plan: Plan) -> tvm.IRModule:
                 else:
                     for k, n in enumerate(out_names):
                         by_name[n] = bb.emit(relax.TupleGetItem(res, k))
+            for n in view.graph_outputs:
+                if n not in by_name:  # a constant output (see GraphView.constant_outputs)
+                    val = view.imported.tensor_values.get(n)
+                    if isinstance(val, relax.Expr):
+                        by_name[n] = val
             outs = [by_name[n] for n in view.graph_outputs]
             ret = bb.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
         bb.emit_func_output(ret)

@@ -22,19 +22,27 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from provenance.errors import ProvmapError, describe_node
+from provenance.ids import node_inputs
 from provenance.importer import Imported
 from provenance.model import ROLE_PRODUCED
 
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """A boundary tensor.  A dimension is None where it depends on data (NonZero, Unique...):
+    the backends that produce such a tensor allocate it per run; pricing counts it as 1."""
+
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]
     dtype: str
 
     @property
+    def static(self) -> bool:
+        return all(d is not None for d in self.shape)
+
+    @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return int(np.prod([d or 1 for d in self.shape], dtype=np.int64)) * _itemsize(self.dtype)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
@@ -46,7 +54,18 @@ class TensorSpec:
 
 
 def _elem_dtype(elem_type: int) -> str:
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        return "bfloat16"
     return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        import ml_dtypes  # bfloat16, float8 variants
+
+        return np.dtype(getattr(ml_dtypes, dtype)).itemsize
 
 
 class GraphView:
@@ -59,6 +78,8 @@ class GraphView:
         self.model = imported.model
         self.graph = self.model.graph
         self.nodes = list(self.graph.node)
+        #: Each node's inputs including outer-scope reads of its subgraphs (If/Loop/Scan).
+        self.node_inputs = [node_inputs(n) for n in self.nodes]
         self.initializers = {t.name: t for t in self.graph.initializer}
         self.graph_inputs = [i.name for i in self.graph.input if i.name not in self.initializers]
         self.graph_outputs = [o.name for o in self.graph.output]
@@ -68,7 +89,7 @@ class GraphView:
             for o in n.output:
                 if o:
                     self.producer[o] = i
-            for x in n.input:
+            for x in self.node_inputs[i]:
                 if x:
                     self.consumers.setdefault(x, []).append(i)
         self.node_ids = [n.id for n in imported.pmap.nodes]
@@ -77,19 +98,38 @@ class GraphView:
         for nid, eid, role in imported.pmap.node_exprs:
             if role == ROLE_PRODUCED:
                 self.produced.setdefault(index_of[nid], []).append(eid)
-        const = imported.const_exprs
-        self.op_nodes = [i for i in range(len(self.nodes))
-                         if any(e not in const for e in self.produced.get(i, ()))]
+        self.op_nodes = self._runtime_nodes()
         self._is_op = set(self.op_nodes)
         self._types = self._infer_types()
         self._helper_users = self._compute_helper_users()
+
+    def _runtime_nodes(self) -> list[int]:
+        """Op nodes, decided on the ONNX graph: a node computes at run time iff it reads a graph
+        input (directly or through other such nodes) or its value changes per run (random ops).
+
+        Everything else is a constant after provenance.fold (or a weight generator it left
+        alone), so it is copied into each region that needs it rather than partitioned.  An
+        alias (Identity) of a run-time tensor is an op node too: it has no Relax binding, but
+        it names a tensor a region may have to return.
+        """
+        from provenance.fold import NONDETERMINISTIC
+
+        live = set(self.graph_inputs)
+        out = []
+        for i, n in enumerate(self.nodes):
+            if n.op_type in NONDETERMINISTIC or any(x in live for x in self.node_inputs[i] if x) \
+                    or i in self.imported.opaque and not any(self.node_inputs[i]):
+                out.append(i)
+                live.update(o for o in n.output if o)
+        return out
 
     # -- structure -------------------------------------------------------------------------
     def is_op(self, i: int) -> bool:
         return i in self._is_op
 
     def describe(self, i: int) -> str:
-        return describe_node(i, self.nodes[i])
+        # The node as the user wrote it (provenance.fold may have replaced it by a Constant).
+        return describe_node(i, self.imported.pmap.nodes[i])
 
     def helper_closure(self, ops: Iterable[int]) -> set[int]:
         """Helper nodes feeding `ops` through helper-only paths (each subgraph copies them)."""
@@ -97,7 +137,7 @@ class GraphView:
         stack = list(ops)
         while stack:
             i = stack.pop()
-            for x in self.nodes[i].input:
+            for x in self.node_inputs[i]:
                 p = self.producer.get(x)
                 if p is not None and p not in self._is_op and p not in seen:
                     seen.add(p)
@@ -124,24 +164,23 @@ class GraphView:
 
     # -- types -----------------------------------------------------------------------------
     def _infer_types(self) -> dict[str, TensorSpec]:
+        from provenance.fold import infer_types
+
         types: dict[str, TensorSpec] = {}
-        try:
-            inferred = onnx.shape_inference.infer_shapes(_weightless(self.model),
-                                                         strict_mode=False)
-            vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
-        except Exception:  # fall back to Relax's types below
-            vis = list(self.graph.input) + list(self.graph.output)
-        for vi in vis:
-            tt = vi.type.tensor_type
-            if not tt.HasField("shape") or not tt.elem_type:
+        for name, tp in infer_types(self.model).items():
+            if not tp.HasField("tensor_type") or not tp.tensor_type.elem_type \
+                    or not tp.tensor_type.HasField("shape"):
                 continue
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            if any(d is None for d in dims):
+            tt = tp.tensor_type
+            try:
+                dtype = _elem_dtype(tt.elem_type)
+            except Exception:
                 continue
-            types[vi.name] = TensorSpec(vi.name, tuple(dims), _elem_dtype(tt.elem_type))
+            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+            types[name] = TensorSpec(name, dims, dtype)
         # Relax knows every static shape it computed; prefer it where ONNX inference gave up.
         for name, val in self.imported.tensor_values.items():
-            if name in types or name in self.initializers:
+            if (name in types and types[name].static) or name in self.initializers:
                 continue
             ty = getattr(val, "ty", None)
             shape = getattr(ty, "shape", None)
@@ -161,7 +200,7 @@ class GraphView:
             p = self.producer.get(tensor)
             where = self.describe(p) if p is not None else "a graph input"
             raise ProvmapError(f"{self.imported.label}: tensor '{tensor}' (from {where}) has no "
-                               "static shape; provmap partitions static-shape models only")
+                               "known tensor type or rank; provmap partitions tensors only")
         return t
 
     def dtype(self, tensor: str) -> str | None:
@@ -175,42 +214,46 @@ class GraphView:
         t = self._types.get(tensor)
         return t.dtype if t is not None else None
 
+    def constant_outputs(self) -> dict[str, np.ndarray]:
+        """Graph outputs no op node computes (constants, or nodes folded before import), with
+        their values: an artifact returns them without running anything.
+
+        Evaluated with onnx.reference on the constant nodes that produce them, so a model whose
+        every node folds (a Shape of a static input, a Constant) still runs.
+        """
+        want = [o for o in self.graph_outputs
+                if o not in self.graph_inputs and self.producer.get(o) not in self._is_op]
+        if not want:
+            return {}
+        from onnx.reference import ReferenceEvaluator
+
+        values: dict[str, np.ndarray] = {}
+        for o in want:
+            if o in self.initializers:
+                values[o] = onnx.numpy_helper.to_array(self.initializers[o])
+        rest = [o for o in want if o not in values]
+        if rest:
+            closure = sorted({self.producer[o] for o in rest if o in self.producer}
+                             | self.helper_closure(self.producer[o] for o in rest
+                                                   if o in self.producer))
+            g = onnx.helper.make_graph(
+                [self.nodes[i] for i in closure], "constants", [],
+                [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None)
+                 for o in rest],
+                [self.initializers[x] for x in sorted({x for i in closure
+                                                       for x in self.node_inputs[i]
+                                                       if x in self.initializers})])
+            m = onnx.helper.make_model(g, opset_imports=list(self.model.opset_import))
+            try:
+                res = ReferenceEvaluator(m).run(None, {})
+            except Exception as e:
+                raise ProvmapError(f"{self.imported.label}: graph output(s) {rest} are constants "
+                                   f"that onnx.reference could not evaluate: {e}") from None
+            values.update({o: np.asarray(v) for o, v in zip(rest, res)})
+        return values
+
     def subgraph(self, ops: Iterable[int]) -> "Subgraph":
         return Subgraph(self, ops)
-
-
-_WEIGHT_BYTES = 1 << 16
-
-
-def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` for shape inference: large initializers become typed graph inputs.
-
-    Shape inference serializes the whole model and parses it again in C++: for VGG-19's 400 MB
-    classifier that is seconds per GraphView (and the cost estimator builds one per measured
-    region).  It needs only the *types* of weights; small initializers (shape tensors, axes,
-    which inference reads as values) are kept as they are.
-    """
-    big = [t for t in model.graph.initializer
-           if len(t.raw_data) > _WEIGHT_BYTES or len(t.float_data) * 4 > _WEIGHT_BYTES]
-    if not big:
-        return model
-    big_names = {t.name for t in big}
-    out = onnx.ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
-        setattr(out, f, getattr(model, f))
-    out.opset_import.extend(model.opset_import)
-    out.functions.extend(model.functions)
-    g, src = out.graph, model.graph
-    g.name = src.name
-    g.node.extend(src.node)
-    g.input.extend(i for i in src.input if i.name not in big_names)
-    g.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                   for t in big)
-    g.initializer.extend(t for t in src.initializer if t.name not in big_names)
-    g.sparse_initializer.extend(src.sparse_initializer)
-    g.output.extend(src.output)
-    g.value_info.extend(src.value_info)
-    return out
 
 
 @mutator
@@ -250,7 +293,7 @@ class Subgraph:
         v = self.view
         names: list[str] = []
         for i in self.closure:
-            for x in v.nodes[i].input:
+            for x in v.node_inputs[i]:
                 if not x or x in v.initializers or x in names:
                     continue
                 p = v.producer.get(x)
@@ -307,7 +350,7 @@ class Subgraph:
         for pos, i in enumerate(self.closure):
             n = v.nodes[i]
             args = []
-            for x in n.input:
+            for x in v.node_inputs[i]:
                 if not x:
                     args.append("-")
                 elif x in local:
@@ -336,7 +379,7 @@ class Subgraph:
         g = onnx.GraphProto()
         g.name = f"{src.graph.name or 'graph'}_sub"
         g.node.extend(v.nodes[i] for i in self.closure)
-        used = {x for i in self.closure for x in v.nodes[i].input if x in v.initializers}
+        used = {x for i in self.closure for x in v.node_inputs[i] if x in v.initializers}
         g.initializer.extend(v.initializers[x] for x in sorted(used))
         for t in self.inputs:
             g.input.append(_value_info(t))
@@ -368,19 +411,38 @@ class Subgraph:
         v = self.view
         imp = v.imported
         func = imp.mod["main"]
-        want = set(self.exprs)
-        bindings = [b for blk in func.body.blocks for b in blk.bindings
-                    if imp.var_expr.get(b.var) in want]
-        defined = {b.var for b in bindings}
+        all_bindings = [b for blk in func.body.blocks for b in blk.bindings]
+        defining = {b.var: b for b in all_bindings}
         name_of = {}
         for name, val in imp.tensor_values.items():
             if isinstance(val, relax.Var):
                 name_of.setdefault(val, name)
+        input_names = {t.name for t in self.inputs}
+        want = set(self.exprs)
+        chosen = {b.var for b in all_bindings if imp.var_expr.get(b.var) in want}
+        # A converter may read another node's intermediate Relax value (not an ONNX tensor at
+        # all); recompute such values inside the region instead of refusing it.
+        stack = list(chosen)
+        while stack:
+            b = defining[stack.pop()]
+            for x in relax.analysis.free_vars(b.value):
+                if x in chosen or x not in defining:
+                    continue
+                if name_of.get(x) in input_names:
+                    continue
+                chosen.add(x)
+                stack.append(x)
+        bindings = [b for b in all_bindings if b.var in chosen]
+        defined = {b.var for b in bindings}
         free = []
         for b in bindings:
             for x in relax.analysis.free_vars(b.value):
                 if x not in defined and x not in free:
                     free.append(x)
+        outputs = [(t.name, imp.tensor_values.get(t.name)) for t in self.outputs]
+        for _, val in outputs:  # a region that only renames (Identity) returns its input
+            if isinstance(val, relax.Var) and val not in defined and val not in free:
+                free.append(val)
         params, param_names, mapping = [], [], {}
         for x in free:
             name = name_of.get(x)
@@ -395,16 +457,20 @@ class Subgraph:
         new_bindings = [relax.VarBinding(b.var, sub.visit_expr(b.value)) for b in bindings]
         var_expr = {b.var: imp.var_expr[b.var] for b in bindings}
         outs, out_names = [], []
-        for t in self.outputs:
-            val = imp.tensor_values.get(t.name)
-            if not isinstance(val, relax.Var) or val not in defined:
-                raise ProvmapError(f"{imp.label}: output '{t.name}' of the region is not computed "
-                                   "by its Relax bindings (folded at import?)")
-            o = relax.Var(f"out{len(outs)}", val.ty)
-            new_bindings.append(relax.VarBinding(o, val))
-            var_expr[o] = var_expr[val]
+        for name, val in outputs:
+            if isinstance(val, relax.Var):
+                src = mapping.get(val, val)
+            elif isinstance(val, relax.Expr) and not isinstance(val, relax.Tuple):
+                src = val  # a constant the importer folded: the region returns it as is
+            else:
+                raise ProvmapError(f"{imp.label}: output '{name}' of the region has no Relax "
+                                   "value (the Relax import produced none for it)")
+            o = relax.Var(f"out{len(outs)}", src.ty)
+            new_bindings.append(relax.VarBinding(o, src))
+            if val in var_expr:
+                var_expr[o] = var_expr[val]
             outs.append(o)
-            out_names.append(t.name)
+            out_names.append(name)
         ret = outs[0] if len(outs) == 1 else relax.Tuple(outs)
         body = relax.SeqExpr([relax.DataflowBlock(new_bindings)], ret)
         ret_ty = outs[0].ty if len(outs) == 1 else relax.TupleType([o.ty for o in outs])
@@ -413,5 +479,6 @@ class Subgraph:
 
 
 def _value_info(t: TensorSpec) -> onnx.ValueInfoProto:
-    return onnx.helper.make_tensor_value_info(
-        t.name, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
+    elem = (onnx.TensorProto.BFLOAT16 if t.dtype == "bfloat16"
+            else onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)))
+    return onnx.helper.make_tensor_value_info(t.name, elem, list(t.shape))

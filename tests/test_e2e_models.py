@@ -110,12 +110,12 @@ def _walk_lookup(art):
 
 
 def test_shape_inference_without_weight_data_gives_the_same_types():
-    """GraphView infers types on a copy whose large initializers are typed inputs (fast for
+    """provenance.fold.infer_types (used by GraphView) infers types on a copy whose large initializers are typed inputs (fast for
     VGG-size weights); small ones (Reshape's shape) keep their values.  Same types as on the
     full model."""
     import onnx
 
-    from runtime_module.subgraph import _weightless
+    from provenance.fold import weightless as _weightless
 
     model = zoo.with_random_weights(zoo.resolve("bundled:bvlc_alexnet")[0], seed=0)
     light = _weightless(model)

@@ -46,6 +46,7 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
@@ -58,6 +59,7 @@ _PRECISIONS = ("f32", "bf16", "f16")
 _HINTS = ("LATENCY", "THROUGHPUT")
 _SKIP_LAYERS = {"Input", "Output", "Const", "Parameter", "Result", "Constant"}
 _core = None
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _ov():
@@ -286,15 +288,15 @@ class OpenVINOBackend(Backend):
         cfg = dict(self.config(), PERF_COUNT="YES")
         compiled = _get_core().compile_model(model, _DEVICE, cfg)
         names = list(blob.meta.get("input_names") or [p.get_any_name() for p in compiled.inputs])
-        ports = _port_order(compiled.inputs, names, "input")
-        req = compiled.create_infer_request()
-        feed = {p: np.ascontiguousarray(x) for p, x in zip(ports, inputs)}
-        req.infer(feed)  # warm-up
+        runner = OpenVINORunner(compiled, names,
+                                list(blob.meta.get("output_names")
+                                     or [p.get_any_name() for p in compiled.outputs]))
+        runner(inputs)  # warm-up
         totals: dict[str, float] = {}
         n = max(1, repeats)
         for _ in range(n):
-            req.infer(feed)
-            for info in req.profiling_info:
+            runner(inputs)
+            for info in runner._request.profiling_info:
                 totals[info.node_name] = totals.get(info.node_name, 0.0) + \
                     info.real_time.total_seconds()
         return {k.name: totals[k.name] / n for k in blob.kernels if k.name in totals}
@@ -342,12 +344,18 @@ class OpenVINORunner(Runner):
         self._in_ports = _port_order(compiled.inputs, input_names, "input")
         self._outputs = [compiled.outputs[k] for k in _port_order(compiled.outputs, output_names,
                                                                   "output")]
+        # OpenVINO's numpy bridge maps bf16 to float16 (numpy has no bfloat16): a bf16 port
+        # would convert bfloat16 values to float16 on input and return bf16 bits labelled
+        # float16.  bf16 ports take and give ml_dtypes' bfloat16 (same bits) instead.
+        self._bf16 = ov.Type.bf16
         self._dtypes = []
         for k in self._in_ports:
+            et = compiled.inputs[k].get_element_type()
             try:
-                self._dtypes.append(np.dtype(compiled.inputs[k].get_element_type().to_dtype()))
+                self._dtypes.append(_BF16 if et == ov.Type.bf16 else np.dtype(et.to_dtype()))
             except Exception:
                 self._dtypes.append(None)
+        self._bf16_out = [o.get_element_type() == ov.Type.bf16 for o in self._outputs]
         self._request = compiled.create_infer_request()
         self._tensor = ov.Tensor
         try:
@@ -360,7 +368,12 @@ class OpenVINORunner(Runner):
     def _as_tensor(self, x, dtype):
         if not isinstance(x, np.ndarray) or (dtype is not None and x.dtype != dtype) \
                 or not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x, dtype=dtype)
+            # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
+            x = np.asarray(x, dtype=dtype, order="C")
+        if dtype is _BF16:
+            if not x.flags.writeable:
+                x = x.copy()
+            return self._tensor(x.view(np.uint16), list(x.shape), self._bf16)  # shared
         if not x.flags.writeable:  # OpenVINO shares only writeable memory
             return self._tensor(x, shared_memory=False)
         return self._tensor(x, shared_memory=True)
@@ -377,7 +390,8 @@ class OpenVINORunner(Runner):
                 res = self._request.infer(feed, share_inputs=True, share_outputs=False)
         except Exception as e:
             raise BackendError(f"OpenVINO: inference failed: {_ov_error(e)}") from None
-        return [res[o] for o in self._outputs]
+        return [res[o].view(_BF16) if bf else res[o]
+                for o, bf in zip(self._outputs, self._bf16_out)]
 
     def close(self) -> None:
         self._request = None

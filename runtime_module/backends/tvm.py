@@ -23,6 +23,7 @@ from provenance.propagate import ProvenanceTracker
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 
 _ALIGN = 64  # tvm.runtime.from_dlpack refuses less-aligned buffers
+_DLPACK_KINDS = "biufc"  # numpy dtype kinds DLPack can describe (not ml_dtypes' "V")
 
 
 class TVMRunner(Runner):
@@ -44,20 +45,60 @@ class TVMRunner(Runner):
         self._tuple_out = len(self.output_names) != 1
 
     def _to_tvm(self, a: np.ndarray):
-        if a.flags.c_contiguous and a.ctypes.data % _ALIGN == 0:
+        # DLPack export refuses read-only arrays (np.load(mmap_mode="r"), onnx's to_array) and
+        # dtypes it has no code for (ml_dtypes' bfloat16 is kind "V"); tvm.runtime.from_dlpack
+        # also refuses less than 64-byte-aligned data.  Those are copied instead.
+        if (a.dtype.kind in _DLPACK_KINDS and a.flags.c_contiguous and a.flags.writeable
+                and a.ctypes.data % _ALIGN == 0):
             return tvm.runtime.from_dlpack(a)  # zero copy
-        return tvm.runtime.tensor(np.ascontiguousarray(a), self._dev)
+        # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
+        return tvm.runtime.tensor(np.asarray(a, order="C"), self._dev)
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         out = self._main(*[self._to_tvm(a) for a in inputs])
         outs = list(out) if self._tuple_out else [out]
-        return [np.from_dlpack(o) for o in outs]
+        return [_to_numpy(o) for o in outs]
+
+
+def _to_numpy(t) -> np.ndarray:
+    try:
+        return np.from_dlpack(t)  # zero copy
+    except (BufferError, TypeError, RuntimeError):
+        # bfloat16 and the float8 types have no DLPack code numpy accepts; Tensor.numpy()
+        # copies into the ml_dtypes array type instead.
+        return t.numpy()
+
+
+# Ops without an FLegalize that the CPU build still lowers, so "no legalization" alone would
+# refuse ops that compile and run fine (ShuffleNet's Slice, Gather of a run-time tensor, NonZero):
+# - the VM runs them as builtins: relax.transform.LowerRuntimeBuiltin rewrites these by name
+#   (tvm src/relax/backend/vm/lower_runtime_builtin.cc), ops with an "FLowerBuiltin" attribute
+#   likewise, and LegalizeOps turns an op with "FCallPacked" (nonzero, unique, print,
+#   assert_op) into a call of that packed function;
+# - the CPU pipeline's DispatchSortScan/DispatchSampling passes pick TOPI kernels for them.
+# Each was built and run through tvm.compile with cpu_pipeline (tests/test_runtime_inputs.py).
+_VM_BUILTIN_OPS = {
+    "relax.shape_of", "relax.tensor_to_shape", "relax.to_vdevice", "relax.make_closure",
+    "relax.invoke_closure", "relax.memory.alloc_storage", "relax.memory.alloc_tensor",
+    "relax.memory.kill_storage", "relax.memory.kill_tensor",
+}
+_DISPATCHED_OPS = {"relax.sort", "relax.argsort", "relax.topk", "relax.cumsum", "relax.cumprod",
+                   "relax.multinomial_from_uniform"}
+_LOWERING_ATTRS = ("FLegalize", "FCallPacked", "FLowerBuiltin")
+
+
+def _lowers(op) -> bool:
+    if op.name in _VM_BUILTIN_OPS or op.name in _DISPATCHED_OPS:
+        return True
+    if op.name.startswith(("relax.call_", "relax.builtin.", "relax.vm.")):
+        return True  # already calls a kernel or a builtin
+    return any(op.get_attr(a) is not None for a in _LOWERING_ATTRS)
 
 
 def _legalizable(value) -> tuple[bool, str]:
     for op in _ops_in(value):
-        if op.get_attr("FLegalize") is None and not op.name.startswith(("relax.call_", "relax.builtin")):
-            return False, f"Relax op {op.name} has no legalization for LLVM"
+        if not _lowers(op):
+            return False, f"Relax op {op.name} has no lowering for LLVM"
     return True, ""
 
 
@@ -72,6 +113,26 @@ def _ops_in(value):
     return found
 
 
+def _module_for(fn, imported_mod) -> tvm.IRModule:
+    """`fn` as "main" of a module that also holds the functions it calls from the imported
+    module: some converters (Einsum, reflect/edge Pad, ...) emit call_tir to PrimFuncs
+    they add beside "main".  Only those reachable from `fn` are copied, so a partition's
+    library does not carry other partitions' kernels."""
+    by_gv = {gv: f for gv, f in imported_mod.functions.items() if gv.name_hint != "main"}
+    funcs = {}
+    stack = [fn]
+    while stack:
+        f = stack.pop()
+        if not isinstance(f, relax.Function):
+            continue  # PrimFuncs call nothing that lives in the module
+        for gv in relax.analysis.all_global_vars(f):
+            if gv in by_gv and gv not in funcs:
+                funcs[gv] = by_gv[gv]
+                stack.append(by_gv[gv])
+    funcs[tvm.ir.GlobalVar("main")] = fn
+    return tvm.IRModule(funcs)
+
+
 class TVMBackend(Backend):
     name = "tvm"
 
@@ -79,13 +140,19 @@ class TVMBackend(Backend):
         return tvm.__version__
 
     def supports(self, view) -> dict[int, Support]:
-        # Everything the importer accepted is Relax; what LLVM cannot lower is an op without a
-        # legalization (checked per binding, so the reason names the Relax op).
+        # What LLVM cannot lower is an op without any lowering (checked per binding, so the
+        # reason names the Relax op).  A node the Relax frontend could not convert is only a
+        # placeholder call in "main" (the importer's `opaque`), which must never be built; a
+        # node with no binding of its own (an alias such as Identity) computes nothing here.
         imp = view.imported
-        values = {imp.var_expr[b.var]: b.value
+        opaque = getattr(imp, "opaque", None) or {}
+        values = {imp.var_expr.get(b.var): b.value
                   for blk in imp.mod["main"].body.blocks for b in blk.bindings}
         out = {}
         for i in view.op_nodes:
+            if i in opaque:
+                out[i] = Support(False, f"not compilable by TVM: {opaque[i]}")
+                continue
             verdict = Support(True)
             for e in view.produced.get(i, ()):
                 ok, why = _legalizable(values[e])
@@ -96,9 +163,15 @@ class TVMBackend(Backend):
         return out
 
     def build(self, sub) -> Blob:
+        # An opaque node's placeholder call builds, but the library would not load.
+        opaque = getattr(sub.view.imported, "opaque", None) or {}
+        for i in sub.closure:
+            if i in opaque:
+                raise BackendError(f"tvm: {sub.view.describe(i)} is not compilable by TVM: "
+                                   f"{opaque[i]}")
         fn, var_expr, param_names, out_names = sub.relax_function()
         fn = fn.with_attr("global_symbol", "main")
-        mod = tvm.IRModule({"main": fn})
+        mod = _module_for(fn, sub.view.imported.mod)
         target = cpu_target()
         tracker = ProvenanceTracker(mod, var_expr)
         try:
@@ -122,7 +195,7 @@ class TVMBackend(Backend):
             with open(path, "rb") as f:
                 lib = f.read()
         source = ("# Relax function of this partition (as imported, before lowering)\n"
-                  + tvm.IRModule({"main": fn}).script()
+                  + mod.script()
                   + "\n\n# After the CPU pipeline: the kernels (TIR) and the VM function\n"
                   + tracker.mod.script())
         meta = {"backend_version": self.version(), "target": "llvm", "options": self.options(),
