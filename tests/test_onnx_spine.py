@@ -231,3 +231,30 @@ def test_model_whose_every_node_folds_returns_its_constants(tmp_path):
                               {"x": np.zeros((2, 5, 3), np.float32)})
     np.testing.assert_array_equal(got["s"], np.array([2, 5, 3], np.int64))
     assert load(path, runnable=False).manifest["partitions"] == []
+
+
+def test_openvino_partition_starting_at_a_dropout_builds(tmp_path):
+    """OpenVINO drops an inference-mode Dropout and its input port takes the Dropout's output
+    name (SqueezeNet with Concat excluded from OpenVINO hit this); the port is matched by
+    position."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Dropout", ["r"], ["d"], name="drop"),
+             helper.make_node("Exp", ["d"], ["y"], name="exp")]
+    model = _model(nodes, [_vi("x", [2, 3])], [_vi("y", [2, 3])])
+    x = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
+    got, path = _run_artifact(tmp_path, model, "greedy:openvino,onnxruntime", {"x": x},
+                              backend_options={"openvino": {"exclude_ops": ["Relu"]}})
+    _assert_matches(got, _ort(model, {"x": x}))
+    parts = load(path, runnable=False).manifest["partitions"]
+    assert [p["backend"] for p in parts] == ["onnxruntime", "openvino"]
+
+
+def test_openvino_input_it_prunes_is_not_required(tmp_path):
+    """ReduceSum's empty `axes` input is removed by OpenVINO's frontend; the runner takes the
+    inputs the compiled model still has."""
+    nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=1)]
+    model = _model(nodes, [_vi("x", [2, 3]), _vi("axes", [0], TensorProto.INT64)],
+                   [_vi("y", [1, 1])], opset=13)
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "axes": np.zeros(0, np.int64)}
+    got, _ = _run_artifact(tmp_path, model, "single:openvino", feeds)
+    _assert_matches(got, _ort(model, feeds))

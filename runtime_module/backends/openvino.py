@@ -228,9 +228,8 @@ class OpenVINOBackend(Backend):
         actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
         producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output if o}
         kernels, source = _runtime_kernels(compiled, model, producer, cut)
-        input_names = [t.name for t in sub.inputs]
+        input_names = _kept_inputs(compiled.inputs, [t.name for t in sub.inputs])
         output_names = [t.name for t in sub.outputs]
-        _port_order(compiled.inputs, input_names, "input")
         _port_order(compiled.outputs, output_names, "output")
         meta = {
             "backend_version": self.version(),
@@ -309,6 +308,28 @@ def _short_type(s: str) -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
 
 
+def _kept_inputs(ports, names: list[str]) -> list[str]:
+    """The subgraph inputs the compiled model still takes, in the subgraph's order.
+
+    OpenVINO's frontend removes a Parameter nothing needs (ReduceSum's empty `axes`), and when
+    an input only feeds a no-op it drops (inference-mode Dropout), the port takes the no-op's
+    output name instead.  Runners may take a subset of their subgraph's inputs (see Runner), so
+    pruned inputs are left out; a renamed port is recognised by position among the Parameters,
+    which the frontend creates in graph-input order.
+    """
+    named = {n for p in ports for n in p.get_names()}
+    if all(n in named for n in names):
+        return list(names)
+    if len(ports) == len(names):
+        return list(names)  # same count: _port_order matches the renamed ones by position
+    kept = [n for n in names if n in named]
+    if len(kept) == len(ports):
+        return kept
+    raise BackendError(f"OpenVINO: compiled model takes {len(ports)} inputs "
+                       f"{[sorted(p.get_names()) for p in ports]}; cannot match them to the "
+                       f"subgraph's inputs {names}")
+
+
 def _port_order(ports, names: list[str], what: str) -> list[int]:
     """Index of the port carrying each ONNX tensor name (OpenVINO may reorder ports)."""
     index = {}
@@ -316,6 +337,12 @@ def _port_order(ports, names: list[str], what: str) -> list[int]:
         for n in p.get_names():
             index.setdefault(n, k)
     missing = [n for n in names if n not in index]
+    if missing and what == "input" and len(ports) == len(names):
+        # A port renamed after a no-op it absorbed (see _kept_inputs): match by position.
+        free = [k for k in range(len(ports)) if k not in {index[n] for n in names if n in index}]
+        for n in missing:
+            index[n] = free.pop(0)
+        missing = []
     if missing:
         raise BackendError(f"OpenVINO: compiled model has no {what} named {missing}; "
                            f"it has {[sorted(p.get_names()) for p in ports]}")
