@@ -150,12 +150,26 @@ def fold_constants(model: onnx.ModelProto) -> FoldResult:
             except Exception:
                 pass
     large_inits = {t.name for t in graph.initializer} - set(values)
+    # An If condition, and what it is computed from, stays as written: a constant condition
+    # makes ONNX Runtime's shape inference check the branch that never runs (AffineGrid's
+    # expanded body then fails to load).
+    conditions = {n.input[0] for n in graph.node if n.op_type == "If" and n.input}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    stack = list(conditions)
+    while stack:
+        n = producer.get(stack.pop())
+        for x in (n.input if n is not None else ()):
+            if x and x not in conditions:
+                conditions.add(x)
+                stack.append(x)
     replace: dict[int, onnx.NodeProto] = {}
     reasons: dict[int, str] = {}
     for i, node in enumerate(graph.node):
         if node.domain not in ("", "ai.onnx") or _has_subgraph(node):
             continue
         if node.op_type in NONDETERMINISTIC or len([o for o in node.output if o]) != 1:
+            continue
+        if node.output[0] in conditions and node.op_type != "Constant":
             continue
         if len(node.output) != 1:
             continue

@@ -135,6 +135,20 @@ class _TrackingImporter(_fe.ONNXGraphImporter):
         self.opaque_vars: set = set()
         self._known: set = set()
 
+    def _parse_graph_input(self, graph):
+        # Inputs Relax cannot type as a numeric tensor (strings, sequences, optionals) become
+        # opaque object parameters; only opaque nodes read them.
+        for vi in graph.input:
+            if vi.name in self._nodes:
+                continue
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is None or not tt.elem_type or tt.elem_type == onnx.TensorProto.STRING:
+                name = self._sanitize_name(vi.name) if self._sanitize else vi.name
+                self._nodes[vi.name] = relax.Var(name, relax.ObjectType())
+                self._num_input += 1
+                self._input_names.append(vi.name)
+        super()._parse_graph_input(graph)
+
     def _check_for_unsupported_ops(self, graph):
         pass  # decided per node in _construct_nodes: an unsupported node becomes opaque
 

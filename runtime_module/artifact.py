@@ -288,7 +288,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         members["map.sqlite"] = Path(store.save_sqlite(pmap, Path(d) / "map.sqlite")).read_bytes()
     try:
         members["partitioned.relax"] = partitioned_module(view, plan).script().encode()
-    except (ProvmapError, KeyError, tvm.TVMError) as e:  # readable extra, never a reason to fail
+    except Exception as e:  # a readable extra (TVM raises many types): never a reason to fail
         members["partitioned.relax"] = (f"# the partitioned Relax module could not be printed: "
                                         f"{e}\n").encode()
     constants = {}

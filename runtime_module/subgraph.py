@@ -18,6 +18,7 @@ from typing import Iterable
 
 import numpy as np
 import onnx
+import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -425,7 +426,7 @@ class Subgraph:
         stack = list(chosen)
         while stack:
             b = defining[stack.pop()]
-            for x in relax.analysis.free_vars(b.value):
+            for x in _value_vars(b.value):
                 if x in chosen or x not in defining:
                     continue
                 if name_of.get(x) in input_names:
@@ -436,7 +437,7 @@ class Subgraph:
         defined = {b.var for b in bindings}
         free = []
         for b in bindings:
-            for x in relax.analysis.free_vars(b.value):
+            for x in _value_vars(b.value):
                 if x not in defined and x not in free:
                     free.append(x)
         outputs = [(t.name, imp.tensor_values.get(t.name)) for t in self.outputs]
@@ -454,7 +455,9 @@ class Subgraph:
             param_names.append(name)
             mapping[x] = p
         sub = _Substitute(mapping)
-        new_bindings = [relax.VarBinding(b.var, sub.visit_expr(b.value)) for b in bindings]
+        new_bindings = [relax.MatchCast(b.var, sub.visit_expr(b.value), b.ty)
+                        if isinstance(b, relax.MatchCast)  # it binds symbolic shape variables
+                        else relax.VarBinding(b.var, sub.visit_expr(b.value)) for b in bindings]
         var_expr = {b.var: imp.var_expr[b.var] for b in bindings}
         outs, out_names = [], []
         for name, val in outputs:
@@ -465,7 +468,7 @@ class Subgraph:
             else:
                 raise ProvmapError(f"{imp.label}: output '{name}' of the region has no Relax "
                                    "value (the Relax import produced none for it)")
-            o = relax.Var(f"out{len(outs)}", src.ty)
+            o = relax.Var(f"out{len(outs)}", _erase_symbolic(src.ty))
             new_bindings.append(relax.VarBinding(o, src))
             if val in var_expr:
                 var_expr[o] = var_expr[val]
@@ -476,6 +479,29 @@ class Subgraph:
         ret_ty = outs[0].ty if len(outs) == 1 else relax.TupleType([o.ty for o in outs])
         fn = relax.Function(params, body, ret_ty, True)
         return fn, var_expr, param_names, out_names
+
+
+def _value_vars(value) -> list:
+    """Free Relax variables of a binding's value, without its symbolic shape variables (TVM
+    0.27's free_vars lists both; the region binds the symbolic ones with its own match_cast)."""
+    symbolic = set(relax.analysis.free_symbolic_vars(value))
+    return [x for x in relax.analysis.free_vars(value) if x not in symbolic]
+
+
+def _erase_symbolic(ty):
+    """A return type without symbolic dimensions the caller could not bind.
+
+    NonZero, Unique, Tile of a run-time count...: the region binds their sizes inside with a
+    match_cast, so a function returning `R.Tensor((n,))` would name `n` outside its scope.  The
+    rank and dtype stay; TVM's importer types its own "main" the same way.
+    """
+    if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
+        if all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
+            return ty
+        return relax.TensorType(None, ty.dtype, ndim=len(ty.shape.values))
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([_erase_symbolic(f) for f in ty.fields])
+    return ty
 
 
 def _value_info(t: TensorSpec) -> onnx.ValueInfoProto:

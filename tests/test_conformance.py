@@ -3,7 +3,7 @@
 A fixed-seed sample plus NAMED problem cases runs in the default suite (bench/conformance.py's
 worker pool: isolated, 2 workers, 60 s per case); for each provmap pipeline, a case its plain
 library passes must pass through provmap too, or be listed in conformance.EXCEPTIONS (reported as
-xfail with the reason).  The whole collection is `-m conformance` (about 20 minutes).
+xfail with the reason).  The whole collection is `-m conformance` (about 25 minutes).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_full_conformance(request, tmp_path):
     """The whole collection; the report is in the failure message."""
     if "conformance" not in (request.config.getoption("markexpr") or ""):
         # A command-line -m replaces the default "not conformance": `-m "not slow"` must not
-        # start a 20-minute run.
+        # start a 25-minute run.
         pytest.skip("the full conformance run only runs when -m names it (-m conformance)")
     names = conf.select_cases()
     flat = conf.run_many([(n, p) for n in names for p in conf.PIPELINES], jobs=2, timeout=60)
