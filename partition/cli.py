@@ -92,18 +92,43 @@ def cmd_compile(args) -> int:
 
 
 def _load_inputs(path: str) -> dict:
+    if not os.path.exists(path):
+        raise ProvmapError(f"{path}: no such inputs file")
     try:
         with np.load(path, allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise ValueError("a single .npy array")
             return {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise ProvmapError(f"{path}: no such inputs file") from None
     except Exception as e:
-        raise ProvmapError(f"{path}: cannot read inputs (.npz expected): {e}") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "pickle" in first:
+            first = "it holds Python objects, not arrays"
+        raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({first}); write one "
+                           "with numpy.savez(path, NAME=array, ...)") from None
+
+
+def output_stats(a: np.ndarray) -> dict:
+    """Per-output summary, as Polygraphy prints it: a glance tells NaNs and blow-ups apart."""
+    out = {"shape": list(a.shape), "dtype": str(a.dtype)}
+    if a.dtype.kind in "fc" or str(a.dtype) == "bfloat16":
+        x = np.asarray(a, dtype=np.float64) if a.dtype.kind != "c" else np.abs(a)
+        finite = x[np.isfinite(x)]
+        out.update({"nan": int(np.isnan(x).sum()), "inf": int(np.isinf(x).sum())})
+    elif a.dtype.kind in "iub":
+        finite = np.asarray(a, dtype=np.float64)
+    else:
+        return out
+    if finite.size:
+        out.update({"min": float(finite.min()), "max": float(finite.max()),
+                    "mean": float(finite.mean())})
+    return out
 
 
 def cmd_run(args) -> int:
     from runtime_module.module import load
 
+    if args.random and args.inputs:
+        raise ProvmapError("give either --inputs FILE.npz or --random, not both")
     t0 = time.perf_counter()
     mod = load(args.artifact)
     t1 = time.perf_counter()
@@ -114,9 +139,13 @@ def cmd_run(args) -> int:
         inputs = _load_inputs(args.inputs)
     else:
         raise ProvmapError("give --inputs FILE.npz or --random")
+    if args.warmup < 0 or args.iterations < 1:
+        raise ProvmapError("--warmup must be >= 0 and --iterations >= 1")
+    for _ in range(args.warmup):
+        mod.run(inputs)
     times = []
     outs = None
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.iterations):
         s = time.perf_counter()
         outs = mod.run(inputs)
         times.append(time.perf_counter() - s)
@@ -126,15 +155,27 @@ def cmd_run(args) -> int:
         save_npz_atomic(args.save_inputs, inputs)
     summary = {"artifact": args.artifact, "load_s": round(t1 - t0, 4),
                "run_ms": [round(t * 1e3, 3) for t in times],
+               "warmup": args.warmup,
                "median_ms": round(float(np.median(times)) * 1e3, 3),
-               "outputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outs.items()},
+               "min_ms": round(min(times) * 1e3, 3),
+               "max_ms": round(max(times) * 1e3, 3),
+               "p90_ms": round(float(np.percentile(times, 90)) * 1e3, 3),
+               "outputs": {k: output_stats(v) for k, v in outs.items()},
                "output_file": args.output}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        for k, v in outs.items():
-            print(f"{k}: {v.dtype}{list(v.shape)}")
-        print(f"median {summary['median_ms']:.2f} ms over {len(times)} run(s)"
+        for k, st in summary["outputs"].items():
+            line = f"{k}: {st['dtype']}{st['shape']}"
+            if "min" in st:
+                line += f"  min {st['min']:.6g} max {st['max']:.6g} mean {st['mean']:.6g}"
+            if st.get("nan") or st.get("inf"):
+                line += f"  NaN {st['nan']} Inf {st['inf']}"
+            print(line)
+        n = len(times)
+        print(f"latency over {n} iteration(s) after {args.warmup} warm-up: median "
+              f"{summary['median_ms']:.2f} ms, min {summary['min_ms']:.2f}, p90 "
+              f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
     return 0
 
@@ -219,7 +260,14 @@ def lookup_artifact(path: str, onnx_node=None, kernel=None, expr=None) -> dict:
 
 
 def cmd_lookup(args) -> int:
-    ans = lookup_artifact(args.artifact, args.onnx_node, args.kernel, args.expr)
+    try:
+        ans = lookup_artifact(args.artifact, args.onnx_node, args.kernel, args.expr)
+    except ProvmapError as e:
+        if args.json:  # a script reading stdout gets an answer too, not an empty stream
+            q = {k: v for k, v in (("onnx_node", args.onnx_node), ("kernel", args.kernel),
+                                   ("expr", args.expr)) if v is not None}
+            print(json.dumps({"query": q, "results": [], "error": str(e)}, indent=2))
+        raise
     if args.json:
         print(json.dumps(ans, indent=2))
         return 0
@@ -300,12 +348,22 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("provmap")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .compile import DEFAULT_STRATEGY
 
     p = argparse.ArgumentParser(prog="provmap", description=(
         "Partition ONNX models across inference backends through TVM Relax, with a source map "
         "from every kernel back to ONNX nodes."))
+    p.add_argument("--version", action="version", version=f"provmap {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     add_map_command(sub)
 
@@ -316,16 +374,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="collage[:<b1>,...] | single:<backend> | greedy:<b1>,<b2>,... "
                    "(default %(default)s)")
     c.add_argument("--backends", help="collage: backends to search over (default "
-                   "tvm,onnxruntime,openvino)")
+                   "onnxruntime,openvino; add tvm with --backends tvm,onnxruntime,openvino: "
+                   "untuned TVM candidates make a cold search 5-20 minutes longer)")
     c.add_argument("--cache", help="collage: measurement cache (default $PROVMAP_CACHE or "
                    "~/.cache/provmap/costs.sqlite)")
     c.add_argument("--pin", action="append", metavar="NODE=BACKEND",
                    help="collage: run NODE (name, re:REGEX, node or expr ID) on BACKEND")
-    c.add_argument("--forbid", action="append", metavar="NODE=BACKEND")
+    c.add_argument("--forbid", action="append", metavar="NODE=BACKEND",
+                   help="collage: never run NODE (name, re:REGEX, node or expr ID) on BACKEND")
     c.add_argument("--cut", action="append", metavar="NODE",
                    help="collage: no partition spans NODE's output")
-    c.add_argument("--max-depth", type=int, default=4)
-    c.add_argument("--max-size", type=int, default=12)
+    c.add_argument("--max-depth", type=int, default=4,
+                   help="collage: longest chain of op nodes in one candidate (default 4)")
+    c.add_argument("--max-size", type=int, default=12,
+                   help="collage: most op nodes in one candidate (default 12)")
     c.add_argument("--no-e2e-check", action="store_true",
                    help="collage: keep the searched plan without measuring it against greedy "
                    "and single-backend plans end to end")
@@ -338,23 +400,28 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--embed-model", action="store_true",
                    help="store the ONNX model in the artifact, so compare/annotate/report work "
                    "from the artifact alone (weights are then stored twice)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print a JSON summary (partitions, "
+                   "coverage, search statistics) on stdout")
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("run", help="run an artifact end to end")
     r.add_argument("artifact")
     r.add_argument("--inputs", help=".npz with one array per model input")
     r.add_argument("--random", action="store_true", help="random inputs of the right shapes")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     r.add_argument("-o", "--output", help=".npz to write the outputs to")
     r.add_argument("--save-inputs", help=".npz to write the inputs used (with --random)")
-    r.add_argument("--repeat", type=int, default=1, help="run N times and report timings")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--warmup", type=int, default=0, metavar="N",
+                   help="untimed runs first (default 0)")
+    r.add_argument("--iterations", "--repeat", type=int, default=1, metavar="N",
+                   help="timed runs; the latency summary covers these (default 1)")
+    r.add_argument("--json", action="store_true", help="print the summary (timings, per-output "
+                   "min/max/mean and NaN/Inf counts) as JSON")
     r.set_defaults(func=cmd_run)
 
     i = sub.add_parser("inspect", help="partitions, nodes, kernels and boundary tensors (offline)")
     i.add_argument("artifact")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--json", action="store_true", help="print everything as JSON")
     i.add_argument("--relax", action="store_true", help="print the partitioned Relax module")
     i.add_argument("--limit", type=int, default=12, help="nodes/kernels listed per partition "
                    "in text mode (0: all)")
@@ -363,10 +430,14 @@ def build_parser() -> argparse.ArgumentParser:
     lk = sub.add_parser("lookup", help="ONNX node <-> backend/kernel <-> Relax expression")
     lk.add_argument("artifact")
     g = lk.add_mutually_exclusive_group(required=True)
-    g.add_argument("--onnx-node", metavar="NAME_OR_ID")
-    g.add_argument("--kernel", metavar="NAME", help="qualified (p0:name) or bare name")
-    g.add_argument("--expr", metavar="ID")
-    lk.add_argument("--json", action="store_true")
+    g.add_argument("--onnx-node", metavar="NAME_OR_ID", help="which backend, partition and "
+                   "kernels run this ONNX node (name or n... ID)")
+    g.add_argument("--kernel", metavar="NAME", help="which ONNX nodes this kernel implements; "
+                   "qualified (p0:name) or bare name")
+    g.add_argument("--expr", metavar="ID", help="a Relax expression ID (e...): its ONNX nodes "
+                   "and kernels")
+    lk.add_argument("--json", action="store_true", help="print the answer as JSON (an error "
+                    "object when nothing matches)")
     lk.set_defaults(func=cmd_lookup)
 
     b = sub.add_parser("bench", help="latency, search, provenance and scaling benchmarks; "

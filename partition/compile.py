@@ -29,13 +29,16 @@ def load_view(model, label: str | None = None, check: bool = True,
                                  require_static=True))
 
 
-ALL_BACKENDS = ["tvm", "onnxruntime", "openvino"]
+#: Collage's backends when none are named.  TVM is opt-in (`collage:tvm,onnxruntime,openvino`
+#: or `--backends`): untuned, it never won a subgraph in any search here, and pricing its
+#: candidates adds 5-20 minutes to a cold search.
+DEFAULT_COLLAGE_BACKENDS = ["onnxruntime", "openvino"]
 
 
 def make_plan(view: GraphView, strategy: str, backend_options: dict | None = None):
     kind, names = parse_strategy(strategy)
     if kind == "collage" and not names:
-        names = list(ALL_BACKENDS)
+        names = list(DEFAULT_COLLAGE_BACKENDS)
     opts = backend_options or {}
     backends = {n: get_backend(n, **opts.get(n, {})) for n in names}
     if kind == "single":
@@ -51,8 +54,8 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
                   input_shapes: dict | None = None) -> Artifact:
     """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
 
-    `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...] (all backends by
-    default); `collage_options` is a partition.collage.CollageOptions.  `embed_model` stores
+    `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...]
+    (DEFAULT_COLLAGE_BACKENDS by default); `collage_options` is a partition.collage.CollageOptions.  `embed_model` stores
     the ONNX model in the artifact (for compare/annotate/bisect without the model file).
     """
     view = model if isinstance(model, GraphView) else load_view(model, input_shapes=input_shapes)

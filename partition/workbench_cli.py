@@ -173,16 +173,20 @@ def cmd_explain(args) -> int:
 
 
 def _common(p, inputs=True):
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     if inputs:
         p.add_argument("--inputs", help=".npz with one array per model input (default: random)")
         p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
 
 
 def _tolerances(p):
-    p.add_argument("--reference", default="onnxruntime", choices=["onnxruntime", "openvino"])
-    p.add_argument("--atol", type=float, default=1e-4)
-    p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--reference", default="onnxruntime", choices=["onnxruntime", "openvino"],
+                   help="library that runs the whole original model as the reference "
+                   "(default %(default)s)")
+    p.add_argument("--atol", type=float, default=1e-4,
+                   help="absolute tolerance per element (default %(default)s)")
+    p.add_argument("--rtol", type=float, default=1e-3,
+                   help="relative tolerance per element (default %(default)s)")
 
 
 def add_workbench_commands(sub) -> None:
@@ -197,7 +201,8 @@ def add_workbench_commands(sub) -> None:
     b = sub.add_parser("bisect", help="first ONNX node whose output on a backend diverges; "
                        "writes a minimal reproducer")
     b.add_argument("model", help=MODEL_HELP)
-    b.add_argument("--backend", required=True)
+    b.add_argument("--backend", required=True,
+                   help="backend under test (e.g. openvino); each node prefix runs on it")
     b.add_argument("-o", "--output", help="directory for reproducer.onnx and its inputs")
     add_input_shape_option(b)
     _common(b)
@@ -206,7 +211,8 @@ def add_workbench_commands(sub) -> None:
 
     pr = sub.add_parser("profile", help="time per partition, kernel and ONNX node")
     pr.add_argument("artifact")
-    pr.add_argument("--repeats", type=int, default=20)
+    pr.add_argument("--repeats", type=int, default=20,
+                    help="timed end-to-end runs (default %(default)s)")
     pr.add_argument("--trace", help="write a Chrome trace JSON here")
     pr.add_argument("--top", type=int, default=15, help="ONNX nodes listed in text mode")
     _common(pr)
@@ -214,25 +220,26 @@ def add_workbench_commands(sub) -> None:
 
     r = sub.add_parser("report", help="self-contained HTML: the graph colored by backend")
     r.add_argument("artifact")
-    r.add_argument("-o", "--output", required=True)
+    r.add_argument("-o", "--output", required=True, help="HTML file to write")
     r.add_argument("--profile", help="costs from a `provmap profile --json` file")
     r.add_argument("--measure", action="store_true", help="profile now for per-node costs")
-    r.add_argument("--repeats", type=int, default=10)
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--repeats", type=int, default=10,
+                   help="profiling runs with --measure (default %(default)s)")
+    r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     r.set_defaults(func=cmd_report)
 
     a = sub.add_parser("annotate", help="the ONNX model with each node's backend, partition "
                        "and kernels in metadata (Netron)")
     a.add_argument("artifact")
-    a.add_argument("-o", "--output", required=True)
+    a.add_argument("-o", "--output", required=True, help="annotated ONNX file to write")
     a.add_argument("--model", help="the ONNX model, if the artifact does not embed it")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     a.set_defaults(func=cmd_annotate)
 
     e = sub.add_parser("explain", help="why each partition is where it is (Collage estimates "
                        "vs other backends and greedy; the end-to-end check)")
     e.add_argument("artifact")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="print the explanation as JSON")
     e.set_defaults(func=cmd_explain)
 
 
