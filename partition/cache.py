@@ -123,6 +123,10 @@ class CachedCost:
                         max_abs_err=self.max_abs_err)
 
 
+class CacheLocked(ProvmapError):
+    """Another process holds a write lock on the cache file for longer than we wait."""
+
+
 class CostCache:
     """Measurements on disk.  `get`/`put` by (structural key, backend); see the module doc.
 
@@ -134,6 +138,7 @@ class CostCache:
     def __init__(self, path: str | os.PathLike | None = None, *, host: str | None = None,
                  busy_timeout_ms: int = 30_000):
         self.memory = str(path) == ":memory:"
+        self._explicit = path is not None
         self.path = Path(path).expanduser() if path is not None and not self.memory \
             else (None if self.memory else default_path())
         self.host = host or host_fingerprint()
@@ -148,6 +153,10 @@ class CostCache:
 
     def _open(self) -> sqlite3.Connection:
         if not self.memory:
+            if self._explicit and not self.path.parent.is_dir():
+                # A typo in --cache must not silently create a directory tree somewhere.
+                raise ProvmapError(f"cost cache {self.path}: directory {self.path.parent} "
+                                   "does not exist")
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = sqlite3.connect(self._where(), timeout=self.busy_timeout_ms / 1000,
@@ -174,6 +183,12 @@ class CostCache:
                                        f"(got {mode}); put the cache on a local disk")
                 conn.execute("PRAGMA synchronous = NORMAL")
             self._init_schema(conn)
+        except sqlite3.OperationalError as e:
+            conn.close()
+            if "locked" in str(e) or "busy" in str(e):
+                raise CacheLocked(f"cost cache {self._where()} is locked by another process "
+                                  f"(waited {self.busy_timeout_ms / 1000:.0f} s)") from None
+            raise ProvmapError(f"cost cache {self._where()}: {e}") from None
         except BaseException:
             conn.close()
             raise

@@ -61,7 +61,7 @@ def _say(cb, msg):
 def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions | None = None,
             progress=None) -> CollageResult:
     """Search the cheapest plan, check it end to end, and return the fastest measured plan."""
-    from .cache import CostCache
+    from .cache import CacheLocked, CostCache
     from .candidates import generate, prune
     from .constraints import check, filter_candidates, parse_constraints
     from .cost import MeasuredEstimator, calibrate_boundary, crossing_s
@@ -80,7 +80,12 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     _say(progress, f"collage: {len(raw)} candidates, {len(allowed)} after constraints, "
                    f"{len(kept)} after pruning ({prune_report})")
 
-    cache = CostCache(opts.cache_path)
+    try:
+        cache = CostCache(opts.cache_path)
+    except CacheLocked as e:  # the search still works, it just cannot share its prices
+        _say(progress, f"collage: {e}; searching without it (nothing is read from or saved to "
+                       "it this time)")
+        cache = CostCache(":memory:")
     last = [0.0]
 
     def tick(done, total, eta):  # at most one progress line a second, and the last one

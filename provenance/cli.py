@@ -123,12 +123,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Output options every command names the same way, and whether each is a directory.
+_OUTPUTS = {"output": False, "trace": False, "save_inputs": False}
+_DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench"}
+
+
+def _check_outputs(args) -> None:
+    """Every output is checked for writability before any work (a read-only directory used to
+    end a long compile in a traceback)."""
+    from .store import check_writable
+
+    for name, is_dir in _OUTPUTS.items():
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            directory = is_dir or (name == "output" and
+                                   getattr(args, "command", None) in _DIRECTORY_OUTPUT_COMMANDS)
+            check_writable(value, directory=directory)
+
+
 def dispatch(args) -> int:
     """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
     try:
+        _check_outputs(args)
         return args.func(args)
     except ProvmapError as e:
         print(f"provmap: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # disk full, permissions changed mid-run: still one line
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"provmap: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)

@@ -141,6 +141,31 @@ def write_atomic(path: str | os.PathLike, write) -> Path:
     return dest
 
 
+def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
+    """Refuse, before any work, an output that could not be written at the end.
+
+    `path` is a file to create or replace (or, with `directory`, a directory to create or fill).
+    write_atomic creates missing parent directories, so the test is on the nearest one that
+    exists.  Raises ProvmapError naming the path.
+    """
+    from .errors import ProvmapError
+
+    p = Path(path)
+    if not directory and p.is_dir():
+        raise ProvmapError(f"{p}: is a directory; give a file name to write")
+    if directory and p.exists() and not p.is_dir():
+        raise ProvmapError(f"{p}: exists and is not a directory")
+    base = p if directory else p.parent
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise ProvmapError(f"{p}: cannot write here: {base} is not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ProvmapError(f"{p}: cannot write here: {base} is not writable")
+    if not directory and p.exists() and not os.access(p, os.W_OK) and not os.access(p.parent, os.W_OK):
+        raise ProvmapError(f"{p}: cannot write here: the file is read-only")
+
+
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     return write_atomic(path, lambda tmp: tmp.write_bytes(data))
 

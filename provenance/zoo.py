@@ -85,7 +85,8 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
     """Turn a model spec into ``(model, display_name)``.
 
     ``bundled:NAME`` names a light model (see ``LIGHT_MODELS``) or ``transformer``; anything else
-    is a path to an ``.onnx`` file, whose load errors propagate to the caller.
+    is a path to an ``.onnx`` file; a missing, empty or unreadable file is a ProvmapError naming
+    it (importer.load_model), like every other user-input error.
     """
     if spec.startswith(_BUNDLED_PREFIX):
         name = spec[len(_BUNDLED_PREFIX):]
@@ -93,11 +94,14 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
             return transformer_block(), name
         if name in LIGHT_MODELS:
             return load_light(name), name
-        raise ValueError(
-            f"unknown bundled model {name!r}; expected one of {', '.join(BUNDLED)}"
-        )
-    path = Path(spec)
-    return onnx.load(str(path)), path.stem
+        from .errors import ProvmapError
+
+        raise ProvmapError(f"{spec}: unknown bundled model {name!r}; expected one of "
+                           f"{', '.join(BUNDLED)}")
+    from .importer import load_model  # the importer needs TVM: only when a file is given
+
+    model, _ = load_model(spec, check=False)  # import_onnx runs the checker
+    return model, Path(spec).stem
 
 
 # --------------------------------------------------------------------------------------------

@@ -89,3 +89,77 @@ def test_default_collage_search_leaves_tvm_out():
 
     assert "tvm" not in DEFAULT_COLLAGE_BACKENDS
     assert "add tvm" in provmap("compile", "--help").stdout.replace("\n", " ").replace("  ", " ")
+
+
+@pytest.fixture
+def readonly_dir(tmp_path):
+    """A directory nobody may create files in: chmod works for users; root bypasses modes, so
+    there a kernel directory that refuses new files stands in."""
+    import os
+
+    if os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o555)
+        yield d
+        d.chmod(0o755)
+    else:
+        yield __import__("pathlib").Path("/proc/sys")
+
+
+@pytest.mark.parametrize("make", ["missing", "truncated", "random", "empty"])
+def test_compile_of_a_bad_model_file_is_one_line_naming_it(tmp_path, make):
+    from small_models import conv_relu
+
+    path = tmp_path / f"{make}.onnx"
+    data = conv_relu().SerializeToString()
+    if make == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif make == "random":
+        path.write_bytes(np.random.default_rng(0).bytes(200))
+    elif make == "empty":
+        path.write_bytes(b"")
+    r = provmap("compile", path, "-o", tmp_path / "a.provmap", "--strategy", "single:onnxruntime")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("provmap: error:")]
+    assert len(lines) == 1 and f"{make}.onnx" in lines[0], r.stderr
+    assert not (tmp_path / "a.provmap").exists()
+
+
+def test_unwritable_outputs_are_refused_before_any_work(art, readonly_dir):
+    for args in (("compile", "bundled:squeezenet", "-o", readonly_dir / "a.provmap"),
+                 ("map", "bundled:squeezenet", "-o", readonly_dir / "m"),
+                 ("run", art / "log.provmap", "--random", "-o", readonly_dir / "o.npz"),
+                 ("report", art / "log.provmap", "-o", readonly_dir / "r.html"),
+                 ("annotate", art / "log.provmap", "-o", readonly_dir / "a.onnx"),
+                 ("profile", art / "log.provmap", "--trace", readonly_dir / "t.json"),
+                 ("bisect", "bundled:squeezenet", "--backend", "openvino", "-o",
+                  readonly_dir / "repro")):
+        r = provmap(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr and "not writable" in r.stderr, (args, r.stderr)
+        assert "imported" not in r.stderr and "loaded" not in r.stderr  # refused first
+
+
+def test_cache_in_a_missing_directory_is_refused(tmp_path):
+    r = provmap("compile", "bundled:transformer", "-o", tmp_path / "a.provmap", "--cache",
+                tmp_path / "no" / "such" / "c.sqlite")
+    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "no").exists()
+
+
+def test_locked_cache_is_a_clear_error_the_search_can_go_on_without(tmp_path):
+    import sqlite3
+
+    from partition.cache import CacheLocked, CostCache
+
+    path = tmp_path / "c.sqlite"
+    CostCache(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(CacheLocked, match="locked by another process"):
+            CostCache(path, busy_timeout_ms=200)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

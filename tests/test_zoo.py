@@ -11,6 +11,7 @@ import pytest
 from onnx import numpy_helper
 
 from provenance import zoo
+from provenance.errors import ProvmapError
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -125,7 +126,7 @@ def test_resolve_bundled_and_path(tmp_path):
     loaded, name = zoo.resolve(str(path))
     assert name == "block"
     assert loaded.SerializeToString() == model.SerializeToString()
-    with pytest.raises(ValueError):
+    with pytest.raises(ProvmapError, match="bundled:nope: unknown bundled model"):
         zoo.resolve("bundled:nope")
     with pytest.raises(Exception):
         zoo.resolve(str(tmp_path / "missing.onnx"))
