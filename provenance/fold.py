@@ -133,12 +133,26 @@ def _as_constant(node: onnx.NodeProto, value: np.ndarray) -> onnx.NodeProto | No
     return onnx.helper.make_node("Constant", [], [node.output[0]], name=node.name, value=tensor)
 
 
-def fold_constants(model: onnx.ModelProto) -> FoldResult:
+def fold_constants(model: onnx.ModelProto, max_passes: int = 8) -> FoldResult:
     """Replace every small constant-valued single-output node by a Constant (see module doc).
 
-    The model must be topologically sorted; it is not modified (a copy is returned when
-    anything folds).
+    Repeats to a fixed point: a folded node's output only gets a static type when shapes are
+    inferred again, and the Shape of it folds in the next pass (BERT exported with dynamic axes
+    slices its position ids out of a buffer: three passes).  The model must be topologically
+    sorted; it is not modified (a copy is returned when anything folds).
     """
+    folded: dict[int, str] = {}
+    for _ in range(max_passes):
+        res = _fold_once(model)
+        if not res.folded:
+            break
+        model = res.model
+        for i, why in res.folded.items():
+            folded.setdefault(i, why)
+    return FoldResult(model, folded)
+
+
+def _fold_once(model: onnx.ModelProto) -> FoldResult:
     graph = model.graph
     opset = _opset(model)
     types = infer_types(model)
@@ -174,7 +188,8 @@ def fold_constants(model: onnx.ModelProto) -> FoldResult:
         if len(node.output) != 1:
             continue
         if node.op_type == "Constant":
-            has_value = any(a.name == "value" for a in node.attribute)
+            has_value = any(a.name == "value" and a.type == onnx.AttributeProto.TENSOR
+                            for a in node.attribute)
             out = _evaluate(node, values, opset)
             if out is None:
                 continue

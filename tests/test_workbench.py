@@ -276,3 +276,22 @@ def test_explain_collage_artifact(tmp_path, transformer, capsys):
     compile_model(transformer, "single:openvino", out=plain)
     assert cli_main(["explain", str(plain), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["searched"] is False
+
+
+def test_profile_gives_time_only_to_nodes_that_compute(tmp_path):
+    """SqueezeNet's ConstantOfShape weights are folded into the convolutions that read them:
+    a profile must not split a convolution's time with them (issue 16)."""
+    from runtime_module.profile import profile_artifact
+
+    path = tmp_path / "sq.provmap"
+    compile_model("bundled:squeezenet", "greedy:openvino,onnxruntime", out=path,
+                  backend_options={"openvino": {"exclude_ops": ["Concat"]}})
+    mod = load(path)
+    res = profile_artifact(mod, mod.random_inputs(0), repeats=2, kernel_repeats=1)
+    by_id = {n.id: n for n in mod.lookup.map.nodes}
+    timed = {r["id"] for r in res["onnx_nodes"] if r["ms"] > 0}
+    assert timed
+    folded = {i for i in timed if by_id[i].op_type in ("ConstantOfShape", "Constant")}
+    assert not folded, sorted(by_id[i].op_type for i in folded)
+    computing = {n.id for n in mod.lookup.map.nodes if not n.elided}
+    assert timed <= computing

@@ -1,0 +1,619 @@
+"""Real PyTorch architectures, exported to ONNX the two ways users do, run through provmap.
+
+Each model is built from its library's own classes with random weights (nothing is downloaded:
+`weights=None`, `XxxModel(XxxConfig(...))`), small configurations so the whole corpus runs on two
+cores, and exported with both exporters:
+
+- torchscript: `torch.onnx.export(..., dynamo=False, opset_version=17)`
+- dynamo:      `torch.onnx.export(..., dynamo=True, opset_version=18)`
+
+Then every (model, exporter) goes through:
+
+- map:        `import_onnx` + `compile_tvm` + `mark_not_compilable`: the provenance map's coverage
+              (every ONNX node mapped or elided), and the nodes TVM could not import (opaque);
+- strategies: `compile_model(model, strategy)` -> artifact file -> `load(path).run(feeds)`,
+              compared with ONNX Runtime on the exported model (rtol 1e-3, atol 1e-4).
+
+Random weights need care or comparisons prove nothing: all-zero parameters are re-drawn and
+BatchNorm statistics are estimated from a seeded batch (else outputs are ~0).  Files are saved
+with IR at most 10: ONNX Runtime 1.32 refuses IR 11+, which onnx 1.23's helpers write (the torch
+2.14 exporters wrote IR 8 and 10, so this changed nothing in our run).
+
+Each step runs in its own process with a deadline (a native crash or a hang is one failed step).
+
+    pip install -e '.[torch]'
+    python3 -m bench.torch_corpus -o bench/out/torch_corpus.json
+    python3 -m bench.torch_corpus --models bert,resnet18 --exporters dynamo \\
+        --strategies map,single:onnxruntime -o /tmp/t.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+EXPORTERS = ["torchscript", "dynamo"]
+OPSET = {"torchscript": 17, "dynamo": 18}
+MAX_IR = 10           # ONNX Runtime 1.32 refuses IR 11+, which onnx 1.23 writes
+RTOL, ATOL = 1e-3, 1e-4
+STEPS = ["map", "single:onnxruntime", "single:openvino", "single:tvm",
+         "collage:onnxruntime,openvino"]
+# collage measures candidates (~1-2 min a model here): only on `--heavy-models` unless asked for
+# every model with --heavy-all.  single:tvm builds whole networks with untuned TVM: a few seconds
+# to a minute each at these sizes; --skip-tvm leaves it out.
+DEFAULT_HEAVY_MODELS = ["bert", "distilbert", "gpt2", "vit", "mobilenet_v3_small"]
+
+
+def _heavy(step: str) -> bool:
+    return step.startswith(("collage", "greedy"))
+
+
+@dataclass
+class Spec:
+    """One model: how to build it and feed it."""
+    name: str
+    family: str
+    inputs: dict            # input name -> (shape, dtype, kind) kind: "ids" | "mask" | "image"
+    outputs: list
+    build: object           # () -> torch.nn.Module taking the inputs positionally
+    dynamic: dict = field(default_factory=dict)   # input name -> {axis: dim name}
+    vocab: int = 0
+    export_batch: int = 1   # batch of the example inputs at export (dynamo needs >1 for a Dim)
+
+    def shape_dict(self, batch: int = 1) -> dict | None:
+        """What fixes the exported model's symbolic dims for provmap (None when static)."""
+        if not self.dynamic:
+            return None
+        return {n: [batch if ax == 0 else d for ax, d in enumerate(shape)]
+                for n, (shape, _, _) in self.inputs.items()}
+
+
+# ---- the models -------------------------------------------------------------------------------
+SEQ, VOCAB = 16, 1000
+
+
+def _text_inputs():
+    return {"input_ids": ((1, SEQ), "int64", "ids"), "attention_mask": ((1, SEQ), "int64", "mask")}
+
+
+def _hf(model, outputs):
+    """Wrap a transformers model: named tensors in (no *args: torch.export matches dynamic_shapes
+    to the signature), a tuple of tensors out."""
+    import torch
+
+    class _Base(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def _out(self, out):
+            return tuple(getattr(out, o) for o in outputs)
+
+    class Text(_Base):
+        def forward(self, input_ids, attention_mask):
+            return self._out(self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                                        return_dict=True))
+
+    class Image(_Base):
+        def forward(self, pixel_values):
+            return self._out(self.inner(pixel_values=pixel_values, return_dict=True))
+
+    name = type(model).__name__
+    return (Image if name.startswith("ViT") else Text)(model)
+
+
+def _bert():
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=64)
+    return _hf(BertModel(cfg), ["last_hidden_state", "pooler_output"])
+
+
+def _distilbert():
+    from transformers import DistilBertConfig, DistilBertModel
+    cfg = DistilBertConfig(vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                           max_position_embeddings=64)
+    return _hf(DistilBertModel(cfg), ["last_hidden_state"])
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                     use_cache=False, bos_token_id=0, eos_token_id=0)
+    return _hf(GPT2LMHeadModel(cfg), ["logits"])
+
+
+def _vit():
+    from transformers import ViTConfig, ViTModel
+    cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=64,
+                    num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    return _hf(ViTModel(cfg), ["last_hidden_state", "pooler_output"])
+
+
+def _tv(name):
+    def build():
+        import torchvision
+        return getattr(torchvision.models, name)(weights=None)
+    return build
+
+
+MODELS: dict[str, Spec] = {s.name: s for s in [
+    Spec("bert", "transformers BertModel (encoder, attention mask)", _text_inputs(),
+         ["last_hidden_state", "pooler_output"], _bert, vocab=VOCAB),
+    Spec("bert_dynamic", "the same BertModel with dynamic batch and sequence axes (as users "
+         "export for serving)", _text_inputs(), ["last_hidden_state", "pooler_output"], _bert,
+         vocab=VOCAB, dynamic={"input_ids": {0: "batch", 1: "seq"},
+                               "attention_mask": {0: "batch", 1: "seq"}}, export_batch=2),
+    Spec("distilbert", "transformers DistilBertModel", _text_inputs(), ["last_hidden_state"],
+         _distilbert, vocab=VOCAB),
+    Spec("gpt2", "transformers GPT2LMHeadModel (decoder-only, no past, attention mask)",
+         _text_inputs(), ["logits"], _gpt2, vocab=VOCAB),
+    Spec("gpt2_dynamic", "the same GPT-2 with dynamic batch and sequence axes", _text_inputs(),
+         ["logits"], _gpt2, vocab=VOCAB,
+         dynamic={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}},
+         export_batch=2),
+    Spec("vit", "transformers ViTModel (32px, patch 8)",
+         {"pixel_values": ((1, 3, 32, 32), "float32", "image")},
+         ["last_hidden_state", "pooler_output"], _vit),
+    Spec("resnet18", "torchvision resnet18, dynamic batch axis",
+         {"input": ((1, 3, 224, 224), "float32", "image")}, ["output"], _tv("resnet18"),
+         dynamic={"input": {0: "N"}}, export_batch=2),
+    Spec("mobilenet_v3_small", "torchvision mobilenet_v3_small",
+         {"input": ((1, 3, 224, 224), "float32", "image")}, ["output"],
+         _tv("mobilenet_v3_small")),
+    Spec("shufflenet_v2", "torchvision shufflenet_v2_x1_0",
+         {"input": ((1, 3, 224, 224), "float32", "image")}, ["output"],
+         _tv("shufflenet_v2_x1_0")),
+]}
+
+
+# ---- building and exporting (the parent process: the only one that imports torch) -----------
+def make_feeds(spec: Spec, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, (shape, dtype, kind) in spec.inputs.items():
+        shape = (batch,) + tuple(shape[1:])
+        if kind == "ids":
+            feeds[name] = rng.integers(0, spec.vocab, size=shape).astype(dtype)
+        elif kind == "mask":  # the last quarter is padding: the mask must matter
+            m = np.ones(shape, dtype=dtype)
+            m[..., -max(1, shape[-1] // 4):] = 0
+            feeds[name] = m
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def realistic_weights(model, spec: Spec, seed: int = 0) -> None:
+    """Re-draw all-zero parameters; estimate BatchNorm statistics from a seeded batch."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.numel() and not torch.any(p):
+                std = 0.1 if p.dim() == 1 else 0.02
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if bns:
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average over the calibration batch
+        model.train()
+        feeds = make_feeds(spec, batch=8, seed=seed + 1)
+        with torch.no_grad():
+            model(*[torch.from_numpy(a) for a in feeds.values()])
+    model.eval()
+
+
+def export(spec: Spec, exporter: str, path: Path, seed: int = 0) -> dict:
+    """Build, export and save one model; return facts about the file."""
+    import onnx
+    import torch
+
+    torch.manual_seed(seed)
+    model = spec.build()
+    realistic_weights(model, spec, seed)
+    example = tuple(torch.from_numpy(a) for a in make_feeds(spec, spec.export_batch, seed).values())
+    names = list(spec.inputs)
+    kw = dict(input_names=names, output_names=list(spec.outputs), opset_version=OPSET[exporter])
+    t0 = time.perf_counter()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            if spec.dynamic:
+                kw["dynamic_axes"] = {n: dict(ax) for n, ax in spec.dynamic.items()}
+            torch.onnx.export(model, example, str(path), dynamo=False, **kw)
+        else:
+            if spec.dynamic:
+                dims = {d: torch.export.Dim(d, max=64 if d == "seq" else None)
+                        for ax in spec.dynamic.values() for d in ax.values()}
+                kw["dynamic_shapes"] = tuple(
+                    {ax: dims[d] for ax, d in spec.dynamic.get(n, {}).items()} or None
+                    for n in names)
+            torch.onnx.export(model, example, str(path), dynamo=True, verbose=False, **kw)
+    secs = time.perf_counter() - t0
+    m = onnx.load(str(path))
+    written_ir = m.ir_version
+    m.ir_version = min(m.ir_version, MAX_IR)
+    # The dynamo exporter may name outputs after its own graph; keep what it wrote.
+    onnx.save(m, str(path))
+    feeds = make_feeds(spec, 1, seed)
+    with torch.no_grad():
+        ref_torch = model(*[torch.from_numpy(a) for a in feeds.values()])
+    ref_torch = [t.numpy() for t in (ref_torch if isinstance(ref_torch, tuple) else (ref_torch,))]
+    return {"seconds": round(secs, 1), "ir_written": written_ir, "ir_saved": m.ir_version,
+            "opset": next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")),
+            "nodes": len(m.graph.node), "ops": _op_counts(m),
+            "inputs": [i.name for i in m.graph.input],
+            "outputs": [o.name for o in m.graph.output],
+            "feeds": feeds, "torch_outputs": ref_torch}
+
+
+def _op_counts(m) -> dict:
+    out: dict[str, int] = {}
+    for n in m.graph.node:
+        k = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def ort_outputs(path: Path, feeds: dict) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def compare(got: dict, want: dict) -> tuple[bool, float | None, str]:
+    """All outputs within rtol/atol?  (ok, max abs diff, note)."""
+    worst, notes = 0.0, []
+    ok = True
+    for name, w in want.items():
+        if name not in got:
+            return False, None, f"output {name!r} missing"
+        g = np.asarray(got[name])
+        if g.shape != w.shape:
+            return False, None, f"{name}: shape {list(g.shape)} != {list(w.shape)}"
+        d = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if w.size else 0.0
+        worst = max(worst, d)
+        if not np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True):
+            ok = False
+            notes.append(f"{name}: max abs diff {d:.3g}")
+    return ok, worst, "; ".join(notes)
+
+
+# ---- the steps (each in a fresh worker process) -----------------------------------------------
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    # TVM errors put the message last, after a traceback; ours put it first.
+    pick = next((ln for ln in lines if not ln.startswith(("File ", "Traceback", "File\"")) and
+                 not ln.startswith(("#", "^", "~"))), "") if lines else ""
+    if lines and lines[0].startswith("Traceback"):
+        pick = lines[-1]
+    return f"{type(e).__name__}: {pick}"[:400]
+
+
+def _step_map(task: dict) -> dict:
+    from provenance.build import compile_tvm
+    from provenance.importer import import_onnx, mark_not_compilable
+
+    imp = import_onnx(task["model"], shape_dict=task["shape_dict"])
+    opaque = {str(i): r for i, r in imp.opaque.items()}
+    graph = imp.model.graph
+    opaque_ops = {str(i): f"{graph.node[i].op_type} {graph.node[i].name}: {r}"
+                  for i, r in imp.opaque.items() if i < len(graph.node)}
+    try:
+        b = compile_tvm(imp)
+    except Exception as e:  # noqa: BLE001  (keep what the import said: it explains the build)
+        return {"ok": False, "error": _first_line(e), "opaque": opaque_ops or opaque,
+                "folded": len(imp.folded),
+                "trace": traceback.format_exc().strip().splitlines()[-12:]}
+    mark_not_compilable(b.pmap, imp)
+    cov = b.pmap.coverage()
+    unacc = [f"#{n.id} {getattr(n, 'op_type', '')} {getattr(n, 'name', '')}".strip()
+             for n in b.pmap.nodes
+             if n.id not in {x for x, _, _ in b.pmap.node_sites()} and not n.elided]
+    return {"ok": cov["onnx_nodes_unaccounted"] == 0, "coverage": cov,
+            "opaque": opaque_ops or opaque, "folded": len(imp.folded),
+            "unaccounted": unacc[:20]}
+
+
+def _step_strategy(task: dict) -> dict:
+    from partition.compile import compile_model
+    from runtime_module.module import load
+
+    strategy = task["step"]
+    opts = None
+    if strategy.startswith("collage"):
+        from partition.collage import CollageOptions
+        opts = CollageOptions(measure_budget_s=task["collage_budget_s"], e2e_repeats=3,
+                              cache_path=task["cache_path"])
+    backend_options = {"onnxruntime": {"threads": task["threads"]},
+                       "openvino": {"threads": task["threads"]}}
+    t0 = time.perf_counter()
+    art = compile_model(task["model"], strategy, out=task["artifact"],
+                        input_shapes=task["shape_dict"], collage_options=opts,
+                        backend_options=backend_options)
+    t_compile = time.perf_counter() - t0
+    plan = [p.get("backend") for p in art.manifest.get("partitions", [])]
+    del art
+    data = np.load(task["feeds"])
+    feeds = {k[len("in:"):]: data[k] for k in data.files if k.startswith("in:")}
+    want = {k[len("ort:"):]: data[k] for k in data.files if k.startswith("ort:")}
+    mod = load(task["artifact"])
+    got = mod.run(feeds)
+    mod.close()
+    ok, diff, note = compare(got, want)
+    res = {"ok": ok, "max_abs_diff": diff, "compile_s": round(t_compile, 1),
+           "partitions": len(plan), "backends": sorted(set(plan)),
+           "collage": strategy.startswith("collage")}
+    if not ok:
+        res["error"] = f"wrong numbers: {note}"
+    return res
+
+
+def _worker(task_path: str) -> None:
+    task = json.loads(Path(task_path).read_text())
+    for var in ("OMP_NUM_THREADS", "TVM_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(task["threads"]))
+    t0 = time.perf_counter()
+    try:
+        res = _step_map(task) if task["step"] == "map" else _step_strategy(task)
+    except BaseException as e:  # noqa: BLE001  (a step's failure is a result)
+        res = {"ok": False, "error": _first_line(e),
+               "trace": traceback.format_exc().strip().splitlines()[-12:]}
+    res["seconds"] = round(time.perf_counter() - t0, 1)
+    Path(task["result"]).write_text(json.dumps(res, default=str))
+
+
+def run_step(task: dict, workdir: Path, timeout: float) -> dict:
+    tag = f"{task['name']}_{task['step'].replace(':', '-').replace(',', '+')}"
+    tpath, rpath = workdir / f"{tag}.task.json", workdir / f"{tag}.result.json"
+    log = workdir / f"{tag}.log"
+    task = dict(task, result=str(rpath))
+    tpath.write_text(json.dumps(task))
+    rpath.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen([sys.executable, "-m", "bench.torch_corpus", "--worker", str(tpath)],
+                                stdout=lf, stderr=subprocess.STDOUT,
+                                cwd=str(Path(__file__).resolve().parent.parent))
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return {"ok": False, "error": f"timeout after {timeout:.0f} s",
+                    "seconds": round(time.perf_counter() - t0, 1)}
+    if rpath.exists():
+        return json.loads(rpath.read_text())
+    tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+    return {"ok": False, "error": f"worker died (exit code {code}): {tail[0][:300] if tail else ''}",
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+# ---- the report -------------------------------------------------------------------------------
+def _cell(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    if r.get("skipped"):
+        return "skip"
+    if r.get("ok"):
+        d = r.get("max_abs_diff")
+        cell = "ok" if d is None else f"ok {d:.1e}"
+        if r.get("partitions") and len(r.get("backends", [])) and r.get("collage"):
+            cell += f" ({r['partitions']}p {'+'.join(r['backends'])})"
+        return cell
+    d = r.get("max_abs_diff")
+    if d is not None:
+        return f"**WRONG** {d:.1e}"
+    return "**err**"
+
+
+def markdown(results: list[dict], steps: list[str], meta: dict) -> str:
+    heads = (["model", "exporter", "nodes", "ORT vs torch", "opaque", "map coverage"]
+             + [s for s in steps if s != "map"])
+    lines = [f"Run {meta['date']} on {meta['host']} ({meta['versions']}).", "",
+             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in results:
+        ex = r["export"]
+        if not ex.get("ok"):
+            lines.append(f"| {r['model']} | {r['exporter']} | export failed: "
+                         f"{ex.get('error', '')[:120]} |" + " |" * (len(heads) - 3))
+            continue
+        if "ort_vs_torch" not in ex:
+            lines.append(f"| {r['model']} | {r['exporter']} | {ex['nodes']} | ORT refused the "
+                         f"export: {ex.get('ort_error', '')[:120]} |" + " |" * (len(heads) - 4))
+            continue
+        m = r["steps"].get("map")
+        if m is None or m.get("skipped"):
+            cov, opq = "-", "-"
+        elif "coverage" not in m and m.get("opaque"):
+            cov, opq = "**err**", str(len(m["opaque"]))
+        elif "coverage" in m:
+            c = m["coverage"]
+            done = c["onnx_nodes_mapped"] + c["onnx_nodes_elided"]
+            cov = (f"{done}/{c['onnx_nodes_total']}"
+                   + ("" if m["ok"] else f" (**{c['onnx_nodes_unaccounted']} unaccounted**)"))
+            opq = str(len(m.get("opaque", {})))
+        else:
+            cov, opq = "**err**", "-"
+        ovt = ex["ort_vs_torch"]
+        cells = [r["model"], r["exporter"], str(ex["nodes"]),
+                 (f"{ovt['max_abs_diff']:.1e}" if ovt["ok"] else f"**{ovt['max_abs_diff']:.1e}**"),
+                 opq, cov]
+        cells += [_cell(r["steps"].get(s)) for s in steps if s != "map"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("`ORT vs torch`: max abs diff of ONNX Runtime on the exported file against "
+                 "PyTorch (the reference's own check).  Strategy cells: `ok D` = the provmap "
+                 "artifact ran and matched ONNX Runtime on the exported file within "
+                 f"rtol {RTOL:g}, atol {ATOL:g} (D = max abs diff; collage adds the chosen "
+                 "plan: partitions and backends); `skip` = not run (collage on a model outside "
+                 "--heavy-models); `err` = failed, see below.")
+    errs = []
+    for r in results:
+        if not r["export"].get("ok"):
+            errs.append(f"- {r['model']} / {r['exporter']} / export: {r['export'].get('error')}")
+        for s, st in r["steps"].items():
+            if not st.get("skipped") and not st.get("ok"):
+                errs.append(f"- {r['model']} / {r['exporter']} / {s}: "
+                            f"{st.get('error') or 'map coverage incomplete'}")
+            if s == "map" and st.get("opaque"):
+                for i, why in list(st["opaque"].items())[:5]:
+                    errs.append(f"- {r['model']} / {r['exporter']} / map: opaque node #{i}: {why}")
+    if errs:
+        lines += ["", "Failures:", ""] + errs
+    return "\n".join(lines) + "\n"
+
+
+def _versions() -> str:
+    from importlib.metadata import version, PackageNotFoundError
+    out = []
+    for p in ["torch", "transformers", "torchvision", "onnx", "onnxruntime", "openvino",
+              "apache-tvm"]:
+        try:
+            out.append(f"{p} {version(p)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m bench.torch_corpus", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--models", default=",".join(MODELS), help=f"of {','.join(MODELS)}")
+    ap.add_argument("--exporters", default=",".join(EXPORTERS))
+    ap.add_argument("--strategies", default=",".join(STEPS),
+                    help="steps: map and provmap strategies (default: %(default)s)")
+    ap.add_argument("--heavy-models", default=",".join(DEFAULT_HEAVY_MODELS),
+                    help="models that get the collage/greedy steps; others show 'skip' "
+                         "(default: %(default)s)")
+    ap.add_argument("--heavy-all", action="store_true", help="collage/greedy on every model")
+    ap.add_argument("--no-heavy", action="store_true", help="skip collage/greedy everywhere")
+    ap.add_argument("--skip-tvm", action="store_true", help="skip single:tvm everywhere")
+    ap.add_argument("--out", default="/tmp/provmap-torch", help="ONNX files, artifacts, logs")
+    ap.add_argument("-o", "--output", default="bench/out/torch_corpus.json",
+                    help="JSON results (a .md table is written beside it)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per step")
+    ap.add_argument("--collage-budget", type=float, default=60,
+                    help="collage's measurement budget in seconds")
+    ap.add_argument("--threads", type=int, default=1, help="threads per backend (default 1)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.worker:
+        _worker(args.worker)
+        return 0
+
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; known: {', '.join(MODELS)}")
+    exporters = [e for e in args.exporters.split(",") if e]
+    steps = [s for s in _split_steps(args.strategies)]
+    heavy_models = set(MODELS) if args.heavy_all else set(args.heavy_models.split(","))
+    out = Path(args.out)
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    meta = {"date": datetime.date.today().isoformat(),
+            "host": f"{platform.machine()}, {os.cpu_count()} cores",
+            "versions": _versions(), "rtol": RTOL, "atol": ATOL, "steps": steps,
+            "threads": args.threads}
+    results = []
+    t_all = time.perf_counter()
+    for name in models:
+        spec = MODELS[name]
+        for exporter in exporters:
+            tag = f"{name}_{exporter}"
+            path = out / f"{tag}.onnx"
+            rec = {"model": name, "exporter": exporter, "family": spec.family, "steps": {}}
+            results.append(rec)
+            print(f"[{time.perf_counter() - t_all:6.0f}s] {tag}: export", flush=True)
+            try:
+                info = export(spec, exporter, path, args.seed)
+            except Exception as e:  # noqa: BLE001
+                rec["export"] = {"ok": False, "error": _first_line(e),
+                                 "trace": traceback.format_exc().strip().splitlines()[-8:]}
+                print(f"    export failed: {rec['export']['error']}", flush=True)
+                continue
+            feeds, torch_outs = info.pop("feeds"), info.pop("torch_outputs")
+            rec["export"] = dict(info, ok=True, path=str(path))
+            try:
+                want = ort_outputs(path, feeds)
+                # The exported file against PyTorch: is the reference itself right?
+                tw = dict(zip(want, torch_outs))
+                ok, diff, note = compare(want, tw)
+                rec["export"]["ort_vs_torch"] = {"ok": ok, "max_abs_diff": diff, "note": note}
+            except Exception as e:  # noqa: BLE001
+                rec["export"]["ort_error"] = _first_line(e)
+                print(f"    onnxruntime refused the export: {_first_line(e)}", flush=True)
+                want = {}
+            fpath = work / f"{tag}.feeds.npz"
+            np.savez(fpath, **{f"in:{k}": v for k, v in feeds.items()},
+                     **{f"ort:{k}": v for k, v in want.items()})
+            for step in steps:
+                if ((_heavy(step) and (args.no_heavy or name not in heavy_models))
+                        or (step == "single:tvm" and args.skip_tvm)):
+                    rec["steps"][step] = {"skipped": True}
+                    continue
+                task = {"name": tag, "step": step, "model": str(path),
+                        "shape_dict": spec.shape_dict(1), "feeds": str(fpath),
+                        "artifact": str(work / f"{tag}_{step.replace(':', '-').replace(',', '+')}.pmod"),
+                        "cache_path": str(out / "costs.sqlite"), "threads": args.threads,
+                        "collage_budget_s": args.collage_budget}
+                if step != "map" and not want:
+                    rec["steps"][step] = {"ok": False, "error": "no ONNX Runtime reference"}
+                    continue
+                r = run_step(task, work, args.timeout)
+                rec["steps"][step] = r
+                status = "ok" if r.get("ok") else f"FAIL {r.get('error', 'coverage')}"
+                diff = r.get("max_abs_diff")
+                print(f"[{time.perf_counter() - t_all:6.0f}s] {tag}: {step}: {status}"
+                      + (f" (max diff {diff:.2g})" if diff is not None else "")
+                      + f" [{r.get('seconds')} s]", flush=True)
+            _write(args.output, results, steps, meta)
+    meta["total_s"] = round(time.perf_counter() - t_all, 1)
+    _write(args.output, results, steps, meta)
+    print(markdown(results, steps, meta))
+    return 0
+
+
+def _split_steps(s: str) -> list[str]:
+    """'map,single:tvm,collage:onnxruntime,openvino' -> steps (backend lists after 'collage:'
+    or 'greedy:' take the following bare names)."""
+    out: list[str] = []
+    for part in s.split(","):
+        if not part:
+            continue
+        if out and ":" not in part and part != "map" and out[-1].split(":")[0] in ("collage", "greedy"):
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
+
+
+def _write(path, results, steps, meta) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    p.with_suffix(".md").write_text(markdown(results, steps, meta))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
