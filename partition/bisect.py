@@ -2,9 +2,11 @@
 
 Polygraphy-style: the reference (ONNX Runtime on the whole model, every intermediate exposed)
 runs once; then topological prefixes of the model are built and run on the backend under test,
-and a binary search finds the shortest prefix with a diverging output, in O(log n) builds.  That
-assumes divergence persists downstream, which holds for a wrong kernel (and is re-checked: the
-reproducer must fail on its own).  The reproducer is the divergent node alone, cut with the
+every intermediate of the prefix exposed as an output (so "prefix k diverges" is monotonic in k:
+a saturating Softmax or a ReLU that hides an upstream difference cannot make the whole model
+look right), and a binary search finds the shortest prefix with a diverging tensor, in
+O(log n) builds.  The culprit is re-checked: the reproducer must fail on its own, or the
+divergence is upstream error amplified at that node.  The reproducer is the divergent node alone, cut with the
 original node and initializers, its inputs saved from the reference run: a vendor can run it
 without the model.
 """
@@ -24,8 +26,10 @@ from runtime_module.compare import Tolerance, metrics, reference_run
 from runtime_module.subgraph import GraphView
 
 
-def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict) -> dict:
-    sub = view.subgraph(ops)
+def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,
+                expose_all: bool = False) -> dict:
+    expose = [o for i in ops for o in view.nodes[i].output if o] if expose_all else ()
+    sub = view.subgraph(ops, expose)
     blob = backend.build(sub)
     runner = backend.load(blob)
     try:
@@ -60,7 +64,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
         nonlocal runs
         runs += 1
         try:
-            got = _run_region(view, order[: k + 1], backend, values)
+            got = _run_region(view, order[: k + 1], backend, values, expose_all=True)
         except BackendError as e:
             raise ProvmapError(f"bisect: {backend.name} cannot build the prefix ending at "
                                f"{view.describe(order[k])}: {e}") from None

@@ -90,7 +90,7 @@ def cmd_bisect(args) -> int:
             print(f"reproducer: {res['reproducer']['model']} (inputs "
                   f"{res['reproducer']['inputs']}, expected {res['reproducer']['expected']}); "
                   f"fails alone: {res['reproducer_diverges']}")
-    return 0
+    return 1 if res["diverges"] else 0  # as compare: 0 match, 1 divergence, 2 error
 
 
 def cmd_profile(args) -> int:
@@ -199,7 +199,7 @@ def add_workbench_commands(sub) -> None:
     c.set_defaults(func=cmd_compare)
 
     b = sub.add_parser("bisect", help="first ONNX node whose output on a backend diverges; "
-                       "writes a minimal reproducer")
+                       "writes a minimal reproducer (exit 0 match, 1 divergence, 2 error)")
     b.add_argument("model", help=MODEL_HELP)
     b.add_argument("--backend", required=True,
                    help="backend under test (e.g. openvino); each node prefix runs on it")

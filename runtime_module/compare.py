@@ -38,7 +38,14 @@ def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> dict:
     problem = ""
     if (nan_a != nan_r).any():
         problem = f"NaN at {int((nan_a != nan_r).sum())} element(s) where the other has none"
-    both = ~(nan_a | nan_r)
+    # Infinities match when equal (same sign at the same place), as in numpy's assert_allclose;
+    # an infinity against a finite value or the other sign is a mismatch of its own.
+    inf_a, inf_r = np.isinf(a), np.isinf(r)
+    inf_bad = (inf_a | inf_r) & ~(nan_a | nan_r) & (a != r)
+    if inf_bad.any():
+        problem = (problem + "; " if problem else "") + \
+            f"infinity at {int(inf_bad.sum())} element(s) where the other differs"
+    both = ~(nan_a | nan_r | inf_a | inf_r)
     diff = np.abs(a[both] - r[both])
     max_abs = float(diff.max()) if diff.size else 0.0
     rel = diff / np.maximum(np.abs(r[both]), 1e-12)

@@ -253,8 +253,8 @@ class GraphView:
             values.update({o: np.asarray(v) for o, v in zip(rest, res)})
         return values
 
-    def subgraph(self, ops: Iterable[int]) -> "Subgraph":
-        return Subgraph(self, ops)
+    def subgraph(self, ops: Iterable[int], expose: Iterable[str] = ()) -> "Subgraph":
+        return Subgraph(self, ops, expose)
 
 
 @mutator
@@ -273,7 +273,7 @@ class _Substitute(PyExprMutator):
 class Subgraph:
     """A set of op nodes plus their helper closure; the unit backends build and the search prices."""
 
-    def __init__(self, view: GraphView, ops: Iterable[int]):
+    def __init__(self, view: GraphView, ops: Iterable[int], expose: Iterable[str] = ()):
         self.view = view
         self.ops: tuple[int, ...] = tuple(sorted(set(ops)))
         if not self.ops:
@@ -283,6 +283,9 @@ class Subgraph:
                 raise ValueError(f"{view.describe(i)} computes nothing at run time; it is not "
                                  "partitioned on its own")
         self._opset = set(self.ops)
+        #: Tensors of this region returned although nothing outside reads them (bisect
+        #: compares every intermediate, as Polygraphy's "mark all" does).
+        self._expose = set(expose)
         #: ONNX node indices in the cut model, in its order (op nodes and copied helpers).
         self.closure: list[int] = sorted(self._opset | view.helper_closure(self.ops))
         self._closure_set = set(self.closure)
@@ -311,7 +314,7 @@ class Subgraph:
             for o in v.nodes[i].output:
                 if not o:
                     continue
-                if o in graph_outputs or self._leaves_region(o):
+                if o in graph_outputs or o in self._expose or self._leaves_region(o):
                     names.append(o)
         return [v.spec(x) for x in names]
 

@@ -163,3 +163,17 @@ def test_locked_cache_is_a_clear_error_the_search_can_go_on_without(tmp_path):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_bisect_exit_codes_and_hidden_intermediate_divergence(tmp_path, art):
+    """Exit 1 on a divergence, as compare.  At zero tolerance SqueezeNet's final Softmax output
+    can match while intermediate tensors differ: bisect compares every intermediate, so it
+    still finds the first diverging node and writes a reproducer."""
+    r = provmap("bisect", "bundled:squeezenet", "--backend", "openvino", "--atol", "0", "--rtol",
+                "0", "-o", tmp_path / "repro", "--json")
+    assert r.returncode == 1, r.stderr
+    res = json.loads(r.stdout)
+    assert res["diverges"] and (tmp_path / "repro" / "reproducer.onnx").exists()
+    r = provmap("bisect", art / "log.onnx", "--backend", "onnxruntime", "--inputs",
+                art / "in.npz", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["diverges"] is False, r.stderr

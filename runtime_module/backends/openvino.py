@@ -337,12 +337,11 @@ def _port_order(ports, names: list[str], what: str) -> list[int]:
         for n in p.get_names():
             index.setdefault(n, k)
     missing = [n for n in names if n not in index]
-    if missing and what == "input" and len(ports) == len(names):
-        # A port renamed after a no-op it absorbed (see _kept_inputs): match by position.
-        free = [k for k in range(len(ports)) if k not in {index[n] for n in names if n in index}]
-        for n in missing:
-            index[n] = free.pop(0)
-        missing = []
+    if missing and len(ports) == len(names):
+        # A port renamed after a no-op it absorbed (see _kept_inputs; an output that is both a
+        # Dropout's input and, through it, its output gets the Dropout's name twice): the
+        # frontend keeps Parameters and Results in graph order, so match every port by position.
+        return list(range(len(names)))
     if missing:
         raise BackendError(f"OpenVINO: compiled model has no {what} named {missing}; "
                            f"it has {[sorted(p.get_names()) for p in ports]}")
