@@ -15,10 +15,20 @@ def explain_artifact(manifest: dict) -> dict:
     strategy = manifest["strategy"]
     parts_by_ops = {frozenset(p["ops"]): p for p in manifest["partitions"]}
     if not info:
-        return {"strategy": strategy, "searched": False,
-                "note": "no search: partitions were assigned by rule",
+        plan_info = manifest.get("plan_info") or {}
+        decisions = plan_info.get("decisions") or []
+        by_node = {d["node"]: d for d in decisions}
+        order = plan_info.get("order")
+        note = "no search: partitions were assigned by rule"
+        if order:
+            note += (f" (greedy: each node goes to the first of {', '.join(order)} that supports "
+                     f"it; {len(decisions)} node(s) did not get {order[0]})")
+        return {"strategy": strategy, "searched": False, "note": note,
                 "partitions": [{"partition": p["id"], "backend": p["backend"], "ops": len(p["ops"]),
-                                "why": p.get("why", "")} for p in manifest["partitions"]]}
+                                "why": p.get("why", ""),
+                                "nodes_declined_elsewhere": [by_node[n] for n in p["ops"]
+                                                             if n in by_node]}
+                               for p in manifest["partitions"]]}
     rows = []
     for e in info.get("explain") or []:
         art_p = parts_by_ops.get(frozenset(e["op_ids"]))
@@ -62,6 +72,9 @@ def format_explain(x: dict) -> str:
         lines.append(x["note"])
         for p in x["partitions"]:
             lines.append(f"  {p['partition']} {p['backend']} ({p['ops']} ops): {p['why']}")
+            for d in p.get("nodes_declined_elsewhere") or []:
+                why = "; ".join(f"{b}: {r}" for b, r in d["declined_by"].items())
+                lines.append(f"      {d['node_desc']} -> {d['backend']} because {why}")
         return "\n".join(lines) + "\n"
     est = x.get("estimated_ms") or {}
     lines.append("search estimates (ms): " + ", ".join(

@@ -51,6 +51,7 @@ def greedy(view: GraphView, backends: list[Backend]) -> Plan:
     names = [b.name for b in backends]
     choice: dict[int, str] = {}
     why: dict[int, str] = {}
+    declined: dict[int, dict[str, str]] = {}
     for i in view.op_nodes:
         skipped = []
         for b in names:
@@ -60,6 +61,7 @@ def greedy(view: GraphView, backends: list[Backend]) -> Plan:
                 why[i] = "; ".join(skipped)
                 break
             skipped.append(f"{b}: {v.reason if v else 'no verdict'}")
+            declined.setdefault(i, {})[b] = v.reason if v else "no verdict"
         else:
             raise ProvmapError(f"greedy:{','.join(names)}: no listed backend supports "
                                f"{view.describe(i)} ({'; '.join(skipped)})")
@@ -92,5 +94,8 @@ def greedy(view: GraphView, backends: list[Backend]) -> Plan:
         ready.sort()
     fallbacks = sorted({f"{view.describe(i)} -> {choice[i]} ({why[i]})"
                         for i in view.op_nodes if why[i]})
+    # Per node that did not get the first backend: who declined it and why (explain shows it).
+    decisions = [{"node": view.node_ids[i], "node_desc": view.describe(i), "backend": choice[i],
+                  "declined_by": declined[i]} for i in view.op_nodes if i in declined]
     return Plan(strategy=f"greedy:{','.join(names)}", partitions=parts,
-                info={"fallbacks": fallbacks})
+                info={"fallbacks": fallbacks, "order": names, "decisions": decisions})

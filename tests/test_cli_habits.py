@@ -177,3 +177,16 @@ def test_bisect_exit_codes_and_hidden_intermediate_divergence(tmp_path, art):
     r = provmap("bisect", art / "log.onnx", "--backend", "onnxruntime", "--inputs",
                 art / "in.npz", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["diverges"] is False, r.stderr
+
+
+def test_explain_on_a_greedy_artifact_says_why_each_node_went_where(tmp_path):
+    out = tmp_path / "g.provmap"
+    r = provmap("compile", "bundled:squeezenet", "-o", out, "--strategy",
+                "greedy:openvino,onnxruntime", "--backend-option", "openvino.exclude_ops=Concat")
+    assert r.returncode == 0, r.stderr
+    text = provmap("explain", out).stdout
+    assert "(Concat) -> onnxruntime because openvino: Concat is excluded by this backend's " \
+           "exclude_ops option" in text
+    data = json.loads(provmap("explain", out, "--json").stdout)
+    declined = [d for p in data["partitions"] for d in p["nodes_declined_elsewhere"]]
+    assert len(declined) == 8 and all(d["backend"] == "onnxruntime" for d in declined)
