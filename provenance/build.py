@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
+from .errors import ProvmapError
 from .importer import Imported
 from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap
 from .propagate import PLUMBING_PACKED, ProvenanceTracker
@@ -66,8 +67,14 @@ def compile_tvm(imported: Imported, target=None, track: bool = True) -> Build:
     target = target or cpu_target()
     tracker = ProvenanceTracker(imported.mod, imported.var_expr) if track else None
     instruments = [tracker.instrument()] if tracker else []
-    with tvm.transform.PassContext(opt_level=3, instruments=instruments):
-        ex = tvm.compile(imported.mod, target=target, relax_pipeline=cpu_pipeline(target))
+    try:
+        with tvm.transform.PassContext(opt_level=3, instruments=instruments):
+            ex = tvm.compile(imported.mod, target=target, relax_pipeline=cpu_pipeline(target))
+    except Exception as e:  # TVM's InternalError/TVMError...: one line naming the model
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        first = next((ln for ln in lines if "Check failed" in ln or "Error" in ln),
+                     lines[0] if lines else type(e).__name__)
+        raise ProvmapError(f"{imported.label}: TVM build failed: {first.strip()}") from None
     if tracker is None:
         return Build(ex, imported.pmap, None, imported.mod)
     pmap = join_executable(imported, tracker, ex, target)

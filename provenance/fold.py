@@ -224,6 +224,10 @@ def _fold_once(model: onnx.ModelProto) -> FoldResult:
             in_bytes = sum(values[x].nbytes for x in ins)
             if val.size > SMALL and val.nbytes > in_bytes:
                 continue
+        if val.size == 0 and val.ndim > 1:
+            # An empty N-d constant (a zero-length causal pad) breaks OpenVINO's frontend
+            # (Concat axis validation); the generator node costs nothing at run time anyway.
+            continue
         new = _as_constant(node, val)
         if new is None:
             continue
