@@ -336,6 +336,7 @@ def save(pmap: ProvenanceMap, out_prefix: str | os.PathLike) -> tuple[Path, Path
     json_dest = Path(f"{os.fspath(out_prefix)}.json")
     sqlite_dest = Path(f"{os.fspath(out_prefix)}.sqlite")
     _validate(pmap)
+    json_dest.parent.mkdir(parents=True, exist_ok=True)  # as write_atomic does for every output
     json_tmp = _stage(pmap, json_dest, _write_json)
     try:
         sqlite_tmp = _stage(pmap, sqlite_dest, _write_sqlite)
