@@ -130,7 +130,7 @@ def cmd_run(args) -> int:
     if args.random and args.inputs:
         raise ProvmapError("give either --inputs FILE.npz or --random, not both")
     t0 = time.perf_counter()
-    mod = load(args.artifact)
+    mod = load(args.artifact, trust=args.trust)
     t1 = time.perf_counter()
     _progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
     if args.random:
@@ -177,6 +177,25 @@ def cmd_run(args) -> int:
               f"{summary['median_ms']:.2f} ms, min {summary['min_ms']:.2f}, p90 "
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
+    return 0
+
+
+def add_trust_option(parser) -> None:
+    parser.add_argument("--trust", action="store_true",
+                        help="run native code (TVM partitions) from this artifact although this "
+                        "machine did not build it (see `provmap trust`)")
+
+
+def cmd_trust(args) -> int:
+    from runtime_module import trust
+    from runtime_module.artifact import read_artifact
+
+    art = read_artifact(args.artifact)  # verified first: a damaged file is never trusted
+    native = sorted({p["backend"] for p in art.manifest["partitions"]})
+    added = trust.add_trusted(art.digest, f"trusted by the user: {args.artifact}")
+    state = "recorded" if added else "already trusted"
+    print(f"{args.artifact}: {state} (digest {art.digest}; partitions on {', '.join(native) or '-'}"
+          f"; list: {trust.trust_file()})")
     return 0
 
 
@@ -415,9 +434,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="untimed runs first (default 0)")
     r.add_argument("--iterations", "--repeat", type=int, default=1, metavar="N",
                    help="timed runs; the latency summary covers these (default 1)")
+    add_trust_option(r)
     r.add_argument("--json", action="store_true", help="print the summary (timings, per-output "
                    "min/max/mean and NaN/Inf counts) as JSON")
     r.set_defaults(func=cmd_run)
+
+    t = sub.add_parser("trust", help="record that you trust an artifact you received, so its "
+                       "native code (TVM partitions) may run here (see docs/artifact.md)")
+    t.add_argument("artifact")
+    t.set_defaults(func=cmd_trust)
 
     i = sub.add_parser("inspect", help="partitions, nodes, kernels and boundary tensors (offline)")
     i.add_argument("artifact")

@@ -37,7 +37,7 @@ def cmd_compare(args) -> int:
     from runtime_module.compare import compare_artifact
     from runtime_module.module import load
 
-    mod = load(args.artifact)
+    mod = load(args.artifact, trust=args.trust)
     model = mod.artifact.source_model(args.model)
     inputs = _inputs(args, mod=mod)
     res = compare_artifact(mod, model, inputs, args.reference, _tol(args))
@@ -97,7 +97,7 @@ def cmd_profile(args) -> int:
     from runtime_module.module import load
     from runtime_module.profile import profile_artifact
 
-    mod = load(args.artifact)
+    mod = load(args.artifact, trust=args.trust)
     res = profile_artifact(mod, _inputs(args, mod=mod), repeats=args.repeats)
     trace = res.pop("trace")
     if args.trace:
@@ -130,7 +130,7 @@ def cmd_report(args) -> int:
                 profile = json.load(f)
         except (OSError, ValueError) as e:
             raise ProvmapError(f"{args.profile}: cannot read the profile JSON: {e}") from None
-    mod = load(args.artifact, runnable=bool(args.measure))
+    mod = load(args.artifact, runnable=bool(args.measure), trust=args.trust)
     if args.measure:
         from runtime_module.profile import profile_artifact
 
@@ -190,12 +190,15 @@ def _tolerances(p):
 
 
 def add_workbench_commands(sub) -> None:
+    from .cli import add_trust_option  # partition.cli builds the parser and calls us
+
     c = sub.add_parser("compare", help="artifact vs full-model reference at every partition "
                        "boundary (exit 0 match, 1 mismatch, 2 could not evaluate)")
     c.add_argument("artifact")
     c.add_argument("--model", help="the ONNX model, if the artifact does not embed it")
     _common(c)
     _tolerances(c)
+    add_trust_option(c)
     c.set_defaults(func=cmd_compare)
 
     b = sub.add_parser("bisect", help="first ONNX node whose output on a backend diverges; "
@@ -216,6 +219,7 @@ def add_workbench_commands(sub) -> None:
     pr.add_argument("--trace", help="write a Chrome trace JSON here")
     pr.add_argument("--top", type=int, default=15, help="ONNX nodes listed in text mode")
     _common(pr)
+    add_trust_option(pr)
     pr.set_defaults(func=cmd_profile)
 
     r = sub.add_parser("report", help="self-contained HTML: the graph colored by backend")
@@ -226,6 +230,7 @@ def add_workbench_commands(sub) -> None:
     r.add_argument("--repeats", type=int, default=10,
                    help="profiling runs with --measure (default %(default)s)")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    add_trust_option(r)
     r.set_defaults(func=cmd_report)
 
     a = sub.add_parser("annotate", help="the ONNX model with each node's backend, partition "

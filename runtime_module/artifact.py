@@ -38,6 +38,7 @@ from provenance.errors import ProvmapError
 from provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
 from provenance import store
 
+from . import trust
 from .backend import Backend, BackendError, Blob, KernelInfo
 from .partitioned import partitioned_module
 from .plan import Plan, order_plan
@@ -73,6 +74,9 @@ class Artifact:
 
     manifest: dict
     members: dict[str, bytes] = field(default_factory=dict)
+    #: SHA-256 of the manifest as stored (it holds every member's hash): the identity that
+    #: runtime_module.trust records.  Empty until the artifact is read or saved.
+    digest: str = ""
 
     def partition(self, pid: str) -> dict:
         for p in self.manifest["partitions"]:
@@ -121,14 +125,18 @@ class Artifact:
         manifest = dict(self.manifest)
         manifest["members"] = {name: _sha(data) for name, data in sorted(self.members.items())}
 
+        manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
+
         def write(tmp: Path) -> None:
             with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
-                z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+                z.writestr(MANIFEST, manifest_bytes)
                 for name, data in sorted(self.members.items()):
                     z.writestr(name, data)
 
         dest = store.write_atomic(path, write)
         self.manifest = manifest
+        self.digest = trust.manifest_digest(manifest_bytes)
+        trust.add_trusted(self.digest, f"built here: {dest}")  # your own builds run as they are
         return dest
 
 
@@ -142,8 +150,9 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
             names = z.namelist()
             if MANIFEST not in names:
                 raise ProvmapError(f"{p}: not a provmap artifact (no {MANIFEST})")
+            manifest_bytes = z.read(MANIFEST)
             try:
-                manifest = json.loads(z.read(MANIFEST))
+                manifest = json.loads(manifest_bytes)
             except (ValueError, UnicodeDecodeError) as e:
                 raise ProvmapError(f"{p}: corrupt manifest: {e}") from None
             if manifest.get("format") != FORMAT:
@@ -152,6 +161,12 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
                 raise ProvmapError(f"{p}: artifact format version {manifest.get('format_version')} "
                                    f"is not supported (this provmap reads {FORMAT_VERSION})")
             expected = manifest.get("members") or {}
+            for name in list(names) + list(expected):
+                # Never written by provmap; refused so no tool extracting members can be
+                # steered outside its directory.
+                if name.startswith(("/", "\\")) or ".." in Path(name).parts or ":" in name.split("/")[0]:
+                    raise ProvmapError(f"{p}: refused: member name {name!r} is absolute or "
+                                       "leaves the artifact (..)")
             listed = set(names) - {MANIFEST}
             if listed != set(expected):
                 extra = sorted(listed - set(expected))
@@ -170,7 +185,8 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
                            f"{e})") from None
     except (zipfile.LargeZipFile, OSError, EOFError) as e:
         raise ProvmapError(f"{p}: refused: cannot read artifact: {e}") from None
-    return Artifact(manifest=manifest, members=members)
+    return Artifact(manifest=manifest, members=members,
+                    digest=trust.manifest_digest(manifest_bytes))
 
 
 # -- building --------------------------------------------------------------------------------

@@ -150,6 +150,11 @@ class Backend(ABC):
 
     name: str = ""
 
+    #: Whether `load` runs code that came from the blob (a shared library): such partitions only
+    #: load from trusted artifacts (runtime_module.trust).  True unless a backend's blobs are
+    #: data its own library parses (an ONNX model, an OpenVINO IR).
+    loads_native_code: bool = True
+
     #: Options every backend accepts: restrict it to (or keep it off) some ONNX op types, as a
     #: vendor does for an accelerator that only handles convolutions.  Comma-separated strings
     #: (from the CLI) or lists.

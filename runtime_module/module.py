@@ -26,7 +26,8 @@ from provenance.errors import ProvmapError
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
 from .lookup import Lookup
-from .registry import get_backend
+from . import trust as _trust
+from .registry import backend_class, get_backend
 
 
 class Module:
@@ -63,9 +64,10 @@ class Module:
 class PartitionModule(Module):
     """One partition's code, loaded by its backend (lazily, so inspection never needs it)."""
 
-    def __init__(self, artifact: Artifact, pid: str):
+    def __init__(self, artifact: Artifact, pid: str, gate=None):
         super().__init__()
         self.artifact = artifact
+        self._gate = gate  # the owner's check before any partition code is loaded
         self.info = artifact.partition(pid)
         self.id = pid
         self.backend = self.info["backend"]
@@ -75,6 +77,8 @@ class PartitionModule(Module):
     @property
     def runner(self):
         if self._runner is None:
+            if self._gate is not None:
+                self._gate(self)
             options = self.artifact.manifest["backends"].get(self.backend, {}).get("options", {})
             try:
                 be = get_backend(self.backend, **options)
@@ -93,12 +97,16 @@ class PartitionModule(Module):
 class ArtifactModule(Module):
     type_key = "provmap.artifact"
 
-    def __init__(self, artifact: Artifact, path: str | None = None):
+    def __init__(self, artifact: Artifact, path: str | None = None, runnable: bool = True,
+                 trust: bool = False):
         super().__init__()
         self.artifact = artifact
         self.manifest = artifact.manifest
         self.path = path
-        self.partitions = [PartitionModule(artifact, p["id"]) for p in self.manifest["partitions"]]
+        self.runnable = runnable
+        self._trust = trust
+        self.partitions = [PartitionModule(artifact, p["id"], self._may_load)
+                           for p in self.manifest["partitions"]]
         for m in self.partitions:
             self.import_module(m)
         self.input_specs = {t["name"]: t for t in self.manifest["model"]["inputs"]}
@@ -106,6 +114,23 @@ class ArtifactModule(Module):
         self._lookup = None
         self._plan = None
         self._constants: dict[str, np.ndarray] | None = None
+
+    def _may_load(self, m: "PartitionModule") -> None:
+        """The gate in front of every partition's code (see runtime_module.trust)."""
+        where = self.path or "artifact"
+        if not self.runnable:
+            raise ProvmapError(f"{where}: loaded for inspection only (runnable=False): partition "
+                               "code is never loaded from it; load it runnable to run it")
+        if self._trust or not _loads_native_code(m.backend):
+            return
+        if self.artifact.digest and _trust.is_trusted(self.artifact.digest):
+            return
+        raise ProvmapError(
+            f"{where}: refused to load partition {m.id} ({m.backend}): it is native code "
+            f"(a shared library) from an artifact this machine did not build, and loading it "
+            f"runs that code. If you trust where it came from: `provmap trust {where}` (records "
+            f"its digest {self.artifact.digest[:16]}...), or pass --trust (trust=True in "
+            "runtime_module.module.load)")
 
     # -- TVM-style surface -------------------------------------------------------------------
     def _functions(self):
@@ -251,9 +276,21 @@ def _shape_ok(shape: tuple, spec: tuple) -> bool:
                              and all(w is None or g == w for g, w in zip(shape, spec)))
 
 
-def load(path, runnable: bool = True) -> ArtifactModule:
-    """Load an artifact file.  Verifies every member first; loads partition code if `runnable`."""
-    mod = ArtifactModule(read_artifact(path), str(path))
+def _loads_native_code(backend: str) -> bool:
+    try:
+        return bool(getattr(backend_class(backend), "loads_native_code", True))
+    except Exception:  # an unknown backend fails later with its own message
+        return True
+
+
+def load(path, runnable: bool = True, trust: bool = False) -> ArtifactModule:
+    """Load an artifact file.  Verifies every member first; loads partition code if `runnable`.
+
+    `runnable=False` is for reading (inspect, lookup, explain): no partition code is ever loaded,
+    and run() refuses.  Partitions that are native code (TVM libraries) load only from an
+    artifact this machine built or was told to trust (`provmap trust`), or with `trust=True`.
+    """
+    mod = ArtifactModule(read_artifact(path), str(path), runnable=runnable, trust=trust)
     if runnable:
         mod.load_runners()
     return mod

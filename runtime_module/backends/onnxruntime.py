@@ -118,6 +118,7 @@ class _KernelRegistry:
 
 
 class OnnxRuntimeBackend(Backend):
+    loads_native_code = False  # its blobs are model files the library parses
     name = "onnxruntime"
 
     @classmethod

@@ -91,6 +91,7 @@ def _ov_error(e: BaseException) -> str:
 
 
 class OpenVINOBackend(Backend):
+    loads_native_code = False  # its blobs are model files the library parses
     name = "openvino"
 
     def __init__(self, **options):

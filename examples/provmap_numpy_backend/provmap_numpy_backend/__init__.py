@@ -127,6 +127,7 @@ class NumpyRunner(Runner):
 
 class NumpyBackend(Backend):
     name = "numpyref"  # must equal the entry-point name: plans and manifests use this string
+    loads_native_code = False  # blobs are ONNX models this package interprets with numpy
 
     @classmethod
     def option_names(cls):
