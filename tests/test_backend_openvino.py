@@ -185,3 +185,12 @@ def test_supports_refuses_float64(backend):
     bad = {view.nodes[i].name: v.reason for i, v in verdicts.items() if not v.ok}
     assert sorted(bad) == ["erf64", "to_double", "to_float"]
     assert all("float64" in r for r in bad.values())
+
+
+def test_openvino_first_greedy_takes_squeezenet_whole():
+    """OpenVINO runs every SqueezeNet node, Concat included; a support query that asked about
+    Concat alone once declined it and split the model into 17 partitions (issue 15)."""
+    from partition.compile import compile_model
+
+    art = compile_model("bundled:squeezenet", "greedy:openvino,onnxruntime")
+    assert [p["backend"] for p in art.manifest["partitions"]] == ["openvino"]
