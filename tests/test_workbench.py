@@ -91,8 +91,8 @@ def test_compare_cli_exit_codes(mixed_art, tmp_path, monkeypatch, capsys):
 
     real = rm.load
 
-    def perturbed_load(path, runnable=True):
-        m = real(path, runnable)
+    def perturbed_load(path, runnable=True, trust=False):
+        m = real(path, runnable, trust)
         _perturb(m, m.manifest["partitions"][-1]["id"])
         return m
 
