@@ -103,6 +103,13 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                      crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b))
         plan = coalesce(view, res.plan, cuts=set(cons.cuts) if cons else frozenset())
         explained = _explain(view, plan, res, est, verdicts, names)
+        # The running count stops where the search stopped asking: say what the rest was.
+        st = est.stats()
+        asked = st.get("estimates", 0)
+        _say(progress, f"collage: priced {asked} of {len(kept)} candidates (measured "
+                       f"{st.get('measured', 0)}, from the cache {st.get('cache_hits', 0)}, "
+                       f"left unpriced by the measuring budget {st.get('skipped_budget', 0)}, "
+                       f"never needed by the search {max(len(kept) - asked, 0)})")
     finally:
         est.close()
     # Candidates are each convex, but two of them can still feed each other (a -> y, x -> b

@@ -98,7 +98,8 @@ def cmd_profile(args) -> int:
     from runtime_module.profile import profile_artifact
 
     mod = load(args.artifact, trust=args.trust)
-    res = profile_artifact(mod, _inputs(args, mod=mod), repeats=args.repeats)
+    res = profile_artifact(mod, _inputs(args, mod=mod), repeats=args.repeats,
+                           progress=_progress)
     trace = res.pop("trace")
     if args.trace:
         write_bytes_atomic(args.trace, json.dumps(trace).encode())
@@ -134,7 +135,8 @@ def cmd_report(args) -> int:
     if args.measure:
         from runtime_module.profile import profile_artifact
 
-        profile = profile_artifact(mod, mod.random_inputs(0), repeats=args.repeats)
+        profile = profile_artifact(mod, mod.random_inputs(0), repeats=args.repeats,
+                                   progress=_progress)
     page = render(mod, profile)
     write_bytes_atomic(args.output, page.encode())
     summary = {"report": args.output, "nodes": len(mod.lookup.map.nodes),

@@ -19,7 +19,10 @@ import time
 from .registry import get_backend
 
 
-def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int = 10) -> dict:
+def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int = 10,
+                     progress=None) -> dict:
+    say = progress or (lambda msg: None)
+    say(f"profile: loading {len(mod.partitions)} partition(s)")
     mod.load_runners()
     for _ in range(3):
         mod.run(inputs)
@@ -33,6 +36,7 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
 
     trace_run = None
     plain = []
+    say(f"profile: {max(1, repeats)} end-to-end runs (plain and hooked, interleaved)")
     for k in range(max(1, repeats)):
         t0 = time.perf_counter()
         mod.run(inputs)
@@ -51,7 +55,8 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
     lk = mod.lookup
     node_name = {n.id: (n.name or n.id) for n in lk.map.nodes}
     partitions, kernels_out, nodes_out = [], [], {}
-    for m in mod.partitions:
+    for n_part, m in enumerate(mod.partitions, 1):
+        say(f"profile: kernels of {m.id} ({m.backend}), {n_part}/{len(mod.partitions)}")
         p_ms = statistics.median(per_part[m.id]) * 1e3
         blob = mod.artifact.blob(m.id)
         options = mod.manifest["backends"].get(m.backend, {}).get("options", {})

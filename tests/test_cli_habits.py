@@ -190,3 +190,9 @@ def test_explain_on_a_greedy_artifact_says_why_each_node_went_where(tmp_path):
     data = json.loads(provmap("explain", out, "--json").stdout)
     declined = [d for p in data["partitions"] for d in p["nodes_declined_elsewhere"]]
     assert len(declined) == 8 and all(d["backend"] == "onnxruntime" for d in declined)
+
+
+def test_profile_prints_progress(art):
+    r = provmap("profile", art / "log.provmap", "--inputs", art / "in.npz", "--repeats", "2")
+    assert r.returncode == 0, r.stderr
+    assert "profile: 2 end-to-end runs" in r.stderr and "profile: kernels of p0" in r.stderr

@@ -106,3 +106,6 @@ def test_cli_collage_json_summary(tmp_path):
     s = json.loads(r.stdout)
     assert {"candidates", "estimator", "estimated_ms", "e2e"} <= set(s["search"])
     assert "collage: measured" in r.stderr  # progress with counts/ETA on stderr
+    # ...and where the running count stops, what became of the rest (issue 16).
+    line = next(ln for ln in r.stderr.splitlines() if "collage: priced" in ln)
+    assert "never needed by the search" in line and "left unpriced by the measuring budget" in line
