@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -22,17 +21,12 @@ from partition.cli import main as cli_main
 from partition.compile import load_view
 from runtime_module.module import load
 from runtime_module.report_html import H, W, report_data
+from browser import chromium
 
 LONG_WHY = ("manual split for the report test: " + "a long explanation that must wrap in the "
             "side panel instead of being cut off, " * 4).strip()
 
 
-def _chromium():
-    for exe in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(exe)
-        if path:
-            return path
-    pytest.fail("Chromium is needed for the report test (.ci/run installs Debian's chromium)")
 
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -85,7 +79,7 @@ def report(tmp_path_factory):
 
 def _dom(report, fragment: str = "") -> str:
     uri = report["html"].as_uri() + (f"#{fragment}" if fragment else "")
-    res = subprocess.run([_chromium(), *FLAGS, "--dump-dom", uri], capture_output=True,
+    res = subprocess.run([chromium(), *FLAGS, "--dump-dom", uri], capture_output=True,
                          text=True, timeout=120)
     body = re.search(r"<body[^>]*>", res.stdout)
     assert body and 'data-rendered="ok"' in body.group(0), res.stderr[-2000:]
@@ -223,7 +217,7 @@ def _inside(x, y, q) -> bool:
 def test_screenshot_is_readable(report):
     shot = report["tmp"] / "selected.png"
     nid = _node_id(report["mod"], "block83/matmul")
-    subprocess.run([_chromium(), *FLAGS, f"--screenshot={shot}",
+    subprocess.run([chromium(), *FLAGS, f"--screenshot={shot}",
                     report["html"].as_uri() + f"#node={nid}"], capture_output=True, timeout=120)
     import matplotlib.image as mpimg
 
@@ -262,7 +256,7 @@ def test_user_interactions(report):
     page = report["html"].read_text().replace("</body>", _DRIVER)
     driven = report["tmp"] / "driven.html"
     driven.write_text(page)
-    res = subprocess.run([_chromium(), *FLAGS, "--dump-dom", driven.as_uri()],
+    res = subprocess.run([chromium(), *FLAGS, "--dump-dom", driven.as_uri()],
                          capture_output=True, text=True, timeout=120)
     assert "data-error" not in res.stdout
     log = json.loads(html.unescape(re.search(r'data-log="([^"]*)"', res.stdout).group(1)))

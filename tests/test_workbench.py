@@ -4,7 +4,6 @@ explain -- on real backends, with a deliberately wrong kernel injected (test onl
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import numpy as np
@@ -19,6 +18,7 @@ from provenance import zoo
 from runtime_module.compare import Tolerance, compare_artifact
 from runtime_module.module import load
 from runtime_module.registry import get_backend
+from browser import chromium
 
 
 @pytest.fixture(scope="module")
@@ -177,12 +177,6 @@ def test_profile_tvm_and_cli_trace(tmp_path, transformer, capsys):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
-def _chromium():
-    for exe in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(exe)
-        if path:
-            return path
-    pytest.fail("Chromium is needed for the report test (.ci/run installs Debian's chromium)")
 
 
 def test_report_renders_in_headless_chromium(tmp_path):
@@ -202,7 +196,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     page = html_path.read_text()
     assert "<script src" not in page and "http://" not in page.replace(
         "http://www.w3.org/2000/svg", "")  # self-contained
-    exe = _chromium()
+    exe = chromium()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--virtual-time-budget=10000", "--window-size=1400,900"]
     dom = subprocess.run([exe, *flags, "--dump-dom", html_path.as_uri()], capture_output=True,
