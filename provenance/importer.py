@@ -78,6 +78,9 @@ class Imported:
     opaque: dict = field(default_factory=dict)
     #: ONNX node index -> why it was replaced by a Constant before import (provenance.fold).
     folded: dict = field(default_factory=dict)
+    #: ONNX shape inference on `model` (tensor name -> TypeProto), computed once for the
+    #: importer's opaque bindings and reused by GraphView (it is seconds on big models).
+    onnx_types: dict = field(default_factory=dict)
     #: Input shapes the user fixed (NAME -> dims), recorded in artifacts.
     input_shapes: dict = field(default_factory=dict)
 
@@ -343,7 +346,8 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
         model, folded = res.model, res.folded
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX_DOMAINS), 1)
-    imp = _TrackingImporter(graph, label, {}, infer_types(model))
+    onnx_types = infer_types(model)
+    imp = _TrackingImporter(graph, label, {}, onnx_types)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "unknown dimension" advice: shapes are checked above
@@ -360,6 +364,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.model = model
     imported.tensor_values = dict(imp._nodes)
     imported.opaque = dict(imp.opaque)
+    imported.onnx_types = onnx_types
     imported.folded = folded
     imported.input_shapes = {k: list(v) for k, v in (shape_dict or {}).items()}
     return imported

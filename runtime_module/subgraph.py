@@ -168,7 +168,7 @@ class GraphView:
         from provenance.fold import infer_types
 
         types: dict[str, TensorSpec] = {}
-        for name, tp in infer_types(self.model).items():
+        for name, tp in (self.imported.onnx_types or infer_types(self.model)).items():
             if not tp.HasField("tensor_type") or not tp.tensor_type.elem_type \
                     or not tp.tensor_type.HasField("shape"):
                 continue
