@@ -9,7 +9,7 @@ Cases crash native code or hang, so each (case, pipeline) runs in a worker proce
 deadline; a dead or late worker is replaced.  Workers are single-threaded (ORT, OpenVINO and TVM
 thread pools pinned to 1) so that --jobs is the number of cores used.
 
-    python3 -m bench.conformance --sample 150 --seed 0 -o bench/out/conformance.json
+    python3 -m provmap.bench.conformance --sample 150 --seed 0 -o bench/out/conformance.json
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ def _run_tvm(model, names, inputs):
 
 def _run_provmap(backend: str):
     def run(model, names, inputs):
-        from partition.compile import compile_model
-        from runtime_module.module import load
+        from provmap.partition.compile import compile_model
+        from provmap.runtime_module.module import load
 
         opts = {"onnxruntime": {"threads": THREADS}, "openvino": {"threads": THREADS}}
         with tempfile.TemporaryDirectory(prefix="provmap-conf-") as d:
@@ -229,9 +229,9 @@ def _run_provmap(backend: str):
 
 
 def _run_map(model, names, inputs):
-    from provenance.build import compile_tvm
-    from provenance.errors import ProvmapError
-    from provenance.importer import import_onnx
+    from provmap.provenance.build import compile_tvm
+    from provmap.provenance.errors import ProvmapError
+    from provmap.provenance.importer import import_onnx
 
     imp = import_onnx(model)
     if imp.opaque:  # `provmap map` reports these nodes; their placeholders never run
@@ -261,7 +261,7 @@ def first_line(e: BaseException, with_type: bool = True) -> str:
 def _execute(case: str, payload, pipeline: str) -> dict:
     import onnx
 
-    from provenance.errors import ProvmapError
+    from provmap.provenance.errors import ProvmapError
 
     model_bytes, sets, rtol, atol = payload
     model = onnx.ModelProto.FromString(model_bytes)
@@ -293,7 +293,7 @@ def _serve(conn, errpath: str) -> None:
     for var in ("OMP_NUM_THREADS", "TVM_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(THREADS)
     import onnxruntime, openvino, tvm  # noqa: F401,E401  (import time must not count as a case's)
-    import partition.compile  # noqa: F401
+    import provmap.partition.compile  # noqa: F401
 
     conn.send("ready")
     try:
@@ -434,7 +434,7 @@ def markdown(summary: dict, results: dict, meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.conformance",
+    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.conformance",
                                  description=__doc__.split("\n")[0])
     for flag, typ, default in [("--pipelines", str, ",".join(PIPELINES)), ("--cases", str, None),
                                ("--sample", int, None), ("--seed", int, 0), ("--jobs", int, 2),
@@ -461,7 +461,7 @@ def main(argv=None) -> int:
     results = {n: {p: flat[(n, p)] for p in pipelines} for n in names}
     import onnx
 
-    from provenance.store import write_atomic
+    from provmap.provenance.store import write_atomic
 
     meta = {"onnx": onnx.__version__, "cases": len(names), "pipelines": pipelines,
             "sample": a.sample, "seed": a.seed, "regex": a.cases, "timeout": a.timeout,

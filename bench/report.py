@@ -1,5 +1,5 @@
 """results.json -> results.md (README's tables) and latency.png.  Pure functions of the results,
-so a table or chart can be regenerated from a saved results.json (`python -m bench.report DIR`)."""
+so a table or chart can be regenerated from a saved results.json (`python -m provmap.bench.report DIR`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from provenance.store import write_atomic, write_bytes_atomic
+from provmap.provenance.store import write_atomic, write_bytes_atomic
 
 
 def _f(x, fmt="{:.2f}", none="-"):
@@ -160,7 +160,7 @@ def update_readme(readme: str | os.PathLike, res: dict, results_dir: str) -> Non
     path = Path(readme)
     text = path.read_text()
     if START not in text or END not in text:
-        from provenance.errors import ProvmapError
+        from provmap.provenance.errors import ProvmapError
 
         raise ProvmapError(f"{path}: no {START} ... {END} markers to put the tables between")
     head, rest = text.split(START, 1)
@@ -172,7 +172,7 @@ def update_readme(readme: str | os.PathLike, res: dict, results_dir: str) -> Non
 
 
 def main(argv=None) -> int:
-    """python -m bench.report DIR [README.md]: re-render DIR's tables (and README's)."""
+    """python -m provmap.bench.report DIR [README.md]: re-render DIR's tables (and README's)."""
     args = argv or sys.argv[1:]
     d = Path(args[0])
     res = json.loads((d / "results.json").read_text())

@@ -3,14 +3,14 @@
 Stages timed per size: tagging (ONNX import with IDs on every node and binding), support checks
 (the real ONNX Runtime and OpenVINO backends' `verdicts`), candidate generation + pruning, the
 shortest-path search, and writing the provenance map (JSON + SQLite).  The search here is priced
-by a deterministic synthetic cost table (`partition.cost.MockEstimator`), on purpose: measuring
+by a deterministic synthetic cost table (`provmap.partition.cost.MockEstimator`), on purpose: measuring
 thousands of candidates on real backends would time the backends, not the search; real prices
 are what the per-model search rows of the suite measure.
 
 The growth of each stage is fitted as t = c * n^k by least squares on log-log points; k near 1
 is linear, near 2 quadratic.
 
-    python -m bench.scaling [--sizes 100,300,1000,3000,10000] [--json OUT]
+    python -m provmap.bench.scaling [--sizes 100,300,1000,3000,10000] [--json OUT]
 """
 
 from __future__ import annotations
@@ -74,13 +74,13 @@ def synthetic_price(view, cand) -> float:
 
 
 def time_size(n_nodes: int) -> dict:
-    from partition.candidates import generate, prune
-    from partition.cost import MockEstimator
-    from partition.search import search
-    from provenance import store
-    from provenance.importer import import_onnx
-    from runtime_module.registry import get_backend
-    from runtime_module.subgraph import GraphView
+    from provmap.partition.candidates import generate, prune
+    from provmap.partition.cost import MockEstimator
+    from provmap.partition.search import search
+    from provmap.provenance import store
+    from provmap.provenance.importer import import_onnx
+    from provmap.runtime_module.registry import get_backend
+    from provmap.runtime_module.subgraph import GraphView
 
     model = synthetic_model(n_nodes)
     row = {"nodes": len(model.graph.node)}

@@ -7,7 +7,7 @@ For each model, in one process:
     result), its size, load and verify time, and lookup latency (p50/p99 over every ONNX node
     and kernel);
   * latency: every artifact *and* each backend library called directly on the whole model,
-    measured together in interleaved blocks (`runtime_module.interleave`), so machine noise hits
+    measured together in interleaved blocks (`provmap.runtime_module.interleave`), so machine noise hits
     all alike; ratios to the best single backend; the container's overhead is single:<b> over
     direct:<b> from the same run;
   * correctness: every artifact's outputs against ONNX Runtime on the original model;
@@ -89,7 +89,7 @@ def versions() -> dict:
 
 
 def _load_model(spec: str, keep_weights: bool):
-    from provenance import zoo
+    from provmap.provenance import zoo
 
     spec = spec if spec.startswith("bundled:") or os.path.exists(spec) else f"bundled:{spec}"
     model, name = zoo.resolve(spec)
@@ -101,8 +101,8 @@ def _load_model(spec: str, keep_weights: bool):
 # -- per-model sections ------------------------------------------------------------------------
 
 def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dict, object]:
-    from partition.collage import CollageOptions
-    from partition.compile import compile_model
+    from provmap.partition.collage import CollageOptions
+    from provmap.partition.compile import compile_model
 
     cache = opts.cache or os.path.join(tmp, "costs.sqlite")
     cold = opts.cache is None
@@ -144,8 +144,8 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
 def _artifact_stats(path: str, say) -> dict:
     import random
 
-    from runtime_module.backend import percentile
-    from runtime_module.module import load
+    from provmap.runtime_module.backend import percentile
+    from provmap.runtime_module.module import load
 
     loads, verifies = [], []
     for _ in range(3):
@@ -199,9 +199,9 @@ def _provenance(model, repeats: int) -> dict:
     import tvm
     from tvm.relax.frontend.onnx import from_onnx
 
-    from provenance import store
-    from provenance.build import compile_tvm, cpu_pipeline, cpu_target
-    from provenance.importer import import_onnx
+    from provmap.provenance import store
+    from provmap.provenance.build import compile_tvm, cpu_pipeline, cpu_target
+    from provmap.provenance.importer import import_onnx
 
     def plain():
         t = cpu_target()
@@ -233,8 +233,8 @@ def _provenance(model, repeats: int) -> dict:
 def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
     import onnxruntime as ort
 
-    from partition.compile import compile_model, load_view
-    from runtime_module.module import load
+    from provmap.partition.compile import compile_model, load_view
+    from provmap.runtime_module.module import load
 
     model, name = _load_model(spec, opts.keep_weights)
     log = lambda m: say(f"[{name}] {m}")  # noqa: E731
@@ -271,7 +271,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 direct[b] = f
                 fns[f"direct:{b}"] = (lambda f=f: f(feeds))
         log(f"latency: {len(fns)} alternatives, interleaved blocks")
-        from runtime_module.interleave import measure_interleaved
+        from provmap.runtime_module.interleave import measure_interleaved
 
         lat = measure_interleaved(fns, repeats=opts.repeats, passes=opts.passes,
                                   min_block_s=0.5 if opts.quick else 1.0, progress=log)
@@ -314,7 +314,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
 # -- the whole run -----------------------------------------------------------------------------
 
 def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> dict:
-    from runtime_module.artifact import host_info
+    from provmap.runtime_module.artifact import host_info
 
     from . import report, scaling
 

@@ -22,8 +22,8 @@ with IR at most 10: ONNX Runtime 1.32 refuses IR 11+, which onnx 1.23's helpers 
 Each step runs in its own process with a deadline (a native crash or a hang is one failed step).
 
     pip install -e '.[torch]'
-    python3 -m bench.torch_corpus -o bench/out/torch_corpus.json
-    python3 -m bench.torch_corpus --models bert,resnet18 --exporters dynamo \\
+    python3 -m provmap.bench.torch_corpus -o bench/out/torch_corpus.json
+    python3 -m provmap.bench.torch_corpus --models bert,resnet18 --exporters dynamo \\
         --strategies map,single:onnxruntime -o /tmp/t.json
 """
 
@@ -309,8 +309,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _step_map(task: dict) -> dict:
-    from provenance.build import compile_tvm
-    from provenance.importer import import_onnx, mark_not_compilable
+    from provmap.provenance.build import compile_tvm
+    from provmap.provenance.importer import import_onnx, mark_not_compilable
 
     imp = import_onnx(task["model"], shape_dict=task["shape_dict"])
     opaque = {str(i): r for i, r in imp.opaque.items()}
@@ -334,13 +334,13 @@ def _step_map(task: dict) -> dict:
 
 
 def _step_strategy(task: dict) -> dict:
-    from partition.compile import compile_model
-    from runtime_module.module import load
+    from provmap.partition.compile import compile_model
+    from provmap.runtime_module.module import load
 
     strategy = task["step"]
     opts = None
     if strategy.startswith("collage"):
-        from partition.collage import CollageOptions
+        from provmap.partition.collage import CollageOptions
         opts = CollageOptions(measure_budget_s=task["collage_budget_s"], e2e_repeats=3,
                               cache_path=task["cache_path"])
     backend_options = {"onnxruntime": {"threads": task["threads"]},
@@ -390,7 +390,7 @@ def run_step(task: dict, workdir: Path, timeout: float) -> dict:
     rpath.unlink(missing_ok=True)
     t0 = time.perf_counter()
     with open(log, "wb") as lf:
-        proc = subprocess.Popen([sys.executable, "-m", "bench.torch_corpus", "--worker", str(tpath)],
+        proc = subprocess.Popen([sys.executable, "-m", "provmap.bench.torch_corpus", "--worker", str(tpath)],
                                 stdout=lf, stderr=subprocess.STDOUT,
                                 cwd=str(Path(__file__).resolve().parent.parent))
         try:
@@ -495,7 +495,7 @@ def _versions() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.torch_corpus", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.torch_corpus", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--models", default=",".join(MODELS), help=f"of {','.join(MODELS)}")

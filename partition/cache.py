@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError
 
 from .candidate import Estimate
 

@@ -26,7 +26,7 @@ never part of a candidate):
 * **depth**: the longest path inside the candidate, counted in op nodes (a chain of 3 has depth
   3).  Bounded by ``max_depth`` for "combine" only; ``max_size`` bounds the number of op nodes.
 
-`generate` runs the per-backend rules of `partition.rules` for every backend.  `prune` removes
+`generate` runs the per-backend rules of `provmap.partition.rules` for every backend.  `prune` removes
 candidates that cannot matter (see its docstring); `reachability` is the shared utility.
 """
 
@@ -36,8 +36,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from runtime_module.backend import Support
-from runtime_module.subgraph import GraphView
+from provmap.runtime_module.backend import Support
+from provmap.runtime_module.subgraph import GraphView
 
 from .candidate import Candidate
 
@@ -286,7 +286,7 @@ def validate(view: GraphView, ops: Iterable[int], *, max_size: int | None = None
 def generate(view: GraphView, verdicts_by_backend: dict[str, dict[int, Support]],
              max_depth: int = 4, max_size: int = 12, max_exits: int = 4,
              max_entries: int = 3) -> list[Candidate]:
-    """Every backend's candidates (see `partition.rules`), backends in the dict's order.
+    """Every backend's candidates (see `provmap.partition.rules`), backends in the dict's order.
 
     Each candidate is convex; all but "whole-model" are connected; "combine" and
     "fusion-pattern" ones also respect `max_size`, `max_exits`, `max_entries` (and `max_depth`

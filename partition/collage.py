@@ -1,9 +1,9 @@
 """The `collage` strategy: the seven steps of TVM's CollagePartition, on our graph, plus what it lacked.
 
-1. rules per backend (partition.rules) -> 2. candidates, convex and bounded (partition.candidates)
--> 3. constraints and unsupported ops remove candidates (partition.constraints) -> pruning
--> 4. prices from a CostEstimator (measured, cached in SQLite: partition.cost / partition.cache)
--> 5. shortest path with measured boundary-crossing costs (partition.search)
+1. rules per backend (provmap.partition.rules) -> 2. candidates, convex and bounded (provmap.partition.candidates)
+-> 3. constraints and unsupported ops remove candidates (provmap.partition.constraints) -> pruning
+-> 4. prices from a CostEstimator (measured, cached in SQLite: provmap.partition.cost / provmap.partition.cache)
+-> 5. shortest path with measured boundary-crossing costs (provmap.partition.search)
 -> 6. coalescing of adjacent same-backend partitions -> 7. the plan, built into an artifact.
 
 Then the end-to-end check Collage lacked: isolated costs do not add up (whole-graph layout and
@@ -17,13 +17,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from provenance.errors import ProvmapError
-from runtime_module.artifact import build_artifact
-from runtime_module.backend import Backend
-from runtime_module.interleave import measure_interleaved, pick_fastest
-from runtime_module.module import ArtifactModule
-from runtime_module.plan import Plan, PartitionSpec, order_plan
-from runtime_module.subgraph import GraphView
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.backend import Backend
+from provmap.runtime_module.interleave import measure_interleaved, pick_fastest
+from provmap.runtime_module.module import ArtifactModule
+from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
+from provmap.runtime_module.subgraph import GraphView
 
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
@@ -258,7 +258,7 @@ def _signature(view: GraphView, plan: Plan):
 
 
 def _measure_e2e(built: dict, repeats: int, progress) -> dict:
-    """Interleaved end-to-end latency of each built artifact (runtime_module.interleave)."""
+    """Interleaved end-to-end latency of each built artifact (provmap.runtime_module.interleave)."""
     mods = {k: ArtifactModule(a) for k, a in built.items()}
     feeds = next(iter(mods.values())).random_inputs(0)
     for m in mods.values():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
-from provenance.importer import import_onnx
-from provenance import zoo
-from runtime_module.artifact import Artifact, build_artifact, embed_source_model
-from runtime_module.plan import Plan
-from runtime_module.registry import get_backend
-from runtime_module.subgraph import GraphView
+from provmap.provenance.importer import import_onnx
+from provmap.provenance import zoo
+from provmap.runtime_module.artifact import Artifact, build_artifact, embed_source_model
+from provmap.runtime_module.plan import Plan
+from provmap.runtime_module.registry import get_backend
+from provmap.runtime_module.subgraph import GraphView
 
 from .strategies import greedy, parse_strategy, single
 
@@ -55,7 +55,7 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
     """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
 
     `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...]
-    (DEFAULT_COLLAGE_BACKENDS by default); `collage_options` is a partition.collage.CollageOptions.  `embed_model` stores
+    (DEFAULT_COLLAGE_BACKENDS by default); `collage_options` is a provmap.partition.collage.CollageOptions.  `embed_model` stores
     the ONNX model in the artifact (for compare/annotate/bisect without the model file).
     """
     view = model if isinstance(model, GraphView) else load_view(model, input_shapes=input_shapes)

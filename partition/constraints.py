@@ -34,9 +34,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from provenance.errors import ProvmapError
-from runtime_module.backend import Support
-from runtime_module.subgraph import GraphView
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.backend import Support
+from provmap.runtime_module.subgraph import GraphView
 
 from .candidate import Candidate
 

@@ -60,9 +60,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from provenance.errors import ProvmapError
-from runtime_module.backend import Backend, BackendError
-from runtime_module.registry import backend_class, get_backend
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.backend import Backend, BackendError
+from provmap.runtime_module.registry import backend_class, get_backend
 
 from .cache import CostCache, backend_identity
 from .candidate import Candidate, Estimate
@@ -161,7 +161,7 @@ def resolve_backend(spec: str, options: dict | None = None) -> Backend:
     except Exception as e:
         raise BackendError(f"backend {spec!r}: cannot import: {_first_line(e)}") from None
     if not (isinstance(obj, type) and issubclass(obj, Backend)):
-        raise BackendError(f"backend {spec!r} is not a runtime_module.backend.Backend subclass")
+        raise BackendError(f"backend {spec!r} is not a provmap.runtime_module.backend.Backend subclass")
     return obj(**options)
 
 

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from provenance.errors import ProvmapError
-from runtime_module.plan import PartitionSpec, Plan
-from runtime_module.subgraph import GraphView
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.plan import PartitionSpec, Plan
+from provmap.runtime_module.subgraph import GraphView
 
 from .candidate import Candidate, Estimate
 from .candidates import facts, mask_of

@@ -9,10 +9,10 @@ the first backend lacks becomes one small partition instead of splitting the who
 
 from __future__ import annotations
 
-from provenance.errors import ProvmapError
-from runtime_module.backend import Backend
-from runtime_module.plan import PartitionSpec, Plan
-from runtime_module.subgraph import GraphView
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.backend import Backend
+from provmap.runtime_module.plan import PartitionSpec, Plan
+from provmap.runtime_module.subgraph import GraphView
 
 
 def parse_strategy(spec: str) -> tuple[str, list[str]]:

@@ -2,7 +2,7 @@
 
 Exporters write `Shape -> Gather -> Unsqueeze -> Concat -> Reshape` for every view in a
 transformer, `ConstantOfShape` of a computed shape for masks, and Resize sizes computed at run
-time.  Once input shapes are static (see provenance.shapes), all of that is a constant, but
+time.  Once input shapes are static (see provmap.provenance.shapes), all of that is a constant, but
 TVM's Relax converters only handle some of it (a Reshape of a computed shape fails; a 0-d
 ConstantOfShape fails), and when they fail the whole model used to fail for every backend.
 

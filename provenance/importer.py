@@ -71,12 +71,12 @@ class Imported:
     label: str = ""
     # The ONNX model actually imported (topologically sorted if the file was not), and each ONNX
     # tensor name's Relax value in "main" (a Var, a param, or a folded constant).  Partitioning
-    # needs both views of the same region: runtime_module.subgraph builds on these.
+    # needs both views of the same region: provmap.runtime_module.subgraph builds on these.
     model: onnx.ModelProto | None = None
     tensor_values: dict = field(default_factory=dict)
     #: ONNX node index -> why the Relax frontend could not convert it (an opaque binding).
     opaque: dict = field(default_factory=dict)
-    #: ONNX node index -> why it was replaced by a Constant before import (provenance.fold).
+    #: ONNX node index -> why it was replaced by a Constant before import (provmap.provenance.fold).
     folded: dict = field(default_factory=dict)
     #: ONNX shape inference on `model` (tensor name -> TypeProto), computed once for the
     #: importer's opaque bindings and reused by GraphView (it is seconds on big models).
@@ -332,7 +332,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     `shape_dict` fixes input shapes (NAME -> dims, as `--input-shape` gives them);
     `require_static` refuses, naming each input and dimension, a model whose input shapes stay
     symbolic (partitioning needs them).  `fold` evaluates constant shape arithmetic on the ONNX
-    graph first (provenance.fold).  `check=False` skips onnx.checker, for models provmap cut
+    graph first (provmap.provenance.fold).  `check=False` skips onnx.checker, for models provmap cut
     itself from a checked one (the checker serializes the whole model).
     """
     model, default_label = load_model(source, check=check)
@@ -497,7 +497,7 @@ def _attach_ids(mod, short):
     """Record each binding's ID in TVM's own IR, on the binding's span (printable, inspectable).
 
     Passes do not keep binding spans; propagation relies on object identity and structure
-    instead (see provenance.propagate).  The span is for humans and for TVM-side tools.
+    instead (see provmap.provenance.propagate).  The span is for humans and for TVM-side tools.
     """
     func = mod["main"]
     j = 0

@@ -26,7 +26,7 @@ ROLE_CONSTANT = "constant"  # the binding was constant-folded into an argument o
 class OnnxNode:
     """One node of the source ONNX graph.
 
-    `id` is content-derived (see provenance.ids); `name` is recorded for humans but never used
+    `id` is content-derived (see provmap.provenance.ids); `name` is recorded for humans but never used
     as a key, because ONNX names may be empty, duplicated or renamed by tools.
     """
 

@@ -22,7 +22,7 @@ function), and is carried across each pass by matching the module before and aft
                 reported as dropped (dead code).
 
 The same occurrence rule joins the final IR with the VM executable's bytecode, which names each
-kernel it calls.  Every step is checked by provenance.debugify.
+kernel it calls.  Every step is checked by provmap.provenance.debugify.
 """
 
 from __future__ import annotations

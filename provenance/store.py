@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import sqlite_utils
 
-from provenance.model import ROLE_COMPUTE, SCHEMA_VERSION, OnnxNode, ProvenanceMap
+from provmap.provenance.model import ROLE_COMPUTE, SCHEMA_VERSION, OnnxNode, ProvenanceMap
 
 __all__ = [
     "save", "save_json", "save_sqlite", "load", "load_json", "load_sqlite",

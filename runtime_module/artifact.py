@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from provenance.build import model_sha256
-from provenance.errors import ProvmapError
-from provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
-from provenance import store
+from provmap.provenance.build import model_sha256
+from provmap.provenance.errors import ProvmapError
+from provmap.provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
+from provmap.provenance import store
 
 from . import trust
 from .backend import Backend, BackendError, Blob, KernelInfo
@@ -75,7 +75,7 @@ class Artifact:
     manifest: dict
     members: dict[str, bytes] = field(default_factory=dict)
     #: SHA-256 of the manifest as stored (it holds every member's hash): the identity that
-    #: runtime_module.trust records.  Empty until the artifact is read or saved.
+    #: provmap.runtime_module.trust records.  Empty until the artifact is read or saved.
     digest: str = ""
 
     def partition(self, pid: str) -> dict:
@@ -97,7 +97,7 @@ class Artifact:
         bundled:NAME or ModelProto) after checking its SHA-256 against the manifest."""
         import onnx
 
-        from provenance import zoo
+        from provmap.provenance import zoo
 
         want = self.manifest["model"].get("sha256")
         if given is None:

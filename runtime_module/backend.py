@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .subgraph import GraphView, Subgraph
@@ -151,7 +151,7 @@ class Backend(ABC):
     name: str = ""
 
     #: Whether `load` runs code that came from the blob (a shared library): such partitions only
-    #: load from trusted artifacts (runtime_module.trust).  True unless a backend's blobs are
+    #: load from trusted artifacts (provmap.runtime_module.trust).  True unless a backend's blobs are
     #: data its own library parses (an ONNX model, an OpenVINO IR).
     loads_native_code: bool = True
 

@@ -8,8 +8,8 @@ may both contain a kernel of the same name; a bare name matches it in every part
 
 from __future__ import annotations
 
-from provenance.model import ProvenanceMap
-from provenance.store import MapIndex
+from provmap.provenance.model import ProvenanceMap
+from provmap.provenance.store import MapIndex
 
 
 class Lookup:

@@ -21,7 +21,7 @@ from typing import Callable, Mapping
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, with numpy)
 import numpy as np
 
-from provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
@@ -116,7 +116,7 @@ class ArtifactModule(Module):
         self._constants: dict[str, np.ndarray] | None = None
 
     def _may_load(self, m: "PartitionModule") -> None:
-        """The gate in front of every partition's code (see runtime_module.trust)."""
+        """The gate in front of every partition's code (see provmap.runtime_module.trust)."""
         where = self.path or "artifact"
         if not self.runnable:
             raise ProvmapError(f"{where}: loaded for inspection only (runnable=False): partition "
@@ -130,7 +130,7 @@ class ArtifactModule(Module):
             f"(a shared library) from an artifact this machine did not build, and loading it "
             f"runs that code. If you trust where it came from: `provmap trust {where}` (records "
             f"its digest {self.artifact.digest[:16]}...), or pass --trust (trust=True in "
-            "runtime_module.module.load)")
+            "provmap.runtime_module.module.load)")
 
     # -- TVM-style surface -------------------------------------------------------------------
     def _functions(self):
@@ -294,3 +294,30 @@ def load(path, runnable: bool = True, trust: bool = False) -> ArtifactModule:
     if runnable:
         mod.load_runners()
     return mod
+
+
+def lookup(path, onnx_node=None, kernel=None, expr=None) -> dict:
+    """One dispatch lookup on a saved artifact, exactly what `provmap lookup --json` prints.
+
+    Give one of `onnx_node` (name or n... ID), `kernel` (p0:name or bare name) or `expr`
+    (e... ID).  Reads only the manifest and the map: nothing from the artifact runs.  Nothing
+    matching is a ProvmapError naming the artifact and the query."""
+    asked = [(k, v) for k, v in (("onnx_node", onnx_node), ("kernel", kernel), ("expr", expr))
+             if v is not None]
+    if len(asked) != 1:
+        raise ProvmapError(f"{path}: lookup needs exactly one of onnx_node, kernel, expr")
+    lk = load(path, runnable=False).lookup
+    if onnx_node is not None:
+        res = lk.onnx_node(onnx_node)
+        if not res:
+            raise ProvmapError(f"{path}: no ONNX node named or with ID {onnx_node!r}")
+        return {"query": {"onnx_node": onnx_node}, "results": res}
+    if kernel is not None:
+        res = lk.kernel(kernel)
+        if not res:
+            raise ProvmapError(f"{path}: no kernel {kernel!r}")
+        return {"query": {"kernel": kernel}, "results": res}
+    res = lk.expr(expr)
+    if res is None:
+        raise ProvmapError(f"{path}: no Relax expression {expr!r}")
+    return {"query": {"expr": expr}, "results": [res]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError
 
 from .subgraph import GraphView
 

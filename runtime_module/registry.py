@@ -13,9 +13,9 @@ from importlib.metadata import entry_points
 from .backend import ENTRY_POINT_GROUP, Backend, BackendError
 
 BUILTIN = {
-    "tvm": "runtime_module.backends.tvm:TVMBackend",
-    "onnxruntime": "runtime_module.backends.onnxruntime:OnnxRuntimeBackend",
-    "openvino": "runtime_module.backends.openvino:OpenVINOBackend",
+    "tvm": "provmap.runtime_module.backends.tvm:TVMBackend",
+    "onnxruntime": "provmap.runtime_module.backends.onnxruntime:OnnxRuntimeBackend",
+    "openvino": "provmap.runtime_module.backends.openvino:OpenVINOBackend",
 }
 
 
@@ -53,7 +53,7 @@ def backend_class(name: str) -> type[Backend]:
                                f"{type(e).__name__}: {e}") from None
         if not (isinstance(cls, type) and issubclass(cls, Backend)):
             raise BackendError(f"plugin backend {name!r} ({ep.value}) is not a "
-                               "runtime_module.backend.Backend subclass")
+                               "provmap.runtime_module.backend.Backend subclass")
         if cls.name != name:
             raise BackendError(f"plugin backend {name!r} ({ep.value}) calls itself "
                                f"{cls.name!r}; the entry-point name and Backend.name must match")

@@ -22,10 +22,10 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from provenance.errors import ProvmapError, describe_node
-from provenance.ids import node_inputs
-from provenance.importer import Imported
-from provenance.model import ROLE_PRODUCED
+from provmap.provenance.errors import ProvmapError, describe_node
+from provmap.provenance.ids import node_inputs
+from provmap.provenance.importer import Imported
+from provmap.provenance.model import ROLE_PRODUCED
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class GraphView:
 
     def __init__(self, imported: Imported):
         if imported.model is None:
-            raise ValueError("GraphView needs an Imported from provenance.importer.import_onnx")
+            raise ValueError("GraphView needs an Imported from provmap.provenance.importer.import_onnx")
         self.imported = imported
         self.model = imported.model
         self.graph = self.model.graph
@@ -108,12 +108,12 @@ class GraphView:
         """Op nodes, decided on the ONNX graph: a node computes at run time iff it reads a graph
         input (directly or through other such nodes) or its value changes per run (random ops).
 
-        Everything else is a constant after provenance.fold (or a weight generator it left
+        Everything else is a constant after provmap.provenance.fold (or a weight generator it left
         alone), so it is copied into each region that needs it rather than partitioned.  An
         alias (Identity) of a run-time tensor is an op node too: it has no Relax binding, but
         it names a tensor a region may have to return.
         """
-        from provenance.fold import NONDETERMINISTIC
+        from provmap.provenance.fold import NONDETERMINISTIC
 
         live = set(self.graph_inputs)
         out = []
@@ -129,7 +129,7 @@ class GraphView:
         return i in self._is_op
 
     def describe(self, i: int) -> str:
-        # The node as the user wrote it (provenance.fold may have replaced it by a Constant).
+        # The node as the user wrote it (provmap.provenance.fold may have replaced it by a Constant).
         return describe_node(i, self.imported.pmap.nodes[i])
 
     def helper_closure(self, ops: Iterable[int]) -> set[int]:
@@ -165,7 +165,7 @@ class GraphView:
 
     # -- types -----------------------------------------------------------------------------
     def _infer_types(self) -> dict[str, TensorSpec]:
-        from provenance.fold import infer_types
+        from provmap.provenance.fold import infer_types
 
         types: dict[str, TensorSpec] = {}
         for name, tp in (self.imported.onnx_types or infer_types(self.model)).items():

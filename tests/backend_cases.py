@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import onnxruntime as ort
 
-from provenance import zoo
-from provenance.importer import import_onnx
-from runtime_module.backend import Backend
-from runtime_module.subgraph import GraphView
+from provmap.provenance import zoo
+from provmap.provenance.importer import import_onnx
+from provmap.runtime_module.backend import Backend
+from provmap.runtime_module.subgraph import GraphView
 
 
 def bundled_model(name: str):

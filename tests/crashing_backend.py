@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import time
 
-from runtime_module.backend import BackendError, Runner
-from runtime_module.backends.onnxruntime import OnnxRuntimeBackend
+from provmap.runtime_module.backend import BackendError, Runner
+from provmap.runtime_module.backends.onnxruntime import OnnxRuntimeBackend
 
 
 class CrashingBackend(OnnxRuntimeBackend):

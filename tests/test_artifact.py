@@ -11,18 +11,18 @@ import onnxruntime as ort
 import pytest
 import small_models as sm
 
-from partition.compile import compile_model, load_view
-from provenance import zoo
-from provenance.errors import ProvmapError
-from runtime_module.artifact import read_artifact
-from runtime_module.module import load
-from runtime_module.plan import PartitionSpec, Plan
-from runtime_module.artifact import build_artifact
-from runtime_module.registry import get_backend
+from provmap.partition.compile import compile_model, load_view
+from provmap.provenance import zoo
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.artifact import read_artifact
+from provmap.runtime_module.module import load
+from provmap.runtime_module.plan import PartitionSpec, Plan
+from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.registry import get_backend
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "partition.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *args], capture_output=True,
                           text=True)
 
 

@@ -16,12 +16,12 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from provenance import zoo
-from provenance.importer import import_onnx
-from runtime_module.backend import BackendError, Blob, Runner
-from runtime_module.backends.openvino import OpenVINOBackend
-from runtime_module.registry import get_backend
-from runtime_module.subgraph import GraphView
+from provmap.provenance import zoo
+from provmap.provenance.importer import import_onnx
+from provmap.runtime_module.backend import BackendError, Blob, Runner
+from provmap.runtime_module.backends.openvino import OpenVINOBackend
+from provmap.runtime_module.registry import get_backend
+from provmap.runtime_module.subgraph import GraphView
 from backend_cases import bundled_model, load_case, run_parts
 from unsupported_models import MAXUNPOOL_NODE, erf_double_model, maxunpool_model
 
@@ -190,7 +190,7 @@ def test_supports_refuses_float64(backend):
 def test_openvino_first_greedy_takes_squeezenet_whole():
     """OpenVINO runs every SqueezeNet node, Concat included; a support query that asked about
     Concat alone once declined it and split the model into 17 partitions (issue 15)."""
-    from partition.compile import compile_model
+    from provmap.partition.compile import compile_model
 
     art = compile_model("bundled:squeezenet", "greedy:openvino,onnxruntime")
     assert [p["backend"] for p in art.manifest["partitions"]] == ["openvino"]

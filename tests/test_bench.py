@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from bench import scaling
-from bench.report import markdown
+from provmap.bench import scaling
+from provmap.bench.report import markdown
 
 
 def _provmap(*args, timeout=900):
-    return subprocess.run([sys.executable, "-c", "from partition.cli import main; "
+    return subprocess.run([sys.executable, "-c", "from provmap.cli.main import main; "
                            "raise SystemExit(main())", *args],
                           capture_output=True, text=True, timeout=timeout)
 
@@ -135,7 +135,7 @@ def test_bench_bad_inputs():
 
 
 def test_readme_tables_between_markers(small_run, tmp_path):
-    from bench.report import END, START, update_readme
+    from provmap.bench.report import END, START, update_readme
 
     out, res, _ = small_run
     readme = tmp_path / "README.md"

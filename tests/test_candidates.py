@@ -1,4 +1,4 @@
-"""Candidate generation (partition.rules / partition.candidates), pruning and user constraints.
+"""Candidate generation (provmap.partition.rules / provmap.partition.candidates), pruning and user constraints.
 
 Small hand-built graphs; no backend library is needed (verdicts are made up here).
 """
@@ -14,14 +14,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from partition.candidate import Candidate
-from partition.candidates import facts, generate, mask_of, prune, reachability, validate
-from partition.compile import load_view
-from partition.constraints import allows, check, filter_candidates, parse_constraints
-from partition.rules import candidates_for_backend
-from provenance import zoo
-from provenance.errors import ProvmapError
-from runtime_module.backend import Support
+from provmap.partition.candidate import Candidate
+from provmap.partition.candidates import facts, generate, mask_of, prune, reachability, validate
+from provmap.partition.compile import load_view
+from provmap.partition.constraints import allows, check, filter_candidates, parse_constraints
+from provmap.partition.rules import candidates_for_backend
+from provmap.provenance import zoo
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.backend import Support
 
 SHAPE = [1, 8]
 BACKENDS = ["tvm", "onnxruntime", "openvino"]
@@ -335,7 +335,7 @@ def test_fusion_pattern_chain_beyond_max_depth():
 
 
 def test_enumeration_safety_valve(monkeypatch):
-    import partition.rules as rules
+    import provmap.partition.rules as rules
     view = load_view(chain_model(9), "chain9")
     monkeypatch.setattr(rules, "ENUM_LIMIT", 12)
     cs = cands(view, max_depth=9, max_size=9)

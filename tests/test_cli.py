@@ -9,11 +9,11 @@ import onnx
 import pytest
 import small_models as sm
 
-from provenance import store
+from provmap.provenance import store
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "provenance.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "provmap.cli.map", *args], capture_output=True,
                           text=True, cwd=cwd)
 
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def provmap(*args):
-    return subprocess.run([sys.executable, "-m", "partition.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
                           capture_output=True, text=True)
 
 
@@ -75,7 +75,7 @@ def test_lookup_json_answers_with_an_error_object(art):
 
 
 def test_options_have_help_text():
-    from partition.cli import build_parser
+    from provmap.cli.main import build_parser
 
     subs = next(a for a in build_parser()._actions if a.dest == "command").choices
     for cmd in ("compile", "run", "inspect", "lookup", "bisect", "compare", "report"):
@@ -85,7 +85,7 @@ def test_options_have_help_text():
 
 
 def test_default_collage_search_leaves_tvm_out():
-    from partition.compile import DEFAULT_COLLAGE_BACKENDS
+    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS
 
     assert "tvm" not in DEFAULT_COLLAGE_BACKENDS
     assert "add tvm" in provmap("compile", "--help").stdout.replace("\n", " ").replace("  ", " ")
@@ -151,7 +151,7 @@ def test_cache_in_a_missing_directory_is_refused(tmp_path):
 def test_locked_cache_is_a_clear_error_the_search_can_go_on_without(tmp_path):
     import sqlite3
 
-    from partition.cache import CacheLocked, CostCache
+    from provmap.partition.cache import CacheLocked, CostCache
 
     path = tmp_path / "c.sqlite"
     CostCache(path).close()

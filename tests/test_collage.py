@@ -13,11 +13,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from partition.collage import CollageOptions
-from partition.compile import compile_model, load_view
-from provenance import zoo
-from provenance.errors import ProvmapError
-from runtime_module.module import load
+from provmap.partition.collage import CollageOptions
+from provmap.partition.compile import compile_model, load_view
+from provmap.provenance import zoo
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.module import load
 
 
 def ort_ref(model, feeds):
@@ -97,7 +97,7 @@ def test_contradictory_constraints_are_a_clear_error(transformer, tmp_path):
 @pytest.mark.slow
 def test_cli_collage_json_summary(tmp_path):
     out = tmp_path / "c.provmap"
-    r = subprocess.run([sys.executable, "-m", "partition.cli", "compile", "bundled:transformer",
+    r = subprocess.run([sys.executable, "-m", "provmap.cli.main", "compile", "bundled:transformer",
                         "-o", str(out), "--strategy", "collage", "--backends",
                         "onnxruntime,openvino", "--cache", str(tmp_path / "k.sqlite"),
                         "--max-size", "3", "--max-depth", "2", "--json"],

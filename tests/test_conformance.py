@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 
-from bench import conformance as conf
+from provmap.bench import conformance as conf
 
 SAMPLE, SEED = 30, 20240611
 # Known problem areas: reductions with default axes, constants and shapes folded at import,

@@ -12,13 +12,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import crashing_backend as cb
-from partition.cache import CostCache, default_path, host_fingerprint
-from partition.candidate import Candidate, Estimate
-from partition.compile import load_view
-from partition.cost import (MeasuredEstimator, MockEstimator, backend_spec, calibrate_boundary,
+from provmap.partition.cache import CostCache, default_path, host_fingerprint
+from provmap.partition.candidate import Candidate, Estimate
+from provmap.partition.compile import load_view
+from provmap.partition.cost import (MeasuredEstimator, MockEstimator, backend_spec, calibrate_boundary,
                             crossing_s, make_inputs, timing_plan)
-from provenance.errors import ProvmapError
-from runtime_module.registry import get_backend
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.registry import get_backend
 
 
 # ------------------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ def test_inputs_are_deterministic(view):
     sub = view.subgraph(view.op_nodes)
     a, b = make_inputs(sub.inputs, sub.key), make_inputs(sub.inputs, sub.key)
     assert np.array_equal(a["x"], b["x"]) and a["x"].dtype == np.float32
-    from runtime_module.subgraph import TensorSpec
+    from provmap.runtime_module.subgraph import TensorSpec
     ints = make_inputs([TensorSpec("i", (3,), "int64")], "k")
     assert ints["i"].tolist() == [0, 0, 0]
 

@@ -20,9 +20,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from partition.compile import compile_model, load_view
-from runtime_module.module import load
-from provenance import zoo
+from provmap.partition.compile import compile_model, load_view
+from provmap.runtime_module.module import load
+from provmap.provenance import zoo
 
 MODELS = ["squeezenet", "resnet50", "vgg19", "inception_v1", "bvlc_alexnet", "transformer"]
 
@@ -54,7 +54,7 @@ def case(request, tmp_path_factory):
 
 def _run_fresh(art, d):
     out = d / "out.npz"
-    r = subprocess.run([sys.executable, "-m", "partition.cli", "run", str(art), "--inputs",
+    r = subprocess.run([sys.executable, "-m", "provmap.cli.main", "run", str(art), "--inputs",
                         str(d / "in.npz"), "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     with np.load(out) as z:
@@ -110,12 +110,12 @@ def _walk_lookup(art):
 
 
 def test_shape_inference_without_weight_data_gives_the_same_types():
-    """provenance.fold.infer_types (used by GraphView) infers types on a copy whose large initializers are typed inputs (fast for
+    """provmap.provenance.fold.infer_types (used by GraphView) infers types on a copy whose large initializers are typed inputs (fast for
     VGG-size weights); small ones (Reshape's shape) keep their values.  Same types as on the
     full model."""
     import onnx
 
-    from provenance.fold import weightless as _weightless
+    from provmap.provenance.fold import weightless as _weightless
 
     model = zoo.with_random_weights(zoo.resolve("bundled:bvlc_alexnet")[0], seed=0)
     light = _weightless(model)

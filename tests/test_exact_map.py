@@ -2,11 +2,11 @@
 
 import small_models as sm
 
-from provenance.build import compile_tvm
-from provenance.fold import FOLD_REASON
-from provenance.importer import import_onnx
-from provenance.model import ROLE_COMPUTE, ROLE_CONSTANT, ROLE_FOLDED, ROLE_PRODUCED
-from provenance.store import MapIndex
+from provmap.provenance.build import compile_tvm
+from provmap.provenance.fold import FOLD_REASON
+from provmap.provenance.importer import import_onnx
+from provmap.provenance.model import ROLE_COMPUTE, ROLE_CONSTANT, ROLE_FOLDED, ROLE_PRODUCED
+from provmap.provenance.store import MapIndex
 
 
 def build(model):
@@ -59,7 +59,7 @@ def test_deduplicated_kernel_is_mapped_per_call_site():
 def test_aliases_and_shape_arithmetic_are_elided_with_reasons_and_linked():
     pm, node_vars, site_vars, node_sites = build(sm.folded_and_aliases())
     reasons = {n.name: n.elided for n in pm.nodes}
-    # The Shape chain is evaluated on the ONNX graph before import (provenance.fold), so each of
+    # The Shape chain is evaluated on the ONNX graph before import (provmap.provenance.fold), so each of
     # its nodes says so; what the Relax importer folds itself (constants) keeps its own reason.
     assert reasons == {
         "ident": "alias of an existing value (no computation)",

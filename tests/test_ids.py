@@ -8,8 +8,8 @@ import sys
 import onnx
 import pytest
 
-from provenance import ids, zoo
-from provenance.importer import import_onnx
+from provmap.provenance import ids, zoo
+from provmap.provenance.importer import import_onnx
 
 
 def id_table(model):
@@ -24,8 +24,8 @@ def id_table(model):
 
 _CHILD = """
 import json, sys
-from provenance import zoo
-from provenance.importer import import_onnx
+from provmap.provenance import zoo
+from provmap.provenance.importer import import_onnx
 m, _ = zoo.resolve(sys.argv[1])
 imp = import_onnx(m)
 print(json.dumps([[n.id for n in imp.pmap.nodes], [e.id for e in imp.pmap.exprs]]))

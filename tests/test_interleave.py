@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from runtime_module.interleave import Latency, measure_interleaved, pick_fastest
+from provmap.runtime_module.interleave import Latency, measure_interleaved, pick_fastest
 
 
 def _lat(passes, capped=False):

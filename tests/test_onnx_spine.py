@@ -20,12 +20,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from partition.compile import compile_model, load_view
-from provenance.build import compile_tvm
-from provenance.errors import ProvmapError
-from provenance.fold import FOLD_REASON
-from provenance.importer import import_onnx, mark_not_compilable
-from runtime_module.module import load
+from provmap.partition.compile import compile_model, load_view
+from provmap.provenance.build import compile_tvm
+from provmap.provenance.errors import ProvmapError
+from provmap.provenance.fold import FOLD_REASON
+from provmap.provenance.importer import import_onnx, mark_not_compilable
+from provmap.runtime_module.module import load
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -168,7 +168,7 @@ def test_bad_input_shapes_are_one_clear_error(bad, needle):
 def test_cli_compile_takes_input_shape(tmp_path):
     src = tmp_path / "dyn.onnx"
     onnx.save(dynamic_batch_conv(), src)
-    cmd = [sys.executable, "-m", "partition.cli", "compile", str(src), "-o",
+    cmd = [sys.executable, "-m", "provmap.cli.main", "compile", str(src), "-o",
            str(tmp_path / "a.provmap"), "--strategy", "single:onnxruntime"]
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -18,11 +18,11 @@ import pytest
 import small_models as sm
 from onnx import TensorProto, helper, numpy_helper
 
-from partition.compile import compile_model, load_view
-from provenance import zoo
-from runtime_module.backend import Backend, BackendError
-from runtime_module.module import load
-from runtime_module.registry import available_backends, backend_class, get_backend
+from provmap.partition.compile import compile_model, load_view
+from provmap.provenance import zoo
+from provmap.runtime_module.backend import Backend, BackendError
+from provmap.runtime_module.module import load
+from provmap.runtime_module.registry import available_backends, backend_class, get_backend
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "provmap_numpy_backend"
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ def test_artifact_runs_in_a_fresh_process(site, tmp_path):
     compile_model(load_view(model, "transformer"), "greedy:numpyref,onnxruntime", out=path)
     feeds = zoo.random_inputs(model, 2)
     np.save(tmp_path / "x.npy", feeds["x"])
-    code = ("import sys, numpy as np; from runtime_module.module import load; "
+    code = ("import sys, numpy as np; from provmap.runtime_module.module import load; "
             "m = load(sys.argv[1]); np.save(sys.argv[3], m.run({'x': np.load(sys.argv[2])})['y'])")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(EXAMPLE), str(ROOT)]))
     r = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "x.npy"),
@@ -132,7 +132,7 @@ def test_helper_nodes_are_computed_with_their_op_nodes(site, tmp_path):
 
 
 def test_op_fed_by_an_unknown_helper_is_refused_with_the_helper_named(site, tmp_path):
-    # The Slice helper reads a weight too large for provenance.fold to evaluate ahead of time,
+    # The Slice helper reads a weight too large for provmap.provenance.fold to evaluate ahead of time,
     # so it stays a helper node that each region must compute itself.
     def c(name, v):
         return helper.make_node("Constant", [], [name], name=f"c_{name}",
@@ -203,4 +203,4 @@ def test_plugin_that_is_not_a_backend_is_refused(site, tmp_path):
             get_backend(name)
         msg = str(e.value)
         assert f"plugin backend '{name}' ({ref})" in msg
-        assert "is not a runtime_module.backend.Backend subclass" in msg
+        assert "is not a provmap.runtime_module.backend.Backend subclass" in msg

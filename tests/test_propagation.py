@@ -5,11 +5,11 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from provenance import zoo
-from provenance.build import compile_tvm, bytecode_calls
-from provenance.debugify import check_passes
-from provenance.importer import import_onnx
-from provenance.store import MapIndex
+from provmap.provenance import zoo
+from provmap.provenance.build import compile_tvm, bytecode_calls
+from provmap.provenance.debugify import check_passes
+from provmap.provenance.importer import import_onnx
+from provmap.provenance.store import MapIndex
 
 MODELS = [f"bundled:{m}" for m in zoo.LIGHT_MODELS] + ["bundled:transformer"]
 

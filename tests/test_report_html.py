@@ -17,10 +17,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from partition.cli import main as cli_main
-from partition.compile import load_view
-from runtime_module.module import load
-from runtime_module.report_html import H, W, report_data
+from provmap.cli.main import main as cli_main
+from provmap.partition.compile import load_view
+from provmap.runtime_module.module import load
+from provmap.workbench.report_html import H, W, report_data
 from browser import chromium
 
 LONG_WHY = ("manual split for the report test: " + "a long explanation that must wrap in the "
@@ -57,11 +57,11 @@ def _with_helpers(model: onnx.ModelProto, every: int = 10) -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    from bench.scaling import synthetic_model
+    from provmap.bench.scaling import synthetic_model
 
-    from runtime_module.artifact import build_artifact
-    from runtime_module.plan import PartitionSpec, Plan
-    from runtime_module.registry import get_backend
+    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+    from provmap.runtime_module.registry import get_backend
 
     tmp = tmp_path_factory.mktemp("report")
     view = load_view(_with_helpers(synthetic_model(1000)), "synthetic1000")

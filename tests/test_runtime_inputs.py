@@ -22,15 +22,15 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from tvm import relax
 
-from partition.compile import compile_model, load_view
-from provenance.build import cpu_pipeline, cpu_target
-from provenance.debugify import check_build
-from provenance.errors import ProvmapError
-from provenance.importer import import_onnx
-from runtime_module.backend import BackendError
-from runtime_module.backends.tvm import TVMBackend
-from runtime_module.module import load
-from runtime_module.registry import get_backend
+from provmap.partition.compile import compile_model, load_view
+from provmap.provenance.build import cpu_pipeline, cpu_target
+from provmap.provenance.debugify import check_build
+from provmap.provenance.errors import ProvmapError
+from provmap.provenance.importer import import_onnx
+from provmap.runtime_module.backend import BackendError
+from provmap.runtime_module.backends.tvm import TVMBackend
+from provmap.runtime_module.module import load
+from provmap.runtime_module.registry import get_backend
 
 BACKENDS = ["tvm", "onnxruntime", "openvino"]
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -297,7 +297,7 @@ def test_shape_of_a_run_time_tensor_maps_exactly():
 def test_ops_lowered_without_legalization_build_and_run():
     """Every op `_lowers` accepts without an FLegalize, in one function built by the CPU
     pipeline and run; and an op with no lowering at all stays refused."""
-    from runtime_module.backends.tvm import _lowers
+    from provmap.runtime_module.backends.tvm import _lowers
 
     x = relax.Var("x", relax.TensorType((4, 5), "float32"))
     s = relax.Var("s", relax.TensorType((2,), "int64"))

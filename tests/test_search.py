@@ -5,11 +5,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from partition.candidate import Candidate, Estimate
-from partition.compile import load_view
-from partition.search import coalesce, search
-from provenance.errors import ProvmapError
-from runtime_module.plan import order_plan
+from provmap.partition.candidate import Candidate, Estimate
+from provmap.partition.compile import load_view
+from provmap.partition.search import coalesce, search
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.plan import order_plan
 
 
 def _model(nodes, inputs, outputs):
@@ -165,9 +165,9 @@ def test_coalesce_merges_adjacent_same_backend_partitions_only_without_cycles():
 def test_pruning_bounds_the_number_of_estimates_without_changing_the_answer():
     """Nodes only one backend can take need no cut inside them: pruning drops those candidates,
     so fewer are priced, and the cheapest cover is the same."""
-    from partition.candidates import generate, prune
-    from partition.cost import MockEstimator
-    from runtime_module.backend import Support
+    from provmap.partition.candidates import generate, prune
+    from provmap.partition.cost import MockEstimator
+    from provmap.runtime_module.backend import Support
 
     v = load_view(chain(10), "chain10")
     ops = v.op_nodes

@@ -1,4 +1,4 @@
-"""Tests for provenance.store: exact round trips, identical answers from both index classes,
+"""Tests for provmap.provenance.store: exact round trips, identical answers from both index classes,
 indexed SQL plans, atomic writes, and clear errors for bad files."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sqlite_utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provenance import store
-from provenance.model import (
+from provmap.provenance import store
+from provmap.provenance.model import (
     ROLE_COMPUTE,
     ROLE_CONSTANT,
     ROLE_FOLDED,

@@ -5,12 +5,12 @@ import onnxruntime as ort
 import pytest
 import unsupported_models as um
 
-from partition.compile import compile_model, load_view, make_plan
-from partition.strategies import parse_strategy
-from provenance import zoo
-from provenance.errors import ProvmapError
-from runtime_module.module import load
-from runtime_module.plan import PartitionSpec, Plan, order_plan
+from provmap.partition.compile import compile_model, load_view, make_plan
+from provmap.partition.strategies import parse_strategy
+from provmap.provenance import zoo
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.module import load
+from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from partition.compile import compile_model
-from provenance.errors import ProvmapError
-from runtime_module.artifact import read_artifact
-from runtime_module.module import load
+from provmap.partition.compile import compile_model
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.artifact import read_artifact
+from provmap.runtime_module.module import load
 
 _EVIL_C = r"""
 #include <stdio.h>
@@ -66,7 +66,7 @@ def received(tmp_path, monkeypatch):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "partition.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
                           capture_output=True, text=True, env=dict(os.environ))
 
 

@@ -11,13 +11,13 @@ import onnx
 import pytest
 
 import crashing_backend as cb
-from partition.bisect import bisect, check_reproducer
-from partition.cli import main as cli_main
-from partition.compile import compile_model, load_view
-from provenance import zoo
-from runtime_module.compare import Tolerance, compare_artifact
-from runtime_module.module import load
-from runtime_module.registry import get_backend
+from provmap.workbench.bisect import bisect, check_reproducer
+from provmap.cli.main import main as cli_main
+from provmap.partition.compile import compile_model, load_view
+from provmap.provenance import zoo
+from provmap.workbench.compare import Tolerance, compare_artifact
+from provmap.runtime_module.module import load
+from provmap.runtime_module.registry import get_backend
 from browser import chromium
 
 
@@ -87,7 +87,7 @@ def test_compare_cli_exit_codes(mixed_art, tmp_path, monkeypatch, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["match"]
     # 1: mismatch (the perturbed kernel injected into the loaded module).
-    import runtime_module.module as rm
+    import provmap.runtime_module.module as rm
 
     real = rm.load
 
@@ -137,7 +137,7 @@ def test_bisect_clean_backend_reports_no_divergence(transformer):
 @pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet", "inception_v1", "resnet50",
                                   "vgg19"])
 def test_profile_sums_to_end_to_end(tmp_path, name):
-    from runtime_module.profile import profile_artifact
+    from provmap.workbench.profile import profile_artifact
 
     model = zoo.with_random_weights(zoo.resolve(f"bundled:{name}")[0], seed=0)
     art = compile_model(model, "greedy:onnxruntime,openvino",
@@ -180,10 +180,10 @@ def test_profile_tvm_and_cli_trace(tmp_path, transformer, capsys):
 
 
 def test_report_renders_in_headless_chromium(tmp_path):
-    from bench.scaling import synthetic_model
+    from provmap.bench.scaling import synthetic_model
 
-    from runtime_module.artifact import build_artifact
-    from runtime_module.plan import PartitionSpec, Plan
+    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
 
     view = load_view(synthetic_model(1200), "synthetic1200")
     half = len(view.op_nodes) // 2
@@ -248,7 +248,7 @@ def test_annotate_writes_placement_into_the_model(mixed_art, tmp_path, transform
 
 
 def test_explain_collage_artifact(tmp_path, transformer, capsys):
-    from partition.collage import CollageOptions
+    from provmap.partition.collage import CollageOptions
 
     art = tmp_path / "c.provmap"
     compile_model(transformer, "collage:onnxruntime,openvino", out=art,
@@ -275,7 +275,7 @@ def test_explain_collage_artifact(tmp_path, transformer, capsys):
 def test_profile_gives_time_only_to_nodes_that_compute(tmp_path):
     """SqueezeNet's ConstantOfShape weights are folded into the convolutions that read them:
     a profile must not split a convolution's time with them (issue 16)."""
-    from runtime_module.profile import profile_artifact
+    from provmap.workbench.profile import profile_artifact
 
     path = tmp_path / "sq.provmap"
     compile_model("bundled:squeezenet", "greedy:openvino,onnxruntime", out=path,

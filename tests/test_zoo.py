@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from provenance import zoo
-from provenance.errors import ProvmapError
+from provmap.provenance import zoo
+from provmap.provenance.errors import ProvmapError
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:

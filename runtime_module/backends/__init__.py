@@ -1,1 +1,1 @@
-"""provmap's built-in backends, one file each (see runtime_module.backend for the interface)."""
+"""provmap's built-in backends, one file each (see provmap.runtime_module.backend for the interface)."""

@@ -16,9 +16,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from provenance.build import cpu_pipeline, cpu_target, join_executable
-from provenance.model import ProvenanceMap
-from provenance.propagate import ProvenanceTracker
+from provmap.provenance.build import cpu_pipeline, cpu_target, join_executable
+from provmap.provenance.model import ProvenanceMap
+from provmap.provenance.propagate import ProvenanceTracker
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from runtime_module.backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
+from provmap.runtime_module.backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 
 __version__ = "0.1"
 

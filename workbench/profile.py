@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .registry import get_backend
+from provmap.runtime_module.registry import get_backend
 
 
 def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int = 10,

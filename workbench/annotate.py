@@ -12,7 +12,7 @@ import json
 
 import onnx
 
-from provenance.ids import compute_node_ids
+from provmap.provenance.ids import compute_node_ids
 
 
 def annotate_model(model: onnx.ModelProto, mod) -> onnx.ModelProto:

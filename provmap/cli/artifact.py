@@ -1,42 +1,27 @@
-"""`provmap` command line: map, compile, run, inspect, lookup.
+"""`provmap compile`, `run`, `trust`, `inspect` and `lookup`: the artifact's life cycle.
 
 Each command is a thin wrapper over a Python function of the same name and arguments
-(provenance.cli.cmd_map, partition.compile.compile_model, runtime_module.module.load(...).run,
-.lookup), in the spirit of sqlite-utils: what the CLI prints with --json is what the API returns.
-Data goes to stdout, progress and errors to stderr; errors are one line and exit status 2.
-"""
+(provmap.compile, provmap.load(...).run, provmap.lookup), in the spirit of sqlite-utils: what the
+CLI prints with --json is what the API returns."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 
 import numpy as np
 
-from provenance.cli import (MODEL_HELP, _progress, add_input_shape_option, add_map_command,
-                            dispatch)
-from provenance.shapes import parse_input_shapes
-from provenance.errors import ProvmapError
-from provenance.store import save_npz_atomic
+from provmap.provenance.errors import ProvmapError
+from provmap.provenance.shapes import parse_input_shapes
+from provmap.provenance.store import save_npz_atomic
 
-
-def _parse_backend_options(items) -> dict:
-    opts: dict[str, dict] = {}
-    for item in items or ():
-        key, eq, value = item.partition("=")
-        backend, dot, name = key.partition(".")
-        if not eq or not dot:
-            raise ProvmapError(f"--backend-option {item!r}: expected BACKEND.OPTION=VALUE "
-                               "(e.g. openvino.precision=bf16)")
-        opts.setdefault(backend, {})[name] = value
-    return opts
+from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
+                     add_input_shape_option, add_trust_option, output_stats)
 
 
 def cmd_compile(args) -> int:
-    from .compile import compile_model, load_view
+    from provmap.partition.compile import compile_model, load_view
 
     t0 = time.perf_counter()
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
@@ -46,7 +31,7 @@ def cmd_compile(args) -> int:
     strategy = args.strategy
     collage_options = None
     if strategy.split(":", 1)[0] == "collage":
-        from .collage import CollageOptions
+        from provmap.partition.collage import CollageOptions
 
         if args.backends and ":" not in strategy:
             strategy = f"collage:{args.backends}"
@@ -91,41 +76,8 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def _load_inputs(path: str) -> dict:
-    if not os.path.exists(path):
-        raise ProvmapError(f"{path}: no such inputs file")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise ValueError("a single .npy array")
-            return {k: z[k] for k in z.files}
-    except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if "pickle" in first:
-            first = "it holds Python objects, not arrays"
-        raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({first}); write one "
-                           "with numpy.savez(path, NAME=array, ...)") from None
-
-
-def output_stats(a: np.ndarray) -> dict:
-    """Per-output summary, as Polygraphy prints it: a glance tells NaNs and blow-ups apart."""
-    out = {"shape": list(a.shape), "dtype": str(a.dtype)}
-    if a.dtype.kind in "fc" or str(a.dtype) == "bfloat16":
-        x = np.asarray(a, dtype=np.float64) if a.dtype.kind != "c" else np.abs(a)
-        finite = x[np.isfinite(x)]
-        out.update({"nan": int(np.isnan(x).sum()), "inf": int(np.isinf(x).sum())})
-    elif a.dtype.kind in "iub":
-        finite = np.asarray(a, dtype=np.float64)
-    else:
-        return out
-    if finite.size:
-        out.update({"min": float(finite.min()), "max": float(finite.max()),
-                    "mean": float(finite.mean())})
-    return out
-
-
 def cmd_run(args) -> int:
-    from runtime_module.module import load
+    from provmap.runtime_module.module import load
 
     if args.random and args.inputs:
         raise ProvmapError("give either --inputs FILE.npz or --random, not both")
@@ -180,15 +132,9 @@ def cmd_run(args) -> int:
     return 0
 
 
-def add_trust_option(parser) -> None:
-    parser.add_argument("--trust", action="store_true",
-                        help="run native code (TVM partitions) from this artifact although this "
-                        "machine did not build it (see `provmap trust`)")
-
-
 def cmd_trust(args) -> int:
-    from runtime_module import trust
-    from runtime_module.artifact import read_artifact
+    from provmap.runtime_module import trust
+    from provmap.runtime_module.artifact import read_artifact
 
     art = read_artifact(args.artifact)  # verified first: a damaged file is never trusted
     native = sorted({p["backend"] for p in art.manifest["partitions"]})
@@ -201,7 +147,7 @@ def cmd_trust(args) -> int:
 
 def inspect_artifact(path: str) -> dict:
     """The data `provmap inspect --json` prints (partitions, boundary tensors, kernels)."""
-    from runtime_module.module import load
+    from provmap.runtime_module.module import load
 
     mod = load(path, runnable=False)
     man = mod.manifest
@@ -230,7 +176,7 @@ def inspect_artifact(path: str) -> dict:
 def cmd_inspect(args) -> int:
     info = inspect_artifact(args.artifact)
     if args.relax:
-        from runtime_module.module import load
+        from provmap.runtime_module.module import load
         print(load(args.artifact, runnable=False).artifact.members["partitioned.relax"].decode())
         return 0
     if args.json:
@@ -258,29 +204,11 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def lookup_artifact(path: str, onnx_node=None, kernel=None, expr=None) -> dict:
-    from runtime_module.module import load
-
-    lk = load(path, runnable=False).lookup
-    if onnx_node is not None:
-        res = lk.onnx_node(onnx_node)
-        if not res:
-            raise ProvmapError(f"{path}: no ONNX node named or with ID {onnx_node!r}")
-        return {"query": {"onnx_node": onnx_node}, "results": res}
-    if kernel is not None:
-        res = lk.kernel(kernel)
-        if not res:
-            raise ProvmapError(f"{path}: no kernel {kernel!r}")
-        return {"query": {"kernel": kernel}, "results": res}
-    res = lk.expr(expr)
-    if res is None:
-        raise ProvmapError(f"{path}: no Relax expression {expr!r}")
-    return {"query": {"expr": expr}, "results": [res]}
-
-
 def cmd_lookup(args) -> int:
     try:
-        ans = lookup_artifact(args.artifact, args.onnx_node, args.kernel, args.expr)
+        from provmap.runtime_module.module import lookup
+
+        ans = lookup(args.artifact, args.onnx_node, args.kernel, args.expr)
     except ProvmapError as e:
         if args.json:  # a script reading stdout gets an answer too, not an empty stream
             q = {k: v for k, v in (("onnx_node", args.onnx_node), ("kernel", args.kernel),
@@ -310,81 +238,8 @@ def cmd_lookup(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from bench.suite import DEFAULT_MODELS, SuiteOptions, quick_options, run_suite
-
-    from .strategies import parse_strategy
-
-    def csv(x):
-        return [s for s in x.split(",") if s] if x else None
-
-    strategies = [s.strip() for s in args.strategies.split(";")] if args.strategies else None
-    from runtime_module.registry import backend_class
-
-    names = set(csv(args.backends) or []) | set(csv(args.search_backends) or [])
-    for s in strategies or ():
-        names |= set(parse_strategy(s)[1])  # a typo fails now, not after an hour of measuring
-    for n in sorted(names):
-        backend_class(n)
-    models = args.models or None
-    for m in models or ():
-        if not m.startswith("bundled:") and not os.path.exists(m):
-            raise ProvmapError(f"{m}: no such model file (or use bundled:NAME)")
-    kw = dict(models=models, strategies=strategies, backends=csv(args.backends),
-              search_backends=csv(args.search_backends), cache=args.cache,
-              repeats=args.repeats, keep_weights=args.keep_weights or None,
-              search_budget_s=args.search_budget)
-    if args.scaling_sizes is not None:
-        kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
-    if args.quick:
-        opts = quick_options(**kw)
-    else:
-        opts = SuiteOptions(**{k: v for k, v in kw.items() if v is not None})
-        if models is None:
-            opts.models = list(DEFAULT_MODELS)
-    if args.readme:
-        from pathlib import Path
-
-        from bench.report import END, START
-
-        text = Path(args.readme).read_text() if os.path.exists(args.readme) else ""
-        if START not in text or END not in text:  # fail now, not after the run
-            raise ProvmapError(f"{args.readme}: no {START} ... {END} markers")
-    res = run_suite(opts, args.output, progress=_progress)
-    if args.readme:
-        from bench.report import update_readme
-
-        update_readme(args.readme, res, os.path.relpath(args.output,
-                                                        os.path.dirname(os.path.abspath(args.readme))))
-    if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
-    else:
-        from bench.report import markdown
-
-        print(markdown(res), end="")
-        print(f"(written to {args.output}/results.json, results.md, latency.png)")
-    return 0
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("provmap")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from .compile import DEFAULT_STRATEGY
-
-    p = argparse.ArgumentParser(prog="provmap", description=(
-        "Partition ONNX models across inference backends through TVM Relax, with a source map "
-        "from every kernel back to ONNX nodes."))
-    p.add_argument("--version", action="version", version=f"provmap {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
-    add_map_command(sub)
+def add_artifact_commands(sub) -> None:
+    from provmap.partition.compile import DEFAULT_STRATEGY
 
     c = sub.add_parser("compile", help="partition a model and write an artifact")
     c.add_argument("model", help=MODEL_HELP)
@@ -464,45 +319,3 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--json", action="store_true", help="print the answer as JSON (an error "
                     "object when nothing matches)")
     lk.set_defaults(func=cmd_lookup)
-
-    b = sub.add_parser("bench", help="latency, search, provenance and scaling benchmarks; "
-                       "writes results.json, results.md, latency.png")
-    b.add_argument("models", nargs="*", metavar="MODEL",
-                   help="ONNX files or bundled:NAME (default: the five light models and the "
-                   "transformer block)")
-    b.add_argument("-o", "--output", required=True, help="directory for the results")
-    b.add_argument("--strategies", help="';'-separated, e.g. 'single:onnxruntime;"
-                   "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: single: "
-                   "for each of --backends, greedy over them, collage over --search-backends)")
-    b.add_argument("--backends", help="default onnxruntime,openvino,tvm")
-    b.add_argument("--search-backends", help="collage's backends (default onnxruntime,openvino:"
-                   " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
-    b.add_argument("--cache", help="collage cost cache to use (default: a fresh one per model, "
-                   "so the first search is cold)")
-    b.add_argument("--search-budget", type=float, metavar="SECONDS", help="measuring time "
-                   "per cold search, then only single ops and whole-model plans are measured "
-                   "(default 150, --quick 30)")
-    b.add_argument("--repeats", type=int, help="latency runs per alternative (default 30)")
-    b.add_argument("--scaling-sizes", help="synthetic graph sizes, e.g. 100,1000,10000 "
-                   "('' to skip the scaling run)")
-    b.add_argument("--keep-weights", action="store_true",
-                   help="keep ConstantOfShape weights instead of seeded random ones")
-    b.add_argument("--quick", action="store_true", help="two small models, fewer repeats, "
-                   "scaling to 1,000 nodes: under 5 minutes")
-    b.add_argument("--readme", metavar="README.md", help="also put the tables into this file, "
-                   "between its provmap-bench markers")
-    b.add_argument("--json", action="store_true", help="print results.json to stdout")
-    b.set_defaults(func=cmd_bench)
-
-    from .workbench_cli import add_workbench_commands
-
-    add_workbench_commands(sub)
-    return p
-
-
-def main(argv=None) -> int:
-    return dispatch(build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

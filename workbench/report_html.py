@@ -11,7 +11,7 @@ together, and x positions pulled towards their neighbours (isotonic regression k
 and the spacing).  Each partition then gets an outline around its nodes, traced layer by layer,
 and a label.  Two layouts are stored: one without the helper nodes (constants, ConstantOfShape
 weights, nodes folded away: they compute nothing at run time) and one with them; the page's
-script (runtime_module.report_assets) only draws, so a 1,200-node graph renders in a blink.
+script (provmap.workbench.report_assets) only draws, so a 1,200-node graph renders in a blink.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import html
 import json
 import re
 
-from runtime_module.report_assets import PAGE
+from provmap.workbench.report_assets import PAGE
 
 PALETTE = {"onnxruntime": "#4e79a7", "openvino": "#59a14f", "tvm": "#f28e2b"}
 EXTRA = ["#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]

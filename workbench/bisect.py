@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from provenance.errors import ProvmapError
-from provenance.store import save_npz_atomic, write_bytes_atomic
-from runtime_module.backend import Backend, BackendError
-from runtime_module.compare import Tolerance, metrics, reference_run
-from runtime_module.subgraph import GraphView
+from provmap.provenance.errors import ProvmapError
+from provmap.provenance.store import save_npz_atomic, write_bytes_atomic
+from provmap.runtime_module.backend import Backend, BackendError
+from provmap.workbench.compare import Tolerance, metrics, reference_run
+from provmap.runtime_module.subgraph import GraphView
 
 
 def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,
@@ -113,7 +113,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
 def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,
                      tol: Tolerance | None = None) -> list[str]:
     """Run a reproducer on `backend`: names of outputs that still diverge from the expected."""
-    from partition.compile import load_view
+    from provmap.partition.compile import load_view
 
     tol = tol or Tolerance()
     view = load_view(onnx.load(str(model_path)), "reproducer")

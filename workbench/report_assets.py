@@ -1,4 +1,4 @@
-"""The report page's HTML, CSS and script (runtime_module.report_html fills in the data).
+"""The report page's HTML, CSS and script (provmap.workbench.report_html fills in the data).
 
 The script draws what report_html laid out; it adds search, zoom and pan, selection with a
 detail pane, and the helper-node toggle.  State is mirrored in the URL hash so a view can be

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError
 
 
 @dataclass

@@ -10,32 +10,31 @@ from __future__ import annotations
 
 import json
 
-from provenance.cli import MODEL_HELP, _progress, add_input_shape_option
-from provenance.errors import ProvmapError
-from provenance.store import write_bytes_atomic
+from .common import MODEL_HELP, _load_inputs, _progress, add_input_shape_option, add_trust_option
+from provmap.provenance.errors import ProvmapError
+from provmap.provenance.store import write_bytes_atomic
 
 
 def _inputs(args, mod=None, view=None) -> dict:
-    from .cli import _load_inputs
 
     if getattr(args, "inputs", None):
         return _load_inputs(args.inputs)
     if mod is not None:
         return mod.random_inputs(args.seed)
-    from provenance import zoo
+    from provmap.provenance import zoo
 
     return zoo.random_inputs(view.model, seed=args.seed)
 
 
 def _tol(args):
-    from runtime_module.compare import Tolerance
+    from provmap.workbench.compare import Tolerance
 
     return Tolerance(atol=args.atol, rtol=args.rtol)
 
 
 def cmd_compare(args) -> int:
-    from runtime_module.compare import compare_artifact
-    from runtime_module.module import load
+    from provmap.workbench.compare import compare_artifact
+    from provmap.runtime_module.module import load
 
     mod = load(args.artifact, trust=args.trust)
     model = mod.artifact.source_model(args.model)
@@ -61,12 +60,12 @@ def cmd_compare(args) -> int:
 
 
 def cmd_bisect(args) -> int:
-    from runtime_module.registry import get_backend
+    from provmap.runtime_module.registry import get_backend
 
-    from .bisect import bisect
-    from .compile import load_view
+    from provmap.workbench.bisect import bisect
+    from provmap.partition.compile import load_view
 
-    from provenance.shapes import parse_input_shapes
+    from provmap.provenance.shapes import parse_input_shapes
 
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     backend = get_backend(args.backend)
@@ -94,8 +93,8 @@ def cmd_bisect(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    from runtime_module.module import load
-    from runtime_module.profile import profile_artifact
+    from provmap.runtime_module.module import load
+    from provmap.workbench.profile import profile_artifact
 
     mod = load(args.artifact, trust=args.trust)
     res = profile_artifact(mod, _inputs(args, mod=mod), repeats=args.repeats,
@@ -121,8 +120,8 @@ def cmd_profile(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from runtime_module.module import load
-    from runtime_module.report_html import render
+    from provmap.runtime_module.module import load
+    from provmap.workbench.report_html import render
 
     profile = None
     if args.profile:
@@ -133,7 +132,7 @@ def cmd_report(args) -> int:
             raise ProvmapError(f"{args.profile}: cannot read the profile JSON: {e}") from None
     mod = load(args.artifact, runnable=bool(args.measure), trust=args.trust)
     if args.measure:
-        from runtime_module.profile import profile_artifact
+        from provmap.workbench.profile import profile_artifact
 
         profile = profile_artifact(mod, mod.random_inputs(0), repeats=args.repeats,
                                    progress=_progress)
@@ -148,8 +147,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_annotate(args) -> int:
-    from runtime_module.annotate import annotate_model
-    from runtime_module.module import load
+    from provmap.workbench.annotate import annotate_model
+    from provmap.runtime_module.module import load
 
     mod = load(args.artifact, runnable=False)
     model = annotate_model(mod.artifact.source_model(args.model), mod)
@@ -164,9 +163,9 @@ def cmd_annotate(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from runtime_module.module import load
+    from provmap.runtime_module.module import load
 
-    from .explain import explain_artifact, format_explain
+    from provmap.workbench.explain import explain_artifact, format_explain
 
     mod = load(args.artifact, runnable=False)
     x = explain_artifact(mod.manifest)
@@ -192,7 +191,6 @@ def _tolerances(p):
 
 
 def add_workbench_commands(sub) -> None:
-    from .cli import add_trust_option  # partition.cli builds the parser and calls us
 
     c = sub.add_parser("compare", help="artifact vs full-model reference at every partition "
                        "boundary (exit 0 match, 1 mismatch, 2 could not evaluate)")

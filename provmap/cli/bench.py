@@ -1,0 +1,99 @@
+"""`provmap bench`: the benchmark suite (provmap.bench) on the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from provmap.provenance.errors import ProvmapError
+
+from .common import _progress
+
+
+def cmd_bench(args) -> int:
+    from provmap.bench.suite import DEFAULT_MODELS, SuiteOptions, quick_options, run_suite
+
+    from provmap.partition.strategies import parse_strategy
+
+    def csv(x):
+        return [s for s in x.split(",") if s] if x else None
+
+    strategies = [s.strip() for s in args.strategies.split(";")] if args.strategies else None
+    from provmap.runtime_module.registry import backend_class
+
+    names = set(csv(args.backends) or []) | set(csv(args.search_backends) or [])
+    for s in strategies or ():
+        names |= set(parse_strategy(s)[1])  # a typo fails now, not after an hour of measuring
+    for n in sorted(names):
+        backend_class(n)
+    models = args.models or None
+    for m in models or ():
+        if not m.startswith("bundled:") and not os.path.exists(m):
+            raise ProvmapError(f"{m}: no such model file (or use bundled:NAME)")
+    kw = dict(models=models, strategies=strategies, backends=csv(args.backends),
+              search_backends=csv(args.search_backends), cache=args.cache,
+              repeats=args.repeats, keep_weights=args.keep_weights or None,
+              search_budget_s=args.search_budget)
+    if args.scaling_sizes is not None:
+        kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
+    if args.quick:
+        opts = quick_options(**kw)
+    else:
+        opts = SuiteOptions(**{k: v for k, v in kw.items() if v is not None})
+        if models is None:
+            opts.models = list(DEFAULT_MODELS)
+    if args.readme:
+        from pathlib import Path
+
+        from provmap.bench.report import END, START
+
+        text = Path(args.readme).read_text() if os.path.exists(args.readme) else ""
+        if START not in text or END not in text:  # fail now, not after the run
+            raise ProvmapError(f"{args.readme}: no {START} ... {END} markers")
+    res = run_suite(opts, args.output, progress=_progress)
+    if args.readme:
+        from provmap.bench.report import update_readme
+
+        update_readme(args.readme, res, os.path.relpath(args.output,
+                                                        os.path.dirname(os.path.abspath(args.readme))))
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+    else:
+        from provmap.bench.report import markdown
+
+        print(markdown(res), end="")
+        print(f"(written to {args.output}/results.json, results.md, latency.png)")
+    return 0
+
+
+def add_bench_command(sub) -> None:
+    b = sub.add_parser("bench", help="latency, search, provenance and scaling benchmarks; "
+                       "writes results.json, results.md, latency.png")
+    b.add_argument("models", nargs="*", metavar="MODEL",
+                   help="ONNX files or bundled:NAME (default: the five light models and the "
+                   "transformer block)")
+    b.add_argument("-o", "--output", required=True, help="directory for the results")
+    b.add_argument("--strategies", help="';'-separated, e.g. 'single:onnxruntime;"
+                   "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: single: "
+                   "for each of --backends, greedy over them, collage over --search-backends)")
+    b.add_argument("--backends", help="default onnxruntime,openvino,tvm")
+    b.add_argument("--search-backends", help="collage's backends (default onnxruntime,openvino:"
+                   " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
+    b.add_argument("--cache", help="collage cost cache to use (default: a fresh one per model, "
+                   "so the first search is cold)")
+    b.add_argument("--search-budget", type=float, metavar="SECONDS", help="measuring time "
+                   "per cold search, then only single ops and whole-model plans are measured "
+                   "(default 150, --quick 30)")
+    b.add_argument("--repeats", type=int, help="latency runs per alternative (default 30)")
+    b.add_argument("--scaling-sizes", help="synthetic graph sizes, e.g. 100,1000,10000 "
+                   "('' to skip the scaling run)")
+    b.add_argument("--keep-weights", action="store_true",
+                   help="keep ConstantOfShape weights instead of seeded random ones")
+    b.add_argument("--quick", action="store_true", help="two small models, fewer repeats, "
+                   "scaling to 1,000 nodes: under 5 minutes")
+    b.add_argument("--readme", metavar="README.md", help="also put the tables into this file, "
+                   "between its provmap-bench markers")
+    b.add_argument("--json", action="store_true", help="print results.json to stdout")
+    b.set_defaults(func=cmd_bench)

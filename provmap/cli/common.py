@@ -1,0 +1,132 @@
+"""What every `provmap` subcommand shares: option spellings, progress lines, input loading,
+and `dispatch`, which turns any ProvmapError or OSError into one line on stderr.
+
+Data goes to stdout (human text, or one JSON object with --json); progress and errors go to
+stderr.  Any ProvmapError is one line naming the file or ONNX node and exit status 2; no output
+file is left behind because every file is written to a temp path and renamed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from provmap.provenance.errors import ProvmapError
+
+
+def _progress(msg: str) -> None:
+    print(f"provmap: {msg}", file=sys.stderr, flush=True)
+
+
+MODEL_HELP = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
+              "bvlc_alexnet, transformer)")
+
+
+def add_input_shape_option(parser) -> None:
+    """`--input-shape NAME=1x3x224x224`, repeatable, on every command that imports a model."""
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                        help="fix an input's shape, e.g. input=1x3x224x224 (repeatable; needed "
+                             "when the model leaves a dimension symbolic)")
+
+
+def add_trust_option(parser) -> None:
+    parser.add_argument("--trust", action="store_true",
+                        help="run native code (TVM partitions) from this artifact although this "
+                        "machine did not build it (see `provmap trust`)")
+
+
+def _parse_backend_options(items) -> dict:
+    opts: dict[str, dict] = {}
+    for item in items or ():
+        key, eq, value = item.partition("=")
+        backend, dot, name = key.partition(".")
+        if not eq or not dot:
+            raise ProvmapError(f"--backend-option {item!r}: expected BACKEND.OPTION=VALUE "
+                               "(e.g. openvino.precision=bf16)")
+        opts.setdefault(backend, {})[name] = value
+    return opts
+
+
+def _load_inputs(path: str) -> dict:
+    if not os.path.exists(path):
+        raise ProvmapError(f"{path}: no such inputs file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise ValueError("a single .npy array")
+            return {k: z[k] for k in z.files}
+    except Exception as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "pickle" in first:
+            first = "it holds Python objects, not arrays"
+        raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({first}); write one "
+                           "with numpy.savez(path, NAME=array, ...)") from None
+
+
+def output_stats(a: np.ndarray) -> dict:
+    """Per-output summary, as Polygraphy prints it: a glance tells NaNs and blow-ups apart."""
+    out = {"shape": list(a.shape), "dtype": str(a.dtype)}
+    if a.dtype.kind in "fc" or str(a.dtype) == "bfloat16":
+        x = np.asarray(a, dtype=np.float64) if a.dtype.kind != "c" else np.abs(a)
+        finite = x[np.isfinite(x)]
+        out.update({"nan": int(np.isnan(x).sum()), "inf": int(np.isinf(x).sum())})
+    elif a.dtype.kind in "iub":
+        finite = np.asarray(a, dtype=np.float64)
+    else:
+        return out
+    if finite.size:
+        out.update({"min": float(finite.min()), "max": float(finite.max()),
+                    "mean": float(finite.mean())})
+    return out
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("provmap")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+#: Output options every command names the same way, and whether each is a directory.
+_OUTPUTS = {"output": False, "trace": False, "save_inputs": False}
+_DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench"}
+
+
+def _check_outputs(args) -> None:
+    """Every output is checked for writability before any work (a read-only directory used to
+    end a long compile in a traceback)."""
+    from provmap.provenance.store import check_writable
+
+    for name, is_dir in _OUTPUTS.items():
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            directory = is_dir or (name == "output" and
+                                   getattr(args, "command", None) in _DIRECTORY_OUTPUT_COMMANDS)
+            check_writable(value, directory=directory)
+
+
+def dispatch(args) -> int:
+    """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
+    try:
+        _check_outputs(args)
+        return args.func(args)
+    except ProvmapError as e:
+        print(f"provmap: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # disk full, permissions changed mid-run: still one line
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"provmap: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("provmap: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `provmap inspect ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0

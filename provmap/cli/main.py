@@ -1,0 +1,36 @@
+"""The `provmap` command: one parser with every subcommand, each defined in this package.
+
+map (provenance only, all-TVM), compile / run / trust / inspect / lookup (the artifact), bench,
+and the workbench: compare, bisect, profile, report, annotate, explain."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .artifact import add_artifact_commands
+from .bench import add_bench_command
+from .common import _version, dispatch
+from .map import add_map_command
+from .workbench import add_workbench_commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="provmap", description=(
+        "Partition ONNX models across inference backends through TVM Relax, with a source map "
+        "from every kernel back to ONNX nodes."))
+    p.add_argument("--version", action="version", version=f"provmap {_version()}")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_map_command(sub)
+    add_artifact_commands(sub)
+    add_bench_command(sub)
+    add_workbench_commands(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    return dispatch(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

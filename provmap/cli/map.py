@@ -1,0 +1,64 @@
+"""`provmap map`: the all-TVM provenance map (provmap.provenance.mapper.map_model on the command
+line).  `python -m provmap.cli.map` is a CLI with just this command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from provmap.provenance.shapes import parse_input_shapes
+
+from .common import MODEL_HELP, _progress, add_input_shape_option, dispatch
+
+
+def cmd_map(args) -> int:
+    from provmap.provenance.mapper import map_model
+
+    res = map_model(args.model, out=args.output, input_shapes=parse_input_shapes(args.input_shape),
+                    progress=_progress)
+    cov, pmap = res.coverage, res.pmap
+    if args.json:
+        print(json.dumps(cov, indent=2))
+        return 0
+    print(f"{res.label}")
+    print(f"  ONNX nodes : {cov['onnx_nodes_total']} total, {cov['onnx_nodes_mapped']} mapped "
+          f"to kernels, {cov['onnx_nodes_elided']} elided, "
+          f"{cov['onnx_nodes_unaccounted']} unaccounted")
+    print(f"  kernels    : {cov['kernels_total']} total, {cov['kernels_mapped']} mapped "
+          f"({cov['kernel_sites_total']} call sites, {cov['kernel_sites_mapped']} mapped)")
+    if res.not_compilable:
+        print(f"  not compilable by TVM: {len(res.not_compilable)} node(s)")
+        for i, why in sorted(res.not_compilable.items()):
+            print(f"    {pmap.nodes[i].op_type} #{i} '{pmap.nodes[i].name}': {why}")
+    print(f"  debugify   : {len(res.findings)} finding(s)")
+    for f in res.findings:
+        print(f"    {f}")
+    print(f"  wrote {res.files[0]} and {res.files[1]}")
+    return 0
+
+
+def add_map_command(sub) -> None:
+    """The `map` subcommand; the full CLI (provmap.cli.main) adds it to its own parser too."""
+    m = sub.add_parser("map", help="all-TVM build; write OUT.json and OUT.sqlite provenance maps")
+    m.add_argument("model", help=MODEL_HELP)
+    m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite)")
+    m.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    add_input_shape_option(m)
+    m.set_defaults(func=cmd_map)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="provmap", description=(
+        "Import ONNX into TVM Relax with stable expression IDs and map every compiled kernel "
+        "back to ONNX nodes."))
+    add_map_command(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def main(argv=None) -> int:
+    return dispatch(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
