@@ -74,7 +74,8 @@ def synthetic_price(view, cand) -> float:
 
 
 def time_size(n_nodes: int) -> dict:
-    from provmap.partition.candidates import generate, prune
+    from provmap.partition.candidates import generate
+    from provmap.partition.prune import prune
     from provmap.partition.cost import MockEstimator
     from provmap.partition.search import search
     from provmap.provenance import store

@@ -62,9 +62,11 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             progress=None) -> CollageResult:
     """Search the cheapest plan, check it end to end, and return the fastest measured plan."""
     from .cache import CacheLocked, CostCache
-    from .candidates import generate, prune
+    from .candidates import generate
+    from .prune import prune
     from .constraints import check, filter_candidates, parse_constraints
-    from .cost import MeasuredEstimator, calibrate_boundary, crossing_s
+    from .measured import MeasuredEstimator
+    from .boundary import calibrate_boundary, crossing_s
 
     opts = opts or CollageOptions()
     t0 = time.perf_counter()

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import os
 
-from provmap.provenance.importer import import_onnx
-from provmap.provenance import zoo
 from provmap.runtime_module.artifact import Artifact, build_artifact, embed_source_model
 from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.subgraph import GraphView
 
 from .strategies import greedy, parse_strategy, single
+from .view import load_view
 
 DEFAULT_STRATEGY = "collage"
-
-
-def load_view(model, label: str | None = None, check: bool = True,
-              input_shapes: dict | None = None) -> GraphView:
-    """Import a model (path, "bundled:NAME" or ModelProto) and wrap it for partitioning.
-
-    `input_shapes` (NAME -> dims) fixes symbolic input dimensions; partitioning needs every
-    input shape static, and the refusal names each open dimension."""
-    if isinstance(model, (str, os.PathLike)):
-        model, name = zoo.resolve(str(model))
-        label = label or name
-    return GraphView(import_onnx(model, shape_dict=input_shapes, label=label, check=check,
-                                 require_static=True))
 
 
 #: Collage's backends when none are named.  TVM is opt-in (`collage:tvm,onnxruntime,openvino`

@@ -45,7 +45,7 @@ from provmap.runtime_module.backend import Support
 from provmap.runtime_module.subgraph import GraphView
 
 from .candidate import Candidate
-from .candidates import OpGraph, bits, facts
+from .opgraph import OpGraph, bits, facts
 
 #: rule name -> one line, for `provmap explain` style listings
 RULES = {

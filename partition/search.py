@@ -27,7 +27,7 @@ from provmap.runtime_module.plan import PartitionSpec, Plan
 from provmap.runtime_module.subgraph import GraphView
 
 from .candidate import Candidate, Estimate
-from .candidates import facts, mask_of
+from .opgraph import facts, mask_of
 
 Crossing = Callable[[int, str, str], float]
 

@@ -15,7 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from provmap.partition.candidate import Candidate
-from provmap.partition.candidates import facts, generate, mask_of, prune, reachability, validate
+from provmap.partition.opgraph import facts, mask_of, reachability, validate
+from provmap.partition.candidates import generate
+from provmap.partition.prune import prune
 from provmap.partition.compile import load_view
 from provmap.partition.constraints import allows, check, filter_candidates, parse_constraints
 from provmap.partition.rules import candidates_for_backend

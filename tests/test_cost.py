@@ -15,8 +15,11 @@ import crashing_backend as cb
 from provmap.partition.cache import CostCache, default_path, host_fingerprint
 from provmap.partition.candidate import Candidate, Estimate
 from provmap.partition.compile import load_view
-from provmap.partition.cost import (MeasuredEstimator, MockEstimator, backend_spec, calibrate_boundary,
-                            crossing_s, make_inputs, timing_plan)
+from provmap.partition.measured import MeasuredEstimator
+from provmap.partition.cost import MockEstimator
+from provmap.partition.worker import backend_spec, timing_plan
+from provmap.partition.boundary import calibrate_boundary, crossing_s
+from provmap.partition.accuracy import make_inputs
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.registry import get_backend
 

@@ -165,7 +165,8 @@ def test_coalesce_merges_adjacent_same_backend_partitions_only_without_cycles():
 def test_pruning_bounds_the_number_of_estimates_without_changing_the_answer():
     """Nodes only one backend can take need no cut inside them: pruning drops those candidates,
     so fewer are priced, and the cheapest cover is the same."""
-    from provmap.partition.candidates import generate, prune
+    from provmap.partition.candidates import generate
+    from provmap.partition.prune import prune
     from provmap.partition.cost import MockEstimator
     from provmap.runtime_module.backend import Support
 

@@ -18,18 +18,8 @@ Blob.  ``model.xml``/``model.bin``: the OpenVINO IR of the converted model (save
 ``compress_to_fp16=False``, so weights keep their ONNX precision).  At build time the IR is read
 back from those bytes and compiled, so the kernels reported are those of what `load` runs.
 
-Kernels.  One `KernelInfo` per executed layer of ``compiled.get_runtime_model()`` (kind
-``"ov-layer"``, ``op`` its ``layerType``), skipping Input/Output/Const layers and layers whose
-inputs are all constant (the CPU plugin runs those once, when compiling).  Each layer's
-``originalLayersNames`` are operations of the converted model; those map to ONNX nodes by
-tensor names, which the ONNX frontend keeps: an operation belongs to the ONNX nodes producing
-the nearest ONNX-named tensors downstream of it (an ONNX node's decomposition, e.g.
-``n0/WithoutBiases`` plus the bias reshapes of a Conv, all flow into the node's output).  Names
-the plugin made up while compiling (``attn/q_proj/MatMul/transpose_b``,
-``Reshape_65_flatten_reshape``) map through their longest known prefix; a layer with no
-mapping at all (an inserted Reorder) takes the nodes of the nearest mapped layers downstream
-(else upstream).  ONNX nodes still in no kernel (a MatMul whose FullyConnected layer is named
-after its bias Add, an Identity) are attached to the kernels of the nodes consuming them.
+Kernels: one `KernelInfo` per executed layer of the compiled model; `ov_kernels` maps each
+layer back to ONNX nodes.
 
 Outputs.  `OpenVINORunner` has one infer request; inputs are shared with it (no copy; an input
 of another dtype is converted to the compiled one, a read-only or non-contiguous one is copied),
@@ -49,7 +39,8 @@ from typing import TYPE_CHECKING, Sequence
 import ml_dtypes
 import numpy as np
 
-from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
+from ..backend import Backend, BackendError, Blob, Runner, Support
+from .ov_kernels import op_owners, runtime_kernels
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..subgraph import GraphView, Subgraph
@@ -57,7 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
 _DEVICE = "CPU"
 _PRECISIONS = ("f32", "bf16", "f16")
 _HINTS = ("LATENCY", "THROUGHPUT")
-_SKIP_LAYERS = {"Input", "Output", "Const", "Parameter", "Result", "Constant"}
 _core = None
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -161,7 +151,7 @@ class OpenVINOBackend(Backend):
         except Exception as e:
             return {i: Support(False, f"OpenVINO {_DEVICE} query_model failed: {_ov_error(e)}")
                     for i in nodes}
-        owners = _op_owners(model, producer)
+        owners = op_owners(model, producer)
         bad: dict[int, list[str]] = {}
         for op in model.get_ordered_ops():
             name = op.get_friendly_name()
@@ -228,7 +218,7 @@ class OpenVINOBackend(Backend):
         compiled = self._compile(model, f"subgraph {sub.key[:12]}")
         actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
         producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output if o}
-        kernels, source = _runtime_kernels(compiled, model, producer, cut)
+        kernels, source = runtime_kernels(compiled, model, producer, cut)
         input_names = _kept_inputs(compiled.inputs, [t.name for t in sub.inputs])
         output_names = [t.name for t in sub.outputs]
         _port_order(compiled.outputs, output_names, "output")
@@ -429,139 +419,4 @@ class OpenVINORunner(Runner):
 # converted model / runtime graph -> ONNX nodes
 # ------------------------------------------------------------------------------------------
 
-def _key(op) -> str:
-    """A stable identity for an operation (Python wrappers differ between accessors)."""
-    return op.get_name()
 
-
-def _op_owners(model, producer: dict[str, int]) -> dict[str, set[int]]:
-    """friendly name -> ONNX nodes (values of `producer`) that each operation belongs to.
-
-    An operation belongs to the producers of the nearest ONNX-named tensors downstream of it
-    (its own outputs first): the ONNX frontend keeps tensor names on the operation that finally
-    computes a node's output, and names the helper operations of a decomposition arbitrarily.
-    """
-    ops = list(model.get_ordered_ops())
-    own: dict[int, set[int]] = {}
-    names: dict[str, set[int]] = {}
-    for op in reversed(ops):  # consumers before producers
-        if op.get_type_name() == "Result":
-            own[_key(op)] = set()
-            continue
-        found: set[int] = set()
-        for out in op.outputs():
-            direct = {producer[n] for n in out.get_names() if n in producer}
-            if direct:
-                found |= direct
-                continue
-            for tgt in out.get_target_inputs():
-                found |= own.get(_key(tgt.get_node()), set())
-        own[_key(op)] = found
-        names.setdefault(op.get_friendly_name(), set()).update(found)
-    return names
-
-
-_SEPARATORS = "/_.:"
-
-
-def _resolve(name: str, owners: dict[str, set[int]], sorted_names: list[str]) -> set[int]:
-    if name in owners:
-        return owners[name]
-    # A name the plugin derived from an operation's name ("X/transpose_b", "X_flatten_reshape").
-    best = None
-    for known in sorted_names:  # longest first
-        if len(known) < len(name) and name.startswith(known) and name[len(known)] in _SEPARATORS:
-            best = known
-            break
-    return owners[best] if best is not None else set()
-
-
-def _runtime_kernels(compiled, model, producer: dict[str, int],
-                     cut) -> tuple[list[KernelInfo], str]:
-    from .onnxruntime import _attach_orphans  # shared fallback; imports no onnxruntime
-
-    owners = _op_owners(model, producer)
-    owners = {k: v for k, v in owners.items() if v}
-    sorted_names = sorted(owners, key=len, reverse=True)
-    rm = compiled.get_runtime_model()
-    ops = list(rm.get_ordered_ops())
-
-    def rt(op, key: str) -> str:
-        info = op.get_rt_info()
-        try:
-            return info[key].astype(str)
-        except Exception:
-            return ""
-
-    layer = {_key(op): rt(op, "layerType") for op in ops}
-    constant: set[int] = set()
-    for op in ops:  # ordered: producers first
-        srcs = [i.get_source_output().get_node() for i in op.inputs()]
-        if layer[_key(op)] == "Const" or (srcs and all(_key(s) in constant for s in srcs)):
-            constant.add(_key(op))
-
-    executed = [op for op in ops
-                if layer[_key(op)] not in _SKIP_LAYERS and op.get_type_name() not in _SKIP_LAYERS
-                and _key(op) not in constant]
-    mapped: dict[int, set[int]] = {}
-    for op in ops:
-        nodes: set[int] = set()
-        for nm in rt(op, "originalLayersNames").split(","):
-            nm = nm.strip()
-            if nm:
-                nodes |= _resolve(nm, owners, sorted_names)
-        mapped[_key(op)] = nodes
-
-    def nearest(op, forward: bool) -> set[int]:
-        seen = {_key(op)}
-        frontier = [op]
-        while frontier:
-            nxt = []
-            found: set[int] = set()
-            for o in frontier:
-                if forward:
-                    near = [t.get_node() for out in o.outputs() for t in out.get_target_inputs()]
-                else:
-                    near = [i.get_source_output().get_node() for i in o.inputs()]
-                for n in near:
-                    if _key(n) in seen or _key(n) in constant:
-                        continue
-                    seen.add(_key(n))
-                    if mapped.get(_key(n)) and layer.get(_key(n)) not in _SKIP_LAYERS:
-                        found |= mapped[_key(n)]
-                    else:
-                        nxt.append(n)
-            if found:
-                return found
-            frontier = nxt
-        return set()
-
-    covered: list[set[int]] = []
-    for op in executed:
-        nodes = set(mapped[_key(op)]) or nearest(op, True) or nearest(op, False)
-        covered.append(nodes)
-
-    gnodes = list(cut.graph.node)
-    consumers: dict[str, list[int]] = {}
-    for p, n in enumerate(gnodes):
-        for x in n.input:
-            if x:
-                consumers.setdefault(x, []).append(p)
-    _attach_orphans(covered, gnodes, producer, consumers, set(range(len(gnodes))))
-
-    kernels, lines, used = [], [], {}
-    for op, nodes in zip(executed, covered):
-        name = op.get_friendly_name() or f"layer_{len(kernels)}"
-        if name in used:
-            used[name] += 1
-            name = f"{name}#{used[name]}"
-        else:
-            used[name] = 0
-        kernels.append(KernelInfo(name=name, kind="ov-layer", nodes=sorted(nodes),
-                                  op=layer[_key(op)] or op.get_type_name()))
-        srcs = [i.get_source_output().get_node().get_friendly_name() for i in op.inputs()]
-        covers = ", ".join(gnodes[p].name or f"#{p}" for p in sorted(nodes))
-        lines.append(f"{name}: {layer[_key(op)]} [{rt(op, 'primitiveType')}, "
-                     f"{rt(op, 'runtimePrecision')}]({', '.join(srcs)})   "
-                     f"# from: {rt(op, 'originalLayersNames')}   # covers: {covers}")
-    return kernels, "\n".join(lines) + "\n"

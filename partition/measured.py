@@ -1,0 +1,257 @@
+"""The measuring estimator: `MeasuredEstimator` is Collage's measure-don't-model approach: build the candidate's subgraph
+with its backend (the same `Backend.build/load/time` path an artifact later runs), time it on
+deterministic random inputs, and check its outputs against a reference backend.  Results go to
+a persistent `CostCache` keyed by the region's structural key, so identical blocks (ResNet's
+repeated bottlenecks) and later runs are measured once.
+
+Design
+------
+* Keys.  `Subgraph.key` hashes the region's structure (ops, attributes, shapes, dtypes, wiring;
+  not weight values).  Inputs are generated from the key alone, so the same key always sees the
+  same inputs.  Weight values do matter for the accuracy guard's reference outputs, which are
+  therefore memoised (within a run, LRU-bounded) by a hash of the cut model's *bytes*.
+* Inputs.  Floating inputs: standard normal (seeded from the key).  Integer and bool inputs:
+  zeros.  Zeros are valid for every index-like input (Gather/ScatterND indices, TopK k would
+  not be, but those are usually initializers, not region inputs); a region whose int input must
+  be a real shape or a positive count may fail to build/run and is then priced invalid with the
+  backend's reason.  Real values computed by running the model prefix are not used (simplicity).
+* Reference.  Outputs are compared with the same subgraph run on `reference` (ONNX Runtime by
+  default, with spinning threads off so it does not slow the next measurement).  A candidate on
+  the reference backend itself is not checked.  Failing `|out - ref| <= atol + rtol * |ref|`
+  anywhere makes the candidate invalid ("accuracy guard: max abs err X > tol vs onnxruntime");
+  the check runs *before* timing, so a wrong candidate costs no timing.  If the reference itself
+  cannot build the region the candidate stays valid and unchecked (`stats()["unchecked"]`).
+* Isolation (`isolate=True`, the default).  Measurements run in one persistent worker process
+  started with "spawn" (TVM, OpenVINO and ORT start thread pools; fork after that is unsafe).
+  The view is not picklable, so the worker gets the cut ONNX model bytes of the region
+  (`Subgraph.onnx_model()`), re-imports it (`load_view`) and builds `view.subgraph(op_nodes)`,
+  the same region.  A worker that dies (segfault, abort, OOM kill) prices the candidate invalid
+  ("backend crashed (signal 6: SIGABRT)") and is restarted for the next candidate; one that
+  does not answer within `timeout_s` is killed ("timed out").  Backends are re-created in the
+  worker from their registry name, or from "module:Class" for classes the registry does not
+  know (the module must be importable in a fresh interpreter: not `__main__`).
+* Caching.  Valid and invalid results are stored (build errors and crashes are deterministic
+  for a given backend version and options); timeouts and kills by SIGKILL (likely the OOM
+  killer or the user) are not.  With `cache=None` an in-memory cache still dedupes repeated
+  keys within the run.
+
+Timing: `Backend.time` (the artifact's own runner) with `warmup`/`repeats`/`min_time_s`; a
+candidate whose first call shows that would take more than `max_time_s` gets 1 warm-up and
+>= 3 repeats instead (untuned TVM convolutions run 30-170 ms; 12 samples of them buy nothing).
+The estimator measures one candidate at a time, in one process; another process benchmarking
+on the same cores will inflate numbers (see `Estimate.spread`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import time
+import weakref
+from typing import Callable, Mapping
+
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.backend import Backend
+
+from .accuracy import RefCache
+from .cache import CostCache, backend_identity
+from .candidate import Candidate, Estimate
+from .cost import CostEstimator
+from .worker import Worker, WorkerDied, backend_spec, first_line, measure_once, resolve_backend
+
+
+def _label(view, ops) -> str:
+    ops = sorted(ops)
+    first, last = view.nodes[ops[0]], view.nodes[ops[-1]]
+    one = lambda i, n: f"#{i} {n.op_type}" + (f" '{n.name}'" if n.name else "")  # noqa: E731
+    span = one(ops[0], first) if len(ops) == 1 else f"{one(ops[0], first)} .. {one(ops[-1], last)}"
+    return f"{view.imported.label}: {len(ops)} op(s) {span}"
+
+
+class MeasuredEstimator(CostEstimator):
+    """Prices candidates by building and timing them (see the module doc for the design).
+
+    `backends` maps `Candidate.backend` names to Backend objects.  `cache` is a CostCache (None:
+    an in-memory one, so repeated blocks are still measured once per run).  Timing is
+    `Backend.time(warmup, repeats, min_time_s)`, except that a slow candidate whose
+    (warmup + repeats) calls would exceed `max_time_s` (judged by its first call) gets 1 warm-up
+    and max(3, max_time_s / first call) repeats (`timing_plan`).  `timeout_s` bounds
+    one isolated measurement (build + check + timing).  `progress(done, total, eta_s)` is called
+    after each estimate once `begin(total)` was called.  `budget_s` bounds the time spent
+    measuring (cache hits are free): past it, only single ops and whole-model candidates are
+    still measured, others are invalid ("not measured: ... budget"), counted in
+    `skipped_budget`.
+    """
+
+    def __init__(self, backends: Mapping[str, Backend], cache: CostCache | None = None,
+                 warmup: int = 2, repeats: int = 10, min_time_s: float = 0.05,
+                 max_time_s: float | None = 0.5, check_accuracy: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
+                 reference: str | Backend | None = "onnxruntime", isolate: bool = True,
+                 progress: Callable[[int, int, float], None] | None = None,
+                 timeout_s: float | None = 1200.0, start_method: str = "spawn",
+                 ref_cache_bytes: int = 256 << 20, budget_s: float | None = None):
+        self.backends = dict(backends)
+        self.budget_s = budget_s
+        self.cache = cache if cache is not None else CostCache(":memory:")
+        self.settings = {"warmup": int(warmup), "repeats": int(repeats),
+                         "min_time_s": float(min_time_s), "max_time_s": max_time_s,
+                         "atol": float(atol),
+                         "rtol": float(rtol)}
+        self.check_accuracy = bool(check_accuracy) and reference is not None
+        if isinstance(reference, str):
+            ref_opts = {"allow_spinning": False} if reference == "onnxruntime" else {}
+            self.reference = resolve_backend(reference, ref_opts) if self.check_accuracy else None
+        else:
+            self.reference = reference if self.check_accuracy else None
+        self.isolate = bool(isolate)
+        self.progress = progress
+        self.timeout_s = timeout_s
+        self.ref_cache_bytes = int(ref_cache_bytes)
+        self._ident = {name: backend_identity(b) for name, b in self.backends.items()}
+        self._spec = {name: backend_spec(b) for name, b in self.backends.items()} \
+            if self.isolate else {}
+        self._ref_spec = backend_spec(self.reference) if self.reference is not None else None
+        self._worker = Worker(start_method) if self.isolate else None
+        if self._worker is not None:
+            self._finalizer = weakref.finalize(self, Worker.stop, self._worker)
+        self._refs = RefCache(self.ref_cache_bytes)  # in-process mode only
+        self._total: int | None = None
+        self._done = 0
+        self._t_begin = 0.0
+        self._c = {"estimates": 0, "measured": 0, "cache_hits": 0, "invalid": 0,
+                   "unchecked": 0, "measure_s": 0.0, "build_load_s": 0.0, "check_s": 0.0,
+                   "time_s": 0.0, "skipped_budget": 0}
+        self._invalid: list[dict] = []
+        self._measure_by_backend: dict[str, list[float]] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker now (it otherwise starts on the first measurement)."""
+        if self._worker is not None and not self._worker.alive():
+            self._worker.start()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+
+    def begin(self, total: int) -> None:
+        self._total = int(total)
+        self._done = 0
+        self._t_begin = time.perf_counter()
+
+    # -- pricing ---------------------------------------------------------------------------
+    def _needs_check(self, name: str) -> bool:
+        if self.reference is None:
+            return False
+        b = self.backends[name]
+        return not (type(b) is type(self.reference) and b.name == self.reference.name)
+
+    def estimate(self, view, candidate: Candidate) -> Estimate:
+        try:
+            return self._estimate(view, candidate)
+        finally:
+            self._c["estimates"] += 1
+            if self._total is not None:
+                self._done += 1
+                if self.progress is not None:
+                    el = time.perf_counter() - self._t_begin
+                    left = max(self._total - self._done, 0)
+                    self.progress(self._done, self._total, el / self._done * left)
+
+    def _invalid_est(self, candidate, label, reason, cached=False) -> Estimate:
+        self._c["invalid"] += 1
+        self._invalid.append({"backend": candidate.backend, "ops": sorted(candidate.ops),
+                              "label": label, "reason": reason, "cached": cached})
+        return Estimate(None, reason=reason, cached=cached)
+
+    def _estimate(self, view, candidate: Candidate) -> Estimate:
+        name = candidate.backend
+        if name not in self.backends:
+            return self._invalid_est(candidate, "", f"no backend named {name!r} in this "
+                                                    f"estimator ({', '.join(self.backends)})")
+        try:
+            sub = view.subgraph(candidate.ops)
+            key = sub.key
+            label = _label(view, candidate.ops)
+        except (ProvmapError, ValueError) as e:
+            return self._invalid_est(candidate, "", f"bad candidate: {first_line(e)}")
+        ident = self._ident[name]
+        hit = self.cache.get(key, ident)
+        if hit is not None:
+            self._c["cache_hits"] += 1
+            est = hit.estimate()
+            if not est.valid:
+                self._c["invalid"] += 1
+                self._invalid.append({"backend": name, "ops": sorted(candidate.ops),
+                                      "label": label, "reason": est.reason, "cached": True})
+            return est
+
+        if (self.budget_s is not None and self._c["measure_s"] >= self.budget_s
+                and len(candidate.ops) > 1 and "whole-model" not in candidate.rule.split("+")):
+            # Out of measuring time: single ops and whole-model plans are still measured (they
+            # guarantee a cover and the end-to-end check's alternatives); larger regions are
+            # left unpriced, which only removes options from the search.  Not cached.
+            self._c["skipped_budget"] += 1
+            return Estimate(None, reason=f"not measured: the measuring budget of "
+                                         f"{self.budget_s:g} s was spent")
+        t0 = time.perf_counter()
+        res, cacheable = self._measure_region(view, sub, key, label, name)
+        dt = time.perf_counter() - t0
+        self._c["measured"] += 1
+        self._c["measure_s"] += dt
+        self._measure_by_backend.setdefault(name, []).append(dt)
+        for k in ("build_load_s", "check_s", "time_s"):
+            self._c[k] += (res.get("phases") or {}).get(k, 0.0)
+        if res.get("unchecked"):
+            self._c["unchecked"] += 1
+        est = Estimate(res.get("seconds"), reason=res.get("reason") or "",
+                       spread=res.get("spread") or 0.0, cached=False,
+                       max_abs_err=res.get("max_abs_err"))
+        if cacheable:
+            self.cache.put(key, ident, seconds=est.seconds, reason=est.reason, spread=est.spread,
+                           repeats=res.get("repeats") or 0, max_abs_err=est.max_abs_err,
+                           label=label)
+        if not est.valid:
+            self._c["invalid"] += 1
+            self._invalid.append({"backend": name, "ops": sorted(candidate.ops), "label": label,
+                                  "reason": est.reason, "cached": False})
+        return est
+
+    def _measure_region(self, view, sub, key: str, label: str, name: str) -> tuple[dict, bool]:
+        try:
+            model_bytes = sub.onnx_model().SerializeToString()
+        except Exception as e:
+            return {"reason": f"cannot cut the region as ONNX: {first_line(e)}"}, True
+        content = hashlib.blake2b(model_bytes, digest_size=16).hexdigest()
+        check = self._needs_check(name)
+        backend = self.backends[name]
+        if not self.isolate:
+            return measure_once(sub, key, content, backend, self.reference if check else None,
+                            self.reference.name if check else "", self.settings, self._refs), True
+        req = {"model": model_bytes, "label": label, "key": key, "content": content,
+               "backend": self._spec[name], "options": backend.options(),
+               "reference": self._ref_spec if check else None,
+               "ref_options": self.reference.options() if check else {},
+               "ref_name": self.reference.name if check else "",
+               "settings": self.settings, "ref_cache_bytes": self.ref_cache_bytes}
+        try:
+            return self._worker.call(req, self.timeout_s), True
+        except WorkerDied as d:
+            return {"reason": d.reason}, d.cacheable
+
+    # -- reporting -------------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Counters: estimates, measured, cache_hits, invalid (+ invalid_reasons), unchecked,
+        measure_s (wall time of measurements, isolation included) split into build_load_s /
+        check_s / time_s (as seen inside the measuring process), per-backend median measure
+        time, worker starts/crashes, and the cache's own hits/misses/writes."""
+        out = dict(self._c)
+        out["invalid_reasons"] = list(self._invalid)
+        out["median_measure_s"] = {b: statistics.median(v)
+                                   for b, v in self._measure_by_backend.items()}
+        if self._worker is not None:
+            out["worker_starts"] = self._worker.starts
+            out["worker_crashes"] = self._worker.crashes
+            out["worker_start_s"] = self._worker.start_s
+        out["cache"] = self.cache.stats()
+        return out

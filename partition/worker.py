@@ -1,0 +1,312 @@
+"""The measuring worker: one persistent spawned process that builds, checks and times candidates.
+
+A backend that segfaults, aborts or hangs while building or running a candidate must cost the
+search that one candidate, not the search itself; so every measurement crosses a pipe to this
+process, which the parent restarts after a crash and kills after `timeout_s` (design in
+`provmap.partition.measured`).  The helpers here run on both sides of the pipe."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing as mp
+import signal
+import time
+
+import numpy as np
+
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.backend import Backend, BackendError
+from provmap.runtime_module.registry import backend_class, get_backend
+
+from .accuracy import RefCache, compare_outputs, make_inputs
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line or type(e).__name__
+
+
+def backend_spec(backend: Backend) -> str:
+    """How a worker re-creates `backend`: its registry name if the registry gives this very
+    class for it, else "module:QualName"."""
+    cls = type(backend)
+    try:
+        if backend_class(backend.name) is cls:
+            return backend.name
+    except BackendError:
+        pass
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def resolve_backend(spec: str, options: dict | None = None) -> Backend:
+    """A backend from a registry name or a "module:Class" path, with options."""
+    options = dict(options or {})
+    if ":" not in spec:
+        return get_backend(spec, **options)
+    mod, _, attr = spec.partition(":")
+    try:
+        obj = importlib.import_module(mod)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as e:
+        raise BackendError(f"backend {spec!r}: cannot import: {first_line(e)}") from None
+    if not (isinstance(obj, type) and issubclass(obj, Backend)):
+        raise BackendError(f"backend {spec!r} is not a provmap.runtime_module.backend.Backend subclass")
+    return obj(**options)
+
+
+def _run_once(backend: Backend, sub, feed: dict):
+    """Build, load and call once; returns (runner, input list in runner order, outputs by name,
+    seconds of that first call)."""
+    blob = backend.build(sub)
+    runner = backend.load(blob)
+    try:
+        args = [feed[n] for n in runner.input_names]
+    except KeyError as e:
+        runner.close()
+        raise BackendError(f"{backend.name}: runner wants input {e} that the region does not "
+                           "have") from None
+    t0 = time.perf_counter()
+    outs = runner(args)
+    first = time.perf_counter() - t0
+    return runner, args, {n: np.array(o, copy=True) for n, o in zip(runner.output_names, outs)}, \
+        first
+
+
+def timing_plan(settings: dict, first_call_s: float) -> tuple[int, int]:
+    """(warmup, repeats) for a candidate whose first call took `first_call_s`: the configured
+    ones, unless they would take longer than max_time_s; then 1 warm-up and at least 3 repeats
+    (a 90 ms kernel -- untuned TVM convolutions -- needs no 12 samples to lose to a 1 ms one)."""
+    warmup, repeats = settings["warmup"], settings["repeats"]
+    cap = settings.get("max_time_s")
+    if cap and first_call_s > 0 and (warmup + repeats) * first_call_s > cap:
+        return min(warmup, 1), max(3, min(repeats, int(cap / first_call_s)))
+    return warmup, repeats
+
+
+def measure_once(sub, key: str, content: str, backend: Backend, ref: Backend | None, ref_name: str,
+             settings: dict, refs: RefCache) -> dict:
+    """Measure one region on one backend (in whatever process this runs).  Never raises for a
+    backend's failure: returns {"reason": ...} instead."""
+    phases = {"build_load_s": 0.0, "check_s": 0.0, "time_s": 0.0}
+    res = {"seconds": None, "reason": "", "spread": 0.0, "repeats": 0, "max_abs_err": None,
+           "unchecked": False, "phases": phases}
+    phase = "build"
+    runner = None
+    try:
+        feed = make_inputs(sub.inputs, key)
+        t0 = time.perf_counter()
+        runner, args, outs, first = _run_once(backend, sub, feed)
+        phases["build_load_s"] = time.perf_counter() - t0
+        if ref is not None:
+            phase = "check"
+            t0 = time.perf_counter()
+            want = refs.get(content)
+            if want is None:
+                try:
+                    rr, _, want, _ = _run_once(ref, sub, feed)
+                    rr.close()
+                    refs.put(content, want)
+                except Exception:
+                    want = None
+            phases["check_s"] = time.perf_counter() - t0
+            if want is None:
+                res["unchecked"] = True
+            else:
+                err, where = compare_outputs(outs, want, settings["atol"], settings["rtol"])
+                res["max_abs_err"] = err
+                if where:
+                    res["reason"] = (f"accuracy guard: max abs err {err:.3g} > tol "
+                                     f"(atol {settings['atol']:g}, rtol {settings['rtol']:g}) vs "
+                                     f"{ref_name} ({where})")
+                    return res
+        phase = "time"
+        t0 = time.perf_counter()
+        warmup, repeats = timing_plan(settings, first)
+        tm = backend.time(runner, args, warmup=warmup, repeats=repeats,
+                          min_time_s=settings["min_time_s"])
+        phases["time_s"] = time.perf_counter() - t0
+        res.update(seconds=tm.median_s, spread=tm.spread, repeats=tm.repeats)
+    except BackendError as e:
+        res["reason"] = first_line(e)
+    except Exception as e:
+        res["reason"] = f"{backend.name}: {phase} raised {type(e).__name__}: {first_line(e)}"
+    finally:
+        if runner is not None:
+            try:
+                runner.close()
+            except Exception:
+                pass
+    return res
+
+
+def _worker_main(conn) -> None:
+    try:  # a crashing backend must not leave core files around
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except Exception:
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    import onnx
+
+    from .view import load_view
+
+    try:
+        conn.send("ready")
+    except (BrokenPipeError, OSError):
+        return
+    backends: dict[tuple, Backend] = {}
+    refs = RefCache(0)
+
+    def get(spec: str, options: dict) -> Backend:
+        k = (spec, json.dumps(options, sort_keys=True, default=str))
+        if k not in backends:
+            backends[k] = resolve_backend(spec, options)
+        return backends[k]
+
+    while True:
+        try:
+            req = conn.recv()
+        except (EOFError, OSError):
+            return
+        if req is None:
+            return
+        try:
+            refs.max_bytes = req["ref_cache_bytes"]
+            try:
+                view = load_view(onnx.load_from_string(req["model"]), req["label"],
+                                 check=False)  # cut by us from a checked model
+                sub = view.subgraph(view.op_nodes)
+            except Exception as e:
+                reply = {"seconds": None, "reason": f"re-import of the cut region failed: "
+                                                    f"{first_line(e)}"}
+            else:
+                try:
+                    backend = get(req["backend"], req["options"])
+                    ref = get(req["reference"], req["ref_options"]) if req["reference"] else None
+                except Exception as e:
+                    reply = {"seconds": None, "reason": first_line(e)}
+                else:
+                    reply = measure_once(sub, req["key"], req["content"], backend, ref,
+                                     req["ref_name"], req["settings"], refs)
+        except BaseException as e:  # keep the worker alive whatever happens in Python
+            reply = {"seconds": None, "reason": f"worker error: {type(e).__name__}: "
+                                                f"{first_line(e)}"}
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+class WorkerDied(Exception):
+    def __init__(self, reason: str, cacheable: bool = True):
+        super().__init__(reason)
+        self.reason = reason
+        self.cacheable = cacheable
+
+
+class Worker:
+    """One persistent measuring process; restarted after it dies."""
+
+    def __init__(self, start_method: str = "spawn"):
+        self.ctx = mp.get_context(start_method)
+        self.proc = None
+        self.conn = None
+        self.starts = 0
+        self.crashes = 0
+        self.start_s = 0.0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def start(self, timeout_s: float = 300.0) -> None:
+        """Start the worker and wait until it has imported what it needs.  A worker that
+        cannot start is this installation's problem, not a candidate's: ProvmapError."""
+        t0 = time.perf_counter()
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker_main, args=(child,), daemon=True,
+                                name="provmap-cost-worker")
+        proc.start()
+        child.close()
+        self.proc, self.conn = proc, parent
+        msg = None
+        try:
+            if parent.poll(timeout_s):
+                msg = parent.recv()
+        except (EOFError, OSError):
+            pass
+        if msg != "ready":
+            proc.join(1)
+            code = proc.exitcode
+            self._discard()
+            raise ProvmapError(
+                f"cost measurement worker did not start (exit code {code}); with the "
+                f"{self.ctx.get_start_method()!r} start method the main script must guard its "
+                "code with `if __name__ == \"__main__\":`, and provmap must import in a fresh "
+                "interpreter; or use MeasuredEstimator(isolate=False)")
+        self.starts += 1
+        self.start_s += time.perf_counter() - t0
+
+    def _death(self) -> WorkerDied:
+        proc = self.proc
+        proc.join(10)
+        code = proc.exitcode
+        self._discard()
+        self.crashes += 1
+        if code is None:
+            return WorkerDied("backend crashed (worker stopped answering)")
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = "?"
+            return WorkerDied(f"backend crashed (signal {-code}: {name})",
+                               cacheable=(-code != signal.SIGKILL))
+        return WorkerDied(f"backend crashed (worker exited with code {code})")
+
+    def _discard(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        self.proc = self.conn = None
+
+    def call(self, req: dict, timeout_s: float | None) -> dict:
+        if not self.alive():
+            self._discard()
+            self.start()
+        try:
+            self.conn.send(req)
+        except (BrokenPipeError, OSError):
+            raise self._death() from None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            if self.conn.poll(wait):
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError):
+                    raise self._death() from None
+            if not self.proc.is_alive() and not self.conn.poll(0):
+                raise self._death()
+            if deadline is not None and time.monotonic() >= deadline:
+                self._discard()
+                self.crashes += 1
+                raise WorkerDied(f"timed out after {timeout_s:g} s (worker killed)",
+                                  cacheable=False)
+
+    def stop(self) -> None:
+        if self.conn is not None and self.alive():
+            try:
+                self.conn.send(None)
+                self.proc.join(5)
+            except (BrokenPipeError, OSError):
+                pass
+        self._discard()

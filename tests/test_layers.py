@@ -1,0 +1,154 @@
+"""The layout is the pipeline: floors import only downward, and nothing imports in a circle.
+
+Floors, lowest first: provenance -> runtime_module -> partition -> workbench -> cli; bench sits
+beside cli (it may use every floor below, and cli may start it, but nothing below imports
+either).  Every import counts, including the ones inside functions: a lazy import upward is
+still a dependency upward, and a lazy circle still means two modules that cannot be understood
+apart.  The check reads the source with `ast`, so it needs no backend installed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: package -> folder, as pyproject's package-dir maps them.
+FOLDERS = {
+    "provmap.provenance": "provenance",
+    "provmap.runtime_module": "runtime_module",
+    "provmap.partition": "partition",
+    "provmap.workbench": "workbench",
+    "provmap.cli": "provmap/cli",
+    "provmap.bench": "bench",
+}
+FLOOR = {"provmap.provenance": 0, "provmap.runtime_module": 1, "provmap.partition": 2,
+         "provmap.workbench": 3, "provmap.cli": 4, "provmap.bench": 4}
+#: Same-floor imports that are allowed between different packages (cli starts the bench).
+BESIDE = {("provmap.cli", "provmap.bench")}
+OLD_TOP_LEVEL = {"provenance", "partition", "runtime_module", "bench", "workbench"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([pkg, *parts])] = path
+    return out
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
+    """Every provmap module `name` imports (absolute or relative), with the line."""
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[:len(base) - node.level + 1]
+                mod = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # `from pkg import sub` imports the submodule when there is one
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        for t in targets:
+            found.append((t, node.lineno))
+    return found
+
+
+def package_of(mod: str) -> str | None:
+    return next((p for p in sorted(FOLDERS, key=len, reverse=True)
+                 if mod == p or mod.startswith(p + ".")), None)
+
+
+def graph() -> tuple[dict[str, set[str]], list[str]]:
+    mods = modules()
+    known = set(mods)
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    old = []
+    for m, path in mods.items():
+        for target, line in imports_of(m, path, known):
+            top = target.split(".")[0]
+            if top in OLD_TOP_LEVEL:
+                old.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+            if target in known and target != m:
+                edges[m].add(target)
+    return edges, old
+
+
+def test_no_old_top_level_imports():
+    """`provenance`, `partition`, ... exist only as provmap.provenance, provmap.partition, ..."""
+    _, old = graph()
+    extra = []
+    for folder in ("tests", "examples"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                         else [])
+                extra += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                          if n.split(".")[0] in OLD_TOP_LEVEL]
+    assert not old + extra, "\n".join(old + extra)
+
+
+def test_no_upward_imports():
+    edges, _ = graph()
+    bad = []
+    for m, targets in edges.items():
+        pm = package_of(m)
+        for t in targets:
+            pt = package_of(t)
+            if pm == pt:
+                continue
+            if FLOOR[pt] > FLOOR[pm] or (FLOOR[pt] == FLOOR[pm] and (pm, pt) not in BESIDE):
+                bad.append(f"{m} (floor {FLOOR[pm]}) imports {t} (floor {FLOOR[pt]})")
+    assert not bad, "imports upward or sideways:\n" + "\n".join(sorted(bad))
+
+
+def find_cycles(edges: dict[str, set[str]]) -> list[str]:
+    cycles, state, stack = [], {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for t in sorted(edges.get(m, ())):
+            if state.get(t) == "open":
+                cycles.append(" -> ".join(stack[stack.index(t):] + [t]))
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    return cycles
+
+
+def test_no_import_circles():
+    cycles = find_cycles(graph()[0])
+    assert not cycles, "import circles:\n" + "\n".join(cycles)
+
+
+def test_the_checker_finds_circles():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
+    assert find_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
+    """The check would be worthless if it missed the imports that caused the circles it was
+    written for (lazy imports inside functions, relative imports)."""
+    p = tmp_path / "cost.py"
+    p.write_text("def f():\n    from .compile import load_view\n")
+    known = {"provmap.partition.compile", "provmap.partition.cost"}
+    assert ("provmap.partition.compile", 2) in imports_of("provmap.partition.cost", p, known)
+    q = tmp_path / "x.py"
+    q.write_text("from ..runtime_module import module\nimport provmap.workbench.compare\n")
+    known |= {"provmap.runtime_module.module", "provmap.workbench.compare"}
+    got = [t for t, _ in imports_of("provmap.partition.x", q, known)]
+    assert got == ["provmap.runtime_module.module", "provmap.workbench.compare"]
