@@ -461,7 +461,7 @@ def main(argv=None) -> int:
     results = {n: {p: flat[(n, p)] for p in pipelines} for n in names}
     import onnx
 
-    from provmap.provenance.store import write_atomic
+    from provmap.provenance.atomic import write_atomic
 
     meta = {"onnx": onnx.__version__, "cases": len(names), "pipelines": pipelines,
             "sample": a.sample, "seed": a.seed, "regex": a.cases, "timeout": a.timeout,

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from provmap.provenance.store import write_atomic, write_bytes_atomic
+from provmap.provenance.atomic import write_atomic, write_bytes_atomic
 
 
 def _f(x, fmt="{:.2f}", none="-"):

@@ -81,7 +81,7 @@ def time_size(n_nodes: int) -> dict:
     from provmap.provenance import store
     from provmap.provenance.importer import import_onnx
     from provmap.runtime_module.registry import get_backend
-    from provmap.runtime_module.subgraph import GraphView
+    from provmap.runtime_module.graph_view import GraphView
 
     model = synthetic_model(n_nodes)
     row = {"nodes": len(model.graph.node)}

@@ -7,7 +7,7 @@ The rules themselves are in `provmap.partition.rules`, the facts and validity ch
 from __future__ import annotations
 
 from provmap.runtime_module.backend import Support
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 from .candidate import Candidate
 from .rules import candidates_for_backend

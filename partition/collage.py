@@ -23,7 +23,7 @@ from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.interleave import measure_interleaved, pick_fastest
 from provmap.runtime_module.module import ArtifactModule
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan

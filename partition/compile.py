@@ -6,7 +6,7 @@ from __future__ import annotations
 from provmap.runtime_module.artifact import Artifact, build_artifact, embed_source_model
 from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 from .strategies import greedy, parse_strategy, single
 from .view import load_view

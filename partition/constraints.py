@@ -36,7 +36,7 @@ from typing import Iterable
 
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.backend import Support
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 from .candidate import Candidate
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import weakref
 from typing import Iterable, Iterator
 
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 #: One OpGraph per view, shared by every rule and check (computing it is O(nodes^2 / 64)).
 _FACTS: "weakref.WeakKeyDictionary[GraphView, OpGraph]" = weakref.WeakKeyDictionary()

@@ -42,7 +42,7 @@ verdicts share it (memoised on the view's OpGraph).
 from __future__ import annotations
 
 from provmap.runtime_module.backend import Support
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 from .candidate import Candidate
 from .opgraph import OpGraph, bits, facts

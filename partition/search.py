@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.plan import PartitionSpec, Plan
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 from .candidate import Candidate, Estimate
 from .opgraph import facts, mask_of

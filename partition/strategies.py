@@ -12,7 +12,7 @@ from __future__ import annotations
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.plan import PartitionSpec, Plan
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 
 def parse_strategy(spec: str) -> tuple[str, list[str]]:

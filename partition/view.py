@@ -10,7 +10,7 @@ import os
 
 from provmap.provenance import zoo
 from provmap.provenance.importer import import_onnx
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 
 def load_view(model, label: str | None = None, check: bool = True,

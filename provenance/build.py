@@ -19,7 +19,8 @@ from tvm import relax
 from .errors import ProvmapError
 from .importer import Imported
 from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap
-from .propagate import PLUMBING_PACKED, ProvenanceTracker
+from .relax_keys import PLUMBING_PACKED
+from .propagate import ProvenanceTracker
 
 _FUNC_RE = re.compile(r"^@(\S+):\s*$")
 _CALL_RE = re.compile(r"^\s+call\s+(\S+)\s+in:")

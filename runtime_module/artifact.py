@@ -36,13 +36,13 @@ import tvm
 from provmap.provenance.build import model_sha256
 from provmap.provenance.errors import ProvmapError
 from provmap.provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
-from provmap.provenance import store
+from provmap.provenance import atomic, store
 
 from . import trust
 from .backend import Backend, BackendError, Blob, KernelInfo
 from .partitioned import partitioned_module
 from .plan import Plan, order_plan
-from .subgraph import GraphView
+from .graph_view import GraphView
 
 FORMAT = "provmap-artifact"
 SOURCE_MODEL = "source/model.onnx"  # optional: the compiled ONNX model (compile --embed-model)
@@ -121,7 +121,7 @@ class Artifact:
 
     # -- writing ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically (store.write_atomic: temp file beside it, fsync, rename)."""
+        """Write atomically (atomic.write_atomic: temp file beside it, fsync, rename)."""
         manifest = dict(self.manifest)
         manifest["members"] = {name: _sha(data) for name, data in sorted(self.members.items())}
 
@@ -133,7 +133,7 @@ class Artifact:
                 for name, data in sorted(self.members.items()):
                     z.writestr(name, data)
 
-        dest = store.write_atomic(path, write)
+        dest = atomic.write_atomic(path, write)
         self.manifest = manifest
         self.digest = trust.manifest_digest(manifest_bytes)
         trust.add_trusted(self.digest, f"built here: {dest}")  # your own builds run as they are

@@ -27,7 +27,8 @@ import numpy as np
 from provmap.provenance.errors import ProvmapError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .subgraph import GraphView, Subgraph
+    from .graph_view import GraphView
+    from .subgraph import Subgraph
 
 ENTRY_POINT_GROUP = "provmap.backends"
 

@@ -9,7 +9,7 @@ may both contain a kernel of the same name; a bare name matches it in every part
 from __future__ import annotations
 
 from provmap.provenance.model import ProvenanceMap
-from provmap.provenance.store import MapIndex
+from provmap.provenance.map_index import MapIndex
 
 
 class Lookup:

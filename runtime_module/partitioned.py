@@ -13,7 +13,8 @@ import tvm
 from tvm import relax
 
 from .plan import Plan
-from .subgraph import GraphView, Subgraph
+from .graph_view import GraphView
+from .subgraph import Subgraph
 
 
 def partition_function(sub: Subgraph, pid: str, backend: str) -> relax.Function:

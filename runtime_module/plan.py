@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from provmap.provenance.errors import ProvmapError
 
-from .subgraph import GraphView
+from .graph_view import GraphView
 
 
 @dataclass

@@ -1,260 +1,28 @@
 """One region of a model, seen both as exact ONNX nodes and as the Relax bindings they became.
 
-Partitioning happens on ONNX nodes that compute something at run time ("op nodes").  Nodes that
-only make constants or shapes (Constant, ConstantOfShape weights, a Shape of a static tensor:
-"helper nodes") are not partitioned on their own; each subgraph carries a private copy of the
-helpers its op nodes need.  That keeps every boundary an ordinary ONNX tensor, which both worlds
-agree on: ONNX-consuming backends get a model cut from the original nodes and initializers
-(never a re-export, so the vendor sees the nodes the user wrote), and TVM gets the same region as
-an outlined Relax function whose bindings keep their provenance expression IDs.
+A subgraph carries a private copy of the helper nodes its op nodes need (see `graph_view`).
+That keeps every boundary an ordinary ONNX tensor, which both worlds agree on: ONNX-consuming
+backends get a model cut from the original nodes and initializers (never a re-export, so the
+vendor sees the nodes the user wrote), and TVM gets the same region as an outlined Relax
+function whose bindings keep their provenance expression IDs.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import numpy as np
 import onnx
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from provmap.provenance.errors import ProvmapError, describe_node
-from provmap.provenance.ids import node_inputs
-from provmap.provenance.importer import Imported
-from provmap.provenance.model import ROLE_PRODUCED
+from provmap.provenance.dtypes import onnx_elem
+from provmap.provenance.errors import ProvmapError
 
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A boundary tensor.  A dimension is None where it depends on data (NonZero, Unique...):
-    the backends that produce such a tensor allocate it per run; pricing counts it as 1."""
-
-    name: str
-    shape: tuple[int | None, ...]
-    dtype: str
-
-    @property
-    def static(self) -> bool:
-        return all(d is not None for d in self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod([d or 1 for d in self.shape], dtype=np.int64)) * _itemsize(self.dtype)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "bytes": self.nbytes}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TensorSpec":
-        return cls(d["name"], tuple(d["shape"]), d["dtype"])
-
-
-def _elem_dtype(elem_type: int) -> str:
-    if elem_type == onnx.TensorProto.BFLOAT16:
-        return "bfloat16"
-    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
-
-
-def _itemsize(dtype: str) -> int:
-    try:
-        return np.dtype(dtype).itemsize
-    except TypeError:
-        import ml_dtypes  # bfloat16, float8 variants
-
-        return np.dtype(getattr(ml_dtypes, dtype)).itemsize
-
-
-class GraphView:
-    """Whole-model facts every subgraph needs: producers, consumers, types, op/helper split."""
-
-    def __init__(self, imported: Imported):
-        if imported.model is None:
-            raise ValueError("GraphView needs an Imported from provmap.provenance.importer.import_onnx")
-        self.imported = imported
-        self.model = imported.model
-        self.graph = self.model.graph
-        self.nodes = list(self.graph.node)
-        #: Each node's inputs including outer-scope reads of its subgraphs (If/Loop/Scan).
-        self.node_inputs = [node_inputs(n) for n in self.nodes]
-        self.initializers = {t.name: t for t in self.graph.initializer}
-        self.graph_inputs = [i.name for i in self.graph.input if i.name not in self.initializers]
-        self.graph_outputs = [o.name for o in self.graph.output]
-        self.producer: dict[str, int] = {}
-        self.consumers: dict[str, list[int]] = {}
-        for i, n in enumerate(self.nodes):
-            for o in n.output:
-                if o:
-                    self.producer[o] = i
-            for x in self.node_inputs[i]:
-                if x:
-                    self.consumers.setdefault(x, []).append(i)
-        self.node_ids = [n.id for n in imported.pmap.nodes]
-        self.produced: dict[int, list[str]] = {}
-        index_of = {nid: i for i, nid in enumerate(self.node_ids)}
-        for nid, eid, role in imported.pmap.node_exprs:
-            if role == ROLE_PRODUCED:
-                self.produced.setdefault(index_of[nid], []).append(eid)
-        self.op_nodes = self._runtime_nodes()
-        self._is_op = set(self.op_nodes)
-        self._types = self._infer_types()
-        self._helper_users = self._compute_helper_users()
-
-    def _runtime_nodes(self) -> list[int]:
-        """Op nodes, decided on the ONNX graph: a node computes at run time iff it reads a graph
-        input (directly or through other such nodes) or its value changes per run (random ops).
-
-        Everything else is a constant after provmap.provenance.fold (or a weight generator it left
-        alone), so it is copied into each region that needs it rather than partitioned.  An
-        alias (Identity) of a run-time tensor is an op node too: it has no Relax binding, but
-        it names a tensor a region may have to return.
-        """
-        from provmap.provenance.fold import NONDETERMINISTIC
-
-        live = set(self.graph_inputs)
-        out = []
-        for i, n in enumerate(self.nodes):
-            if n.op_type in NONDETERMINISTIC or any(x in live for x in self.node_inputs[i] if x) \
-                    or i in self.imported.opaque and not any(self.node_inputs[i]):
-                out.append(i)
-                live.update(o for o in n.output if o)
-        return out
-
-    # -- structure -------------------------------------------------------------------------
-    def is_op(self, i: int) -> bool:
-        return i in self._is_op
-
-    def describe(self, i: int) -> str:
-        # The node as the user wrote it (provmap.provenance.fold may have replaced it by a Constant).
-        return describe_node(i, self.imported.pmap.nodes[i])
-
-    def helper_closure(self, ops: Iterable[int]) -> set[int]:
-        """Helper nodes feeding `ops` through helper-only paths (each subgraph copies them)."""
-        seen: set[int] = set()
-        stack = list(ops)
-        while stack:
-            i = stack.pop()
-            for x in self.node_inputs[i]:
-                p = self.producer.get(x)
-                if p is not None and p not in self._is_op and p not in seen:
-                    seen.add(p)
-                    stack.append(p)
-        return seen
-
-    def _compute_helper_users(self) -> dict[int, set[int]]:
-        users: dict[int, set[int]] = {}
-        for op in self.op_nodes:
-            for h in self.helper_closure([op]):
-                users.setdefault(h, set()).add(op)
-        return users
-
-    def op_successors(self, i: int) -> set[int]:
-        """Op nodes that read an output of op node `i` (directly or through helpers)."""
-        out: set[int] = set()
-        for o in self.nodes[i].output:
-            for c in self.consumers.get(o, ()):
-                if c in self._is_op:
-                    out.add(c)
-                else:
-                    out |= self._helper_users.get(c, set())
-        return out
-
-    # -- types -----------------------------------------------------------------------------
-    def _infer_types(self) -> dict[str, TensorSpec]:
-        from provmap.provenance.fold import infer_types
-
-        types: dict[str, TensorSpec] = {}
-        for name, tp in (self.imported.onnx_types or infer_types(self.model)).items():
-            if not tp.HasField("tensor_type") or not tp.tensor_type.elem_type \
-                    or not tp.tensor_type.HasField("shape"):
-                continue
-            tt = tp.tensor_type
-            try:
-                dtype = _elem_dtype(tt.elem_type)
-            except Exception:
-                continue
-            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-            types[name] = TensorSpec(name, dims, dtype)
-        # Relax knows every static shape it computed; prefer it where ONNX inference gave up.
-        for name, val in self.imported.tensor_values.items():
-            if (name in types and types[name].static) or name in self.initializers:
-                continue
-            ty = getattr(val, "ty", None)
-            shape = getattr(ty, "shape", None)
-            dtype = getattr(ty, "dtype", None)
-            if shape is None or dtype is None or not hasattr(shape, "values"):
-                continue
-            try:
-                dims = tuple(int(d) for d in shape.values)
-            except (TypeError, ValueError):
-                continue
-            types[name] = TensorSpec(name, dims, str(dtype))
-        return types
-
-    def spec(self, tensor: str) -> TensorSpec:
-        t = self._types.get(tensor)
-        if t is None:
-            p = self.producer.get(tensor)
-            where = self.describe(p) if p is not None else "a graph input"
-            raise ProvmapError(f"{self.imported.label}: tensor '{tensor}' (from {where}) has no "
-                               "known tensor type or rank; provmap partitions tensors only")
-        return t
-
-    def dtype(self, tensor: str) -> str | None:
-        """Element type of any tensor, initializers included; None where it is not known."""
-        init = self.initializers.get(tensor)
-        if init is not None:
-            try:
-                return _elem_dtype(init.data_type)
-            except Exception:
-                return None
-        t = self._types.get(tensor)
-        return t.dtype if t is not None else None
-
-    def constant_outputs(self) -> dict[str, np.ndarray]:
-        """Graph outputs no op node computes (constants, or nodes folded before import), with
-        their values: an artifact returns them without running anything.
-
-        Evaluated with onnx.reference on the constant nodes that produce them, so a model whose
-        every node folds (a Shape of a static input, a Constant) still runs.
-        """
-        want = [o for o in self.graph_outputs
-                if o not in self.graph_inputs and self.producer.get(o) not in self._is_op]
-        if not want:
-            return {}
-        from onnx.reference import ReferenceEvaluator
-
-        values: dict[str, np.ndarray] = {}
-        for o in want:
-            if o in self.initializers:
-                values[o] = onnx.numpy_helper.to_array(self.initializers[o])
-        rest = [o for o in want if o not in values]
-        if rest:
-            closure = sorted({self.producer[o] for o in rest if o in self.producer}
-                             | self.helper_closure(self.producer[o] for o in rest
-                                                   if o in self.producer))
-            g = onnx.helper.make_graph(
-                [self.nodes[i] for i in closure], "constants", [],
-                [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None)
-                 for o in rest],
-                [self.initializers[x] for x in sorted({x for i in closure
-                                                       for x in self.node_inputs[i]
-                                                       if x in self.initializers})])
-            m = onnx.helper.make_model(g, opset_imports=list(self.model.opset_import))
-            try:
-                res = ReferenceEvaluator(m).run(None, {})
-            except Exception as e:
-                raise ProvmapError(f"{self.imported.label}: graph output(s) {rest} are constants "
-                                   f"that onnx.reference could not evaluate: {e}") from None
-            values.update({o: np.asarray(v) for o, v in zip(rest, res)})
-        return values
-
-    def subgraph(self, ops: Iterable[int], expose: Iterable[str] = ()) -> "Subgraph":
-        return Subgraph(self, ops, expose)
+if TYPE_CHECKING:  # pragma: no cover  (graph_view builds Subgraphs: types only here)
+    from .graph_view import GraphView, TensorSpec
 
 
 @mutator
@@ -508,6 +276,4 @@ def _erase_symbolic(ty):
 
 
 def _value_info(t: TensorSpec) -> onnx.ValueInfoProto:
-    elem = (onnx.TensorProto.BFLOAT16 if t.dtype == "bfloat16"
-            else onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)))
-    return onnx.helper.make_tensor_value_info(t.name, elem, list(t.shape))
+    return onnx.helper.make_tensor_value_info(t.name, onnx_elem(t.dtype), list(t.shape))

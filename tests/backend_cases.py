@@ -7,7 +7,7 @@ import onnxruntime as ort
 from provmap.provenance import zoo
 from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.backend import Backend
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 
 def bundled_model(name: str):

@@ -18,7 +18,7 @@ from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.backend import BackendError, Blob, Runner
 from provmap.runtime_module.backends.onnxruntime import OnnxRuntimeBackend
 from provmap.runtime_module.registry import get_backend
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 from backend_cases import bundled_model, load_case, run_parts
 from unsupported_models import ERF_DOUBLE_NODE, erf_double_model, maxunpool_model
 

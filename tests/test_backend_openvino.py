@@ -21,7 +21,7 @@ from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.backend import BackendError, Blob, Runner
 from provmap.runtime_module.backends.openvino import OpenVINOBackend
 from provmap.runtime_module.registry import get_backend
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 from backend_cases import bundled_model, load_case, run_parts
 from unsupported_models import MAXUNPOOL_NODE, erf_double_model, maxunpool_model
 

@@ -188,7 +188,7 @@ def test_inputs_are_deterministic(view):
     sub = view.subgraph(view.op_nodes)
     a, b = make_inputs(sub.inputs, sub.key), make_inputs(sub.inputs, sub.key)
     assert np.array_equal(a["x"], b["x"]) and a["x"].dtype == np.float32
-    from provmap.runtime_module.subgraph import TensorSpec
+    from provmap.runtime_module.graph_view import TensorSpec
     ints = make_inputs([TensorSpec("i", (3,), "int64")], "k")
     assert ints["i"].tolist() == [0, 0, 0]
 

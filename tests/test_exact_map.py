@@ -6,7 +6,7 @@ from provmap.provenance.build import compile_tvm
 from provmap.provenance.fold import FOLD_REASON
 from provmap.provenance.importer import import_onnx
 from provmap.provenance.model import ROLE_COMPUTE, ROLE_CONSTANT, ROLE_FOLDED, ROLE_PRODUCED
-from provmap.provenance.store import MapIndex
+from provmap.provenance.map_index import MapIndex
 
 
 def build(model):

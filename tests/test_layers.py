@@ -39,12 +39,25 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def _walk_runtime(tree):
+    """ast.walk, minus `if TYPE_CHECKING:` blocks: imports for annotations never run."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
     """Every provmap module `name` imports (absolute or relative), with the line."""
     is_pkg = path.name == "__init__.py"
     base = name.split(".") if is_pkg else name.split(".")[:-1]
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _walk_runtime(ast.parse(path.read_text(), str(path))):
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -147,8 +160,11 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     p.write_text("def f():\n    from .compile import load_view\n")
     known = {"provmap.partition.compile", "provmap.partition.cost"}
     assert ("provmap.partition.compile", 2) in imports_of("provmap.partition.cost", p, known)
+    r = tmp_path / "y.py"
+    r.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cost import A\n")
+    assert imports_of("provmap.partition.y", r, known) == [("typing", 1)]
     q = tmp_path / "x.py"
     q.write_text("from ..runtime_module import module\nimport provmap.workbench.compare\n")
     known |= {"provmap.runtime_module.module", "provmap.workbench.compare"}
     got = [t for t, _ in imports_of("provmap.partition.x", q, known)]
-    assert got == ["provmap.runtime_module.module", "provmap.workbench.compare"]
+    assert sorted(got) == ["provmap.runtime_module.module", "provmap.workbench.compare"]

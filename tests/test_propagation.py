@@ -9,7 +9,7 @@ from provmap.provenance import zoo
 from provmap.provenance.build import compile_tvm, bytecode_calls
 from provmap.provenance.debugify import check_passes
 from provmap.provenance.importer import import_onnx
-from provmap.provenance.store import MapIndex
+from provmap.provenance.map_index import MapIndex
 
 MODELS = [f"bundled:{m}" for m in zoo.LIGHT_MODELS] + ["bundled:transformer"]
 

@@ -14,7 +14,7 @@ import sqlite_utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provmap.provenance import store
+from provmap.provenance import map_index, store
 from provmap.provenance.model import (
     ROLE_COMPUTE,
     ROLE_CONSTANT,
@@ -166,15 +166,15 @@ def test_duplicate_ids_rejected(tmp_path):
 def index(request, tmp_path):
     m = small_map()
     if request.param == "memory":
-        yield store.MapIndex(m)
+        yield map_index.MapIndex(m)
     elif request.param == "sqlite":
-        with store.SqliteMapIndex(store.save_sqlite(m, tmp_path / "m.sqlite")) as idx:
+        with map_index.SqliteMapIndex(store.save_sqlite(m, tmp_path / "m.sqlite")) as idx:
             yield idx
     elif request.param == "open_index_json":
-        yield store.open_index(store.save_json(m, tmp_path / "m.json"))
+        yield map_index.open_index(store.save_json(m, tmp_path / "m.json"))
     else:
-        idx = store.open_index(store.save_sqlite(m, tmp_path / "m.sqlite"))
-        assert isinstance(idx, store.SqliteMapIndex)
+        idx = map_index.open_index(store.save_sqlite(m, tmp_path / "m.sqlite"))
+        assert isinstance(idx, map_index.SqliteMapIndex)
         yield idx
         idx.close()
 
@@ -216,8 +216,8 @@ def test_nodes_for_kernel_constant_only(tmp_path):
     m = small_map()
     m.site_exprs = [(S_F1, E_ADD, ROLE_CONSTANT)]
     expected = [(N_ADD, "add", ROLE_CONSTANT), (N_COS, "cos", ROLE_FOLDED)]
-    assert store.MapIndex(m).nodes_for_kernel(K_FUSED) == expected
-    with store.SqliteMapIndex(store.save_sqlite(m, tmp_path / "m.sqlite")) as idx:
+    assert map_index.MapIndex(m).nodes_for_kernel(K_FUSED) == expected
+    with map_index.SqliteMapIndex(store.save_sqlite(m, tmp_path / "m.sqlite")) as idx:
         assert idx.nodes_for_kernel(K_FUSED) == expected
 
 
@@ -246,7 +246,7 @@ def test_lookups_use_an_index(tmp_path, query):
     p = store.save_sqlite(small_map(), tmp_path / "m.sqlite")
     with sqlite3.connect(p) as conn:
         plan = conn.execute(
-            "EXPLAIN QUERY PLAN " + store.SqliteMapIndex.QUERIES[query], ("x",)).fetchall()
+            "EXPLAIN QUERY PLAN " + map_index.SqliteMapIndex.QUERIES[query], ("x",)).fetchall()
     details = " | ".join(row[-1] for row in plan)
     assert "USING INDEX" in details or "USING COVERING INDEX" in details \
         or "USING PRIMARY KEY" in details, details
@@ -258,7 +258,7 @@ def test_main_lookups_use_covering_index(tmp_path):
     with sqlite3.connect(p) as conn:
         for q in ("kernels_for_node", "nodes_for_kernel"):
             plan = conn.execute(
-                "EXPLAIN QUERY PLAN " + store.SqliteMapIndex.QUERIES[q], ("x",)).fetchall()
+                "EXPLAIN QUERY PLAN " + map_index.SqliteMapIndex.QUERIES[q], ("x",)).fetchall()
             details = " | ".join(row[-1] for row in plan)
             assert "USING COVERING INDEX" in details, (q, details)
             assert "TEMP B-TREE" not in details, (q, details)
@@ -373,7 +373,7 @@ def test_sqlite_wrong_schema_version(tmp_path):
     with sqlite3.connect(p) as conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
-    for fn in (store.load, store.SqliteMapIndex):
+    for fn in (store.load, map_index.SqliteMapIndex):
         err = _assert_value_error_names(p, fn)
         assert "schema version" in str(err)
 
@@ -416,7 +416,7 @@ def test_garbage_files(tmp_path, name, content):
     p.write_bytes(content)
     _assert_value_error_names(p, store.load)
     if name.endswith(".sqlite"):
-        _assert_value_error_names(p, store.SqliteMapIndex)
+        _assert_value_error_names(p, map_index.SqliteMapIndex)
 
 
 def test_sqlite_that_is_not_a_map(tmp_path):
@@ -430,7 +430,7 @@ def test_missing_file_is_not_created(tmp_path):
     with pytest.raises(FileNotFoundError):
         store.load(tmp_path / "missing.sqlite")
     with pytest.raises(FileNotFoundError):
-        store.SqliteMapIndex(tmp_path / "missing.sqlite")
+        map_index.SqliteMapIndex(tmp_path / "missing.sqlite")
     assert os.listdir(tmp_path) == []
 
 
@@ -494,8 +494,8 @@ def test_round_trip_property(m):
         assert store.load(jp).to_dict() == m.to_dict()
         assert store.load(sp).to_dict() == m.to_dict()
         # Both index classes agree on every key the map mentions (and on unknown ones).
-        mem = store.MapIndex(m)
-        with store.SqliteMapIndex(sp) as sql:
+        mem = map_index.MapIndex(m)
+        with map_index.SqliteMapIndex(sp) as sql:
             keys = ({n.id for n in m.nodes} | {n.name for n in m.nodes}
                     | {t[0] for t in m.node_exprs} | {"zz-unknown"})
             for k in keys:

@@ -20,10 +20,10 @@ import numpy as np
 import onnx
 
 from provmap.provenance.errors import ProvmapError
-from provmap.provenance.store import save_npz_atomic, write_bytes_atomic
+from provmap.provenance.atomic import save_npz_atomic, write_bytes_atomic
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.workbench.compare import Tolerance, metrics, reference_run
-from provmap.runtime_module.subgraph import GraphView
+from provmap.runtime_module.graph_view import GraphView
 
 
 def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,

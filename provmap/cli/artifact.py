@@ -14,7 +14,7 @@ import numpy as np
 
 from provmap.provenance.errors import ProvmapError
 from provmap.provenance.shapes import parse_input_shapes
-from provmap.provenance.store import save_npz_atomic
+from provmap.provenance.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
                      add_input_shape_option, add_trust_option, output_stats)

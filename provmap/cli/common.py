@@ -99,7 +99,7 @@ _DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench"}
 def _check_outputs(args) -> None:
     """Every output is checked for writability before any work (a read-only directory used to
     end a long compile in a traceback)."""
-    from provmap.provenance.store import check_writable
+    from provmap.provenance.atomic import check_writable
 
     for name, is_dir in _OUTPUTS.items():
         value = getattr(args, name, None)

@@ -12,7 +12,7 @@ import json
 
 from .common import MODEL_HELP, _load_inputs, _progress, add_input_shape_option, add_trust_option
 from provmap.provenance.errors import ProvmapError
-from provmap.provenance.store import write_bytes_atomic
+from provmap.provenance.atomic import write_bytes_atomic
 
 
 def _inputs(args, mod=None, view=None) -> dict:

@@ -29,11 +29,14 @@ import ml_dtypes
 import numpy as np
 import onnx
 
+from provmap.provenance.dtypes import onnx_elem
+
 from ..backend import Backend, BackendError, Blob, Runner, Support
 from .ort_kernels import map_kernels
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..subgraph import GraphView, Subgraph
+    from ..graph_view import GraphView
+    from ..subgraph import Subgraph
 
 _CPU = "CPUExecutionProvider"
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -62,7 +65,7 @@ def _norm_domain(d: str) -> str:
 def _type_str(dtype: str) -> str | None:
     """numpy dtype name -> ONNX type string as ORT's kernel defs spell it ('tensor(float)')."""
     try:
-        elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        elem = onnx_elem(dtype)
     except Exception:
         return None
     return f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
@@ -219,8 +222,8 @@ class OnnxRuntimeBackend(Backend):
             if x and x not in seen:
                 seen.add(x)
                 inputs.append(h.make_tensor_value_info(
-                    x, h.np_dtype_to_tensor_dtype(np.dtype(t)), shapes.get(x)))
-        outputs = [h.make_tensor_value_info(o, h.np_dtype_to_tensor_dtype(np.dtype(t)),
+                    x, onnx_elem(t), shapes.get(x)))
+        outputs = [h.make_tensor_value_info(o, onnx_elem(t),
                                             shapes.get(o))
                    for o, t in zip(node.output, types[1]) if o]
         graph = h.make_graph([node], "probe", inputs, outputs)

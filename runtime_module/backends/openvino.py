@@ -43,7 +43,8 @@ from ..backend import Backend, BackendError, Blob, Runner, Support
 from .ov_kernels import op_owners, runtime_kernels
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..subgraph import GraphView, Subgraph
+    from ..graph_view import GraphView
+    from ..subgraph import Subgraph
 
 _DEVICE = "CPU"
 _PRECISIONS = ("f32", "bf16", "f16")

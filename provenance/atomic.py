@@ -1,0 +1,123 @@
+"""Atomic file writes: a temp file in the destination directory, fsync, then ``os.replace``.
+
+Every file provmap writes (maps, artifacts, npz outputs, reports) is written at the end of long
+work and read by other processes; a half-written file that loads "successfully" would silently
+lose data, so nothing is ever written in place.  `check_writable` lets a command refuse a bad
+output path before the work rather than after it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+import numpy as np
+
+
+def _new_temp(dest: Path) -> Path:
+    """Create an empty, exclusive temp file next to `dest`.
+
+    Same directory so `os.replace` is a rename on one filesystem (atomic); created with mode
+    0o666 via os.open (not mkstemp's 0o600) so the final file gets the caller's umask.
+    """
+    while True:
+        tmp = dest.parent / f".{dest.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return tmp
+
+
+def discard_temp(tmp: Path) -> None:
+    for p in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    """Flush to disk before the rename, or a crash could leave a renamed-but-empty file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    except OSError:
+        if directory:  # some platforms/filesystems cannot open directories; best effort
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not directory:
+            raise
+    finally:
+        os.close(fd)
+
+
+def stage_file(dest: Path, write) -> Path:
+    """`write(tmp)` into a fresh temp file next to `dest`; the temp never outlives a failure."""
+    tmp = _new_temp(dest)
+    try:
+        write(tmp)
+        _fsync_path(tmp)
+    except BaseException:
+        discard_temp(tmp)
+        raise
+    return tmp
+
+
+def commit_temp(tmp: Path, dest: Path) -> None:
+    try:
+        os.replace(tmp, dest)
+    except BaseException:
+        discard_temp(tmp)
+        raise
+    _fsync_path(dest.parent, directory=True)
+
+
+def write_atomic(path: str | os.PathLike, write) -> Path:
+    """Any file, all or nothing: `write(tmp)` fills a temp file next to `path` (creating its
+    directory), which is fsynced and renamed over `path`.  Every provmap output goes through
+    this (maps, artifacts, reports, reproducers, bench results), so an interrupted or failing
+    command never leaves a half-written file."""
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    commit_temp(stage_file(dest, write), dest)
+    return dest
+
+
+def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
+    """Refuse, before any work, an output that could not be written at the end.
+
+    `path` is a file to create or replace (or, with `directory`, a directory to create or fill).
+    write_atomic creates missing parent directories, so the test is on the nearest one that
+    exists.  Raises ProvmapError naming the path.
+    """
+    from .errors import ProvmapError
+
+    p = Path(path)
+    if not directory and p.is_dir():
+        raise ProvmapError(f"{p}: is a directory; give a file name to write")
+    if directory and p.exists() and not p.is_dir():
+        raise ProvmapError(f"{p}: exists and is not a directory")
+    base = p if directory else p.parent
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise ProvmapError(f"{p}: cannot write here: {base} is not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ProvmapError(f"{p}: cannot write here: {base} is not writable")
+    if not directory and p.exists() and not os.access(p, os.W_OK) and not os.access(p.parent, os.W_OK):
+        raise ProvmapError(f"{p}: cannot write here: the file is read-only")
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    return write_atomic(path, lambda tmp: tmp.write_bytes(data))
+
+
+def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> Path:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a name
+            np.savez(f, **arrays)
+
+    return write_atomic(path, write)

@@ -1,0 +1,214 @@
+"""TVM's Relax ONNX importer, subclassed to convert one node at a time and never stop.
+
+Attribution needs each node's outputs emitted right after its converter returns (TVM's
+converters return unbound expressions that a later normalisation would emit, crediting them to
+the wrong node); robustness needs a node the frontend cannot take to become an *opaque
+binding* rather than the end of the import.  Both live in `TrackingImporter`; `importer` turns
+its record into the provenance map."""
+
+from __future__ import annotations
+
+import onnx
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as _fe
+
+from .dtypes import onnx_dtype
+
+def _is_leaf(e) -> bool:
+    """Vars, constants, shapes and immediates: nothing a binding would compute."""
+    return not isinstance(e, (relax.Call, relax.TupleGetItem, relax.Tuple, relax.If, relax.SeqExpr))
+
+
+
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+#: Handled by TVM's importer only through its own If path (no dataflow block) or not at all; as
+#: opaque bindings they never stop the model, and the backends that run them keep them.
+_CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
+OPAQUE_PREFIX = "provmap.opaque."
+
+
+def _relax_type(tp) -> object:
+    """Relax type of an ONNX value for an opaque binding: static where ONNX inference knows."""
+    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.elem_type:
+        return relax.ObjectType()
+    tt = tp.tensor_type
+    try:
+        dtype = onnx_dtype(tt.elem_type)
+    except Exception:
+        return relax.ObjectType()
+    if dtype == "object":  # strings
+        return relax.ObjectType()
+    if not tt.HasField("shape"):
+        return relax.TensorType(None, dtype, ndim=-1)
+    dims = tt.shape.dim
+    if all(d.HasField("dim_value") for d in dims):
+        return relax.TensorType([int(d.dim_value) for d in dims], dtype)
+    return relax.TensorType(None, dtype, ndim=len(dims))
+
+
+class _NotComputed(Exception):
+    """A converter that succeeds but does not compute every output the model reads."""
+
+
+class TrackingImporter(_fe.ONNXGraphImporter):
+    """TVM's importer, one node at a time, never stopped by a node it cannot convert.
+
+    A node the Relax frontend cannot take (an op it lacks, a domain it ignores, control flow, a
+    converter that raises) becomes an *opaque binding*: a pure packed call to
+    "provmap.opaque.<op>" reading the node's inputs and typed from ONNX shape inference.  It
+    carries the node's IDs like any other binding; the TVM backend declines it with the reason
+    recorded here, and the backends that consume ONNX run the node as written.
+    """
+
+    def __init__(self, graph, label, shape_dict, onnx_types):
+        super().__init__(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
+        self._graph_nodes = list(graph.node)
+        self._label = label
+        self._onnx_types = onnx_types
+        self.node_markers: list[list] = [[] for _ in self._graph_nodes]
+        self.node_values: list = [None] * len(self._graph_nodes)
+        self.opaque: dict[int, str] = {}
+        self.opaque_vars: set = set()
+        self._known: set = set()
+
+    def _parse_graph_input(self, graph):
+        # Inputs Relax cannot type as a numeric tensor (strings, sequences, optionals) become
+        # opaque object parameters; only opaque nodes read them.
+        for vi in graph.input:
+            if vi.name in self._nodes:
+                continue
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is None or not tt.elem_type or tt.elem_type == onnx.TensorProto.STRING:
+                name = self._sanitize_name(vi.name) if self._sanitize else vi.name
+                self._nodes[vi.name] = relax.Var(name, relax.ObjectType())
+                self._num_input += 1
+                self._input_names.append(vi.name)
+        super()._parse_graph_input(graph)
+
+    def _check_for_unsupported_ops(self, graph):
+        pass  # decided per node in _construct_nodes: an unsupported node becomes opaque
+
+    def _emit(self, e):
+        if isinstance(e, relax.Tuple):
+            return relax.Tuple([self._emit(f) for f in e.fields])
+        if _is_leaf(e):
+            return e
+        v = self.bb.emit(e)
+        if isinstance(v.ty, relax.TupleType):
+            # Unpack here, not after, so the TupleGetItems land inside this node.
+            return relax.Tuple([self.bb.emit(relax.TupleGetItem(v, i))
+                                for i in range(len(v.ty.fields))])
+        return v
+
+    def _precheck(self, node, inputs) -> str | None:
+        if node.domain not in ONNX_DOMAINS:
+            return f"operator in domain '{node.domain}' is not supported by the Relax ONNX importer"
+        if node.op_type in _CONTROL_FLOW:
+            return "control flow is not supported by provmap's Relax import"
+        if node.op_type not in _supported_ops():
+            return "operator not supported by the Relax ONNX importer"
+        for x in inputs:
+            if x is not None and isinstance(getattr(x, "ty", None), relax.ObjectType):
+                return "reads a value the Relax import could not type (from an opaque node)"
+        return None
+
+    def _convert(self, idx, node, inputs):
+        attr = self._parse_attr(node.attribute)
+        attr["tvm_custom"] = {"name": node.name, "num_outputs": len(node.output)}
+        if node.op_type not in _SHAPE_OK_OPS:
+            # An ONNX tensor that Relax holds as a shape: give the converter a tensor.
+            inputs = _fe.onnx_input(
+                self._emit(relax.op.shape_to_tensor(x))
+                if x is not None and isinstance(getattr(x, "ty", None), relax.ShapeType) else x
+                for x in inputs)
+        sym = super()._convert_operator(node.op_type, inputs, attr, self.opset)
+        sym = self._emit(sym)
+        outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
+        if node.op_type in _TUPLE_OPS:
+            return sym
+        wanted = [k for k, o in enumerate(node.output) if o]
+        if wanted and wanted[-1] >= len(outs):
+            raise _NotComputed(f"the Relax converter returns {len(outs)} of the node's "
+                               f"{len(node.output)} outputs")
+        # Some converters stand in a constant for an optional output they do not compute
+        # (LayerNormalization's Mean/InvStdDev): a silent wrong value, unless refused here.
+        runtime = any(isinstance(x, relax.Var) for x in inputs if x is not None)
+        for k in wanted[1:]:
+            if runtime and isinstance(outs[k], tvm.ir.Constant):
+                raise _NotComputed(f"the Relax converter does not compute output {k} "
+                                   f"('{node.output[k]}'): it returns a placeholder constant")
+        return sym
+
+    def _make_opaque(self, idx, node, inputs, reason):
+        self.opaque[idx] = reason
+        args = [x for x in inputs if isinstance(x, relax.Expr)]
+        outs = [o for o in node.output]
+        types = [_relax_type(self._onnx_types.get(o)) if o else relax.ObjectType() for o in outs]
+        ty = types[0] if len(types) == 1 else relax.TupleType(types)
+        v = self.bb.emit(relax.call_pure_packed(OPAQUE_PREFIX + node.op_type, *args, ty_args=ty))
+        self.opaque_vars.add(v)
+        if len(types) == 1:
+            return v
+        items = []
+        for i in range(len(types)):
+            item = self.bb.emit(relax.TupleGetItem(v, i))
+            self.opaque_vars.add(item)
+            items.append(item)
+        return relax.Tuple(items)
+
+    def _construct_nodes(self, graph):
+        for idx, node in enumerate(graph.node):
+            inputs = _fe.onnx_input(self._nodes[x] if x else None for x in node.input)
+            for x in inputs:
+                if isinstance(x, relax.Var):
+                    self._known.add(x)
+            reason = self._precheck(node, inputs)
+            sym = None
+            if reason is None:
+                try:
+                    sym = self._convert(idx, node, inputs)
+                except _NotComputed as e:
+                    reason = f"Relax import incomplete: {e}"
+                except Exception as e:  # TVM raises many types; the message is the reason
+                    msg = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+                    reason = f"Relax import failed: {type(e).__name__}: {msg[-1] if msg else ''}"
+            if reason is not None:
+                sym = self._make_opaque(idx, node, inputs, reason)
+            outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
+            self.node_values[idx] = sym
+            for o in outs:
+                if isinstance(o, relax.Var) and o not in self._known:
+                    self.node_markers[idx].append(o)
+                    self._known.add(o)
+            names = list(node.output)
+            if node.op_type in _TUPLE_OPS and reason is None:
+                self._nodes[names[0]] = sym
+            else:
+                for k, name in enumerate(names):
+                    if name and k < len(outs):
+                        self._nodes[name] = outs[k]
+
+
+# Ops TVM's importer lets read a Relax shape directly (its own list, in _construct_nodes).
+_SHAPE_OK_OPS = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand",
+                 "Concat", "Equal", "Where", "Cast", "CastLike", "Squeeze"}
+
+
+# Ops whose converter returns a Relax tuple standing for one ONNX value (a sequence/optional).
+_TUPLE_OPS = {"Optional", "OptionalGetElement", "SequenceConstruct", "SequenceEmpty",
+              "SequenceErase", "SequenceInsert", "ConcatFromSequence", "SplitToSequence"}
+
+
+def _supported_ops() -> set[str]:
+    global _SUPPORTED
+    if _SUPPORTED is None:
+        _SUPPORTED = set(_fe._get_convert_map().keys())
+    return _SUPPORTED
+
+
+_SUPPORTED = None
