@@ -58,12 +58,14 @@ class SuiteOptions:
     # VGG-19's classifier regions carry 400 MB of weights each (~15 s per measurement here): an
     # unbounded cold search of it alone takes over 20 minutes.
     search_budget_s: float | None = 150.0
+    refine_budget_s: float = 60.0          # collage's second level (0: first level and e2e only)
 
 
 def quick_options(**kw) -> SuiteOptions:
     """Under 5 minutes on 2 cores: two small models, fewer repeats, scaling to 1,000 nodes."""
     base = dict(models=list(QUICK_MODELS), repeats=10, passes=2, scaling_sizes=[100, 300, 1000],
-                quick=True, max_size=6, max_depth=3, search_budget_s=30.0)
+                quick=True, max_size=6, max_depth=3, search_budget_s=30.0,
+                refine_budget_s=10.0)
     base.update({k: v for k, v in kw.items() if v is not None})
     return SuiteOptions(**base)
 
@@ -107,7 +109,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     cache = opts.cache or os.path.join(tmp, "costs.sqlite")
     cold = opts.cache is None
     co = dict(cache_path=cache, max_size=opts.max_size, max_depth=opts.max_depth,
-              measure_budget_s=opts.search_budget_s)
+              measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s)
     t0 = time.perf_counter()
     art = compile_model(view, strategy, collage_options=CollageOptions(**co), progress=say)
     first_s = time.perf_counter() - t0

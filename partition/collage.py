@@ -44,6 +44,8 @@ class CollageOptions:
     e2e_margin: float = 0.03        # a plan with more partitions must win by this, every pass
     isolate: bool = True
     measure_budget_s: float | None = None  # see MeasuredEstimator.budget_s
+    refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
+    refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
 
 
 @dataclass
@@ -195,10 +197,11 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     report["e2e_same_as_collage"] = sorted(k for k, v in same.items() if v == "collage")
     report["e2e_same"] = same
     built = {}
+    blobs: dict = {}  # partitions built once, shared with the second level
     for label, p in alternatives.items():
         _say(progress, f"collage: building {label} for the end-to-end check")
         try:
-            built[label] = build_artifact(view, p, backends)
+            built[label] = build_artifact(view, p, backends, blobs=blobs)
         except ProvmapError as e:
             report.setdefault("e2e_failed", {})[label] = str(e)
     if "collage" not in built:
@@ -214,6 +217,27 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         report["e2e"]["note"] = (f"{winner} measured faster end to end than the searched plan "
                                  "(isolated costs do not add up); it is kept")
     art = built[winner]
+    report["level"] = "first" if winner == "collage" else f"end-to-end check ({winner})"
+    if opts.refine_budget_s and opts.refine_budget_s > 0:
+        from .refine import refine, supported_fn
+
+        _say(progress, f"collage: second level, up to {opts.refine_budget_s:.0f} s of "
+                       f"end-to-end measured changes to {winner}")
+        ref = refine(view, chosen_plan, art, winner, backends,
+                     supported_fn(view, verdicts, cons), dp_plan=None if cyclic else plan,
+                     cuts=frozenset(cons.cuts) if cons else frozenset(),
+                     budget_s=opts.refine_budget_s, margin=opts.refine_margin, blobs=blobs,
+                     progress=lambda m: _say(progress, f"collage: {m}"))
+        kept = sum(1 for t in ref.trail if t.get("status") == "kept")
+        report["refine"] = {"start": winner, "budget_s": opts.refine_budget_s,
+                            "seconds": round(ref.seconds, 1), "stopped": ref.stopped,
+                            "proposals": len(ref.trail), "kept": kept, "trail": ref.trail}
+        if kept:
+            chosen_plan, art = ref.plan, ref.artifact
+            report["level"] = "second"
+            winner = "refined"
+        _say(progress, f"collage: second level: {len(ref.trail)} proposal(s), {kept} kept "
+                       f"({ref.stopped}, {ref.seconds:.0f} s)")
     info = dict(art.manifest.get("plan_info") or {})
     info["collage"] = report
     art.manifest["plan_info"] = info

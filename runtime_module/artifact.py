@@ -221,8 +221,10 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
                    progress=None, blobs: dict | None = None, embed_model: bool = False) -> Artifact:
     """Build every partition of `plan` with its backend and assemble the artifact in memory.
 
-    `blobs` may hold already-built blobs keyed by the subgraph's structural key and backend (the
-    search measured them; building again would waste minutes).  `embed_model` stores the
+    `blobs` may hold blobs already built for this view, keyed by (sorted op node indices,
+    backend); what is built here is added to it, so plans that share partitions (the
+    second-level search's proposals) build each once.  Not the structural key: that one
+    ignores weight values, and two identical blocks with different weights must not share code.  `embed_model` stores the
     compiled ONNX model as `source/model.onnx`, so compare/annotate/bisect work from the
     artifact alone (it roughly doubles the file: weights are stored twice).
     """
@@ -242,13 +244,16 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
             raise ProvmapError(f"plan {plan.strategy}: backend {p.backend!r} was not configured")
         sub = view.subgraph(p.ops)
         _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op nodes)")
-        blob = (blobs or {}).get((sub.key, p.backend))
+        bkey = (tuple(sorted(p.ops)), p.backend)
+        blob = (blobs or {}).get(bkey)
         if blob is None:
             try:
                 blob = be.build(sub)
             except BackendError as e:
                 raise ProvmapError(f"{imp.label}: partition {p.id} ({p.backend}, starting at "
                                    f"{view.describe(p.ops[0])}): {e}") from None
+            if blobs is not None:
+                blobs[bkey] = blob
         files = {}
         for name, data in blob.files.items():
             member = f"partitions/{p.id}/{name}"

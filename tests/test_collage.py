@@ -32,6 +32,7 @@ def transformer():
 
 
 def _opts(cache, **kw):
+    kw.setdefault("refine_budget_s", 0.0)  # the second level has its own tests (test_refine.py)
     return CollageOptions(max_depth=3, max_size=4, cache_path=str(cache), e2e_repeats=5, **kw)
 
 
@@ -100,7 +101,7 @@ def test_cli_collage_json_summary(tmp_path):
     r = subprocess.run([sys.executable, "-m", "provmap.cli.main", "compile", "bundled:transformer",
                         "-o", str(out), "--strategy", "collage", "--backends",
                         "onnxruntime,openvino", "--cache", str(tmp_path / "k.sqlite"),
-                        "--max-size", "3", "--max-depth", "2", "--json"],
+                        "--max-size", "3", "--max-depth", "2", "--refine-budget", "15", "--json"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
@@ -109,3 +110,10 @@ def test_cli_collage_json_summary(tmp_path):
     # ...and where the running count stops, what became of the rest (issue 16).
     line = next(ln for ln in r.stderr.splitlines() if "collage: priced" in ln)
     assert "never needed by the search" in line and "left unpriced by the measuring budget" in line
+    # the second level ran within its budget and recorded every proposal (issue 12)
+    ref = s["search"]["refine"]
+    assert ref["budget_s"] == 15 and ref["proposals"] == len(ref["trail"])
+    assert all(t["status"] in ("kept", "rejected", "build failed", "not tried (budget)")
+               for t in ref["trail"])
+    assert "collage: second level" in r.stderr
+    assert s["search"]["level"] in ("first", "second") or s["search"]["level"].startswith("end-to-end")

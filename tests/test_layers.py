@@ -168,3 +168,35 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     known |= {"provmap.runtime_module.module", "provmap.workbench.compare"}
     got = [t for t, _ in imports_of("provmap.partition.x", q, known)]
     assert sorted(got) == ["provmap.runtime_module.module", "provmap.workbench.compare"]
+
+
+def test_the_wheel_installs_one_top_level_package(tmp_path):
+    """What `pip install .` puts in site-packages: `provmap` and its dist-info, nothing else
+    (no top-level `provenance`, `partition`, `bench`... to collide with other packages)."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in ("provmap", "provenance", "runtime_module", "partition", "workbench", "bench"):
+        shutil.copytree(ROOT / folder, src / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "out"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "-q", "-w", str(tmp_path / "dist"), str(src)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    [wheel] = (tmp_path / "dist").glob("provmap-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"provmap"}, tops
+    # every floor is in it, under provmap/
+    for module in ("provmap/__init__.py", "provmap/cli/main.py", "provmap/provenance/importer.py",
+                   "provmap/runtime_module/backends/openvino.py", "provmap/partition/collage.py",
+                   "provmap/workbench/compare.py", "provmap/bench/suite.py"):
+        assert module in names, module
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "provmap = provmap.cli.main:main" in zipfile.ZipFile(wheel).read(entry).decode()

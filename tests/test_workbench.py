@@ -253,7 +253,7 @@ def test_explain_collage_artifact(tmp_path, transformer, capsys):
     art = tmp_path / "c.provmap"
     compile_model(transformer, "collage:onnxruntime,openvino", out=art,
                   collage_options=CollageOptions(cache_path=str(tmp_path / "c.sqlite"),
-                                                 max_size=4, max_depth=2))
+                                                 max_size=4, max_depth=2, refine_budget_s=8))
     assert cli_main(["explain", str(art), "--json"]) == 0
     x = json.loads(capsys.readouterr().out)
     assert x["searched"] and x["partitions"]
@@ -265,6 +265,8 @@ def test_explain_collage_artifact(tmp_path, transformer, capsys):
     assert cli_main(["explain", str(art)]) == 0
     text = capsys.readouterr().out
     assert "end-to-end check" in text and "as one partition" in text
+    assert x["second_level"]["trail"] is not None and "second level" in text
+    assert "kept plan found by" in text
     # A rule-based artifact says there was no search.
     plain = tmp_path / "p.provmap"
     compile_model(transformer, "single:openvino", out=plain)

@@ -3,8 +3,9 @@
 For every partition of the searched plan: what the search paid for it (the sum of the chosen
 candidates inside it), the same region priced as one partition on each backend, and the backend
 greedy would have used; then the end-to-end check that may have replaced the searched plan by a
-single-backend or greedy plan (isolated costs do not add up), with its measured latencies.
-Offline: everything comes from the artifact.
+single-backend or greedy plan (isolated costs do not add up), with its measured latencies;
+then the second level's trail: every change it proposed to that plan, measured end to end, and
+whether it was kept.  Offline: everything comes from the artifact.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def explain_artifact(manifest: dict) -> dict:
                            "measured_ms": {k: v.get("median_ms")
                                            for k, v in (e2e.get("measured") or {}).items()},
                            "same_as_collage": info.get("e2e_same_as_collage")},
+            "second_level": info.get("refine"),
+            "level": info.get("level"),
             "kept": strategy}
 
 
@@ -97,4 +100,20 @@ def format_explain(x: dict) -> str:
         lines.append(f"  kept {e['winner']}: {e['why']}")
         if e.get("note"):
             lines.append(f"  {e['note']}")
+    r2 = x.get("second_level")
+    if r2:
+        lines.append(f"second level (end-to-end measured changes to {r2['start']}): "
+                     f"{r2['proposals']} proposal(s), {r2['kept']} kept, {r2['seconds']} s, "
+                     f"{r2['stopped']}")
+        for t in r2["trail"]:
+            m = ""
+            if "proposal" in t:
+                m = (f": {t['proposal']['median_ms']:.3f} vs {t['incumbent']['median_ms']:.3f} ms "
+                     f"median, {t['proposal']['min_ms']:.3f} vs {t['incumbent']['min_ms']:.3f} min")
+            lines.append(f"  [{t['status']}] {t['change']}{m}")
+            if t.get("reason"):
+                lines.append(f"      {t['reason']}")
+    if x.get("level"):
+        lines.append(f"kept plan found by: {x['level']} level" if x["level"] in ("first", "second")
+                     else f"kept plan found by: the {x['level']}")
     return "\n".join(lines) + "\n"

@@ -38,7 +38,8 @@ def cmd_compile(args) -> int:
         collage_options = CollageOptions(
             max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
             forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
-            e2e_check=not args.no_e2e_check, measure_budget_s=args.search_budget)
+            e2e_check=not args.no_e2e_check, measure_budget_s=args.search_budget,
+            refine_budget_s=0.0 if args.no_e2e_check else args.refine_budget)
     elif args.pin or args.forbid or args.cut or args.backends:
         raise ProvmapError("--pin/--forbid/--cut/--backends apply to --strategy collage")
     art = compile_model(view, strategy, out=args.output,
@@ -73,6 +74,10 @@ def cmd_compile(args) -> int:
             if "e2e" in search:
                 meas = ", ".join(f"{k} {v['median_ms']:.2f}" for k, v in search["e2e"]["measured"].items())
                 print(f"  measured ms (end to end): {meas}; kept {search['e2e']['winner']}")
+            r2 = search.get("refine")
+            if r2:
+                print(f"  second level: {r2['proposals']} change(s) proposed, {r2['kept']} kept "
+                      f"({r2['stopped']}); kept plan found by: {search.get('level')}")
     return 0
 
 
@@ -268,6 +273,10 @@ def add_artifact_commands(sub) -> None:
     c.add_argument("--search-budget", type=float, metavar="SECONDS",
                    help="collage: stop measuring multi-op candidates after this much measuring "
                    "time (single ops and whole-model plans are still measured); default: none")
+    c.add_argument("--refine-budget", type=float, default=60.0, metavar="SECONDS",
+                   help="collage: time for the second level, which changes the kept plan "
+                   "(moves, merges, boundary nodes) and keeps a change only if it measures "
+                   "faster end to end in every pass (default %(default)s; 0: off)")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
                    help="e.g. openvino.precision=bf16 (recorded in the manifest)")
     add_input_shape_option(c)

@@ -1,0 +1,287 @@
+"""Collage's second level: change the plan where isolated prices cannot judge, and keep a change
+only when the whole plan, measured end to end, is faster.
+
+Why.  The first level adds up prices measured on isolated candidates.  Those do not add up:
+weights and activations are warm in cache in isolation, thread pools hand over between
+libraries, layouts are reordered at boundaries.  On Inception v1 a mixed plan estimated 13%
+faster than OpenVINO alone measured 27% slower.  The Collage paper found the same and added a
+second level driven by end-to-end measurements on top of the DP; so does this module.
+
+How.  Start from the fastest plan the end-to-end check measured (the incumbent) and propose
+local changes to it:
+
+* move   - one partition to another backend that supports all of its nodes (then adjacent
+           partitions on one backend are coalesced, so a move can also merge);
+* merge  - two neighbouring partitions onto one backend (either one's);
+* grow / shrink - one boundary op node moves from a partition to its neighbour;
+* carve  - when the incumbent has one partition, each partition of the first level's plan is
+           carved out of it onto its backend (the DP's suggestion, tried alone).
+
+Each proposal that is valid (every node supported, the constraints respected, no cycle between
+partitions) is built (partition builds are cached across proposals) and measured against the
+incumbent, interleaved in blocks (`runtime_module.interleave`), `passes` passes.  It replaces the
+incumbent only if its median is lower by more than `margin` *and* its median is lower in every
+pass *and* its fastest run is lower: a win that is not beyond noise is not a win.  After an
+accepted change the proposals are generated again from the new incumbent.  The loop stops when
+no proposal wins or the time budget is spent.  Every proposal, built or not, and its
+measurement is recorded in the trail, which the manifest keeps and `explain` shows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.graph_view import GraphView
+from provmap.runtime_module.interleave import measure_interleaved
+from provmap.runtime_module.module import ArtifactModule
+from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
+
+from .candidate import Candidate
+from .search import coalesce
+
+
+@dataclass
+class Proposal:
+    kind: str        # move | merge | grow | shrink | carve
+    what: str        # one line for the trail: which partition, which nodes, which backend
+    plan: Plan
+
+
+def _describe_part(view: GraphView, p: PartitionSpec) -> str:
+    ops = sorted(p.ops)
+    first = view.describe(ops[0])
+    return f"{p.backend} [{len(ops)} op(s) from {first}]"
+
+
+def _neighbours(view: GraphView, plan: Plan) -> set[tuple[int, int]]:
+    """Pairs (a, b) of partition positions where a tensor of a is read by b."""
+    owner = {i: k for k, p in enumerate(plan.partitions) for i in p.ops}
+    out = set()
+    for i in view.op_nodes:
+        for j in view.op_successors(i):
+            if owner.get(i) is not None and owner.get(j) is not None and owner[i] != owner[j]:
+                out.add((owner[i], owner[j]))
+    return out
+
+
+def _with(plan: Plan, label: str, parts: list[PartitionSpec]) -> Plan:
+    return Plan(label, [PartitionSpec(p.backend, sorted(p.ops), why=p.why) for p in parts if p.ops])
+
+
+def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan: Plan | None = None,
+            cuts: frozenset = frozenset()) -> list[Proposal]:
+    """Every local change to `plan` (see the module doc), cheapest-looking first: changes that
+    remove a boundary (moves that merge, merges) before those that only shift one.
+
+    `supported(backend, ops)` says whether a backend may run a set of op nodes (support
+    verdicts and the user's constraints)."""
+    parts = plan.partitions
+    out: list[Proposal] = []
+    seen = set()
+
+    def add(kind, what, new_parts):
+        if any(not p.ops for p in new_parts):
+            new_parts = [p for p in new_parts if p.ops]
+        for p in new_parts:
+            if not supported(p.backend, frozenset(p.ops)):
+                return
+        cand = coalesce(view, _with(plan, "refine", new_parts), cuts=cuts)
+        sig = frozenset((p.backend, frozenset(p.ops)) for p in cand.partitions)
+        if sig in seen or sig == _signature(plan):
+            return
+        try:
+            order_plan(view, Plan("refine", [PartitionSpec(p.backend, list(p.ops))
+                                             for p in cand.partitions]))
+        except ProvmapError:
+            return  # the change makes two partitions feed each other
+        seen.add(sig)
+        before = _signature(plan)
+        for q in cand.partitions:
+            if (q.backend, frozenset(q.ops)) not in before:
+                q.why = f"second level ({kind}, measured end to end): {what}"
+        out.append(Proposal(kind, what, cand))
+
+    copy = lambda: [PartitionSpec(p.backend, list(p.ops), why=p.why) for p in parts]  # noqa: E731
+    nb = _neighbours(view, plan)
+    # merges: both neighbours onto one of their backends
+    for a, b in sorted(nb):
+        for target in (parts[a].backend, parts[b].backend):
+            if parts[a].backend == parts[b].backend:
+                continue
+            new = copy()
+            new[a].backend = target
+            new[b].backend = target
+            new[a].ops = sorted(set(new[a].ops) | set(new[b].ops))
+            new[b].ops = []
+            add("merge", f"merge {_describe_part(view, parts[a])} and "
+                         f"{_describe_part(view, parts[b])} on {target}", new)
+    # moves: one partition to another backend
+    for k, p in enumerate(parts):
+        for b in backends:
+            if b == p.backend:
+                continue
+            new = copy()
+            new[k].backend = b
+            add("move", f"move {_describe_part(view, p)} to {b}", new)
+    # carve: the first level's partitions, one at a time, out of a single-partition incumbent
+    if dp_plan is not None and len(parts) == 1:
+        whole = parts[0]
+        for q in dp_plan.partitions:
+            if q.backend == whole.backend:
+                continue
+            rest = sorted(set(whole.ops) - set(q.ops))
+            add("carve", f"carve {_describe_part(view, q)} out of {whole.backend} (the first "
+                         "level's partition)",
+                [PartitionSpec(whole.backend, rest, why=whole.why),
+                 PartitionSpec(q.backend, sorted(q.ops), why="refine: carved")])
+    # grow / shrink: one boundary node to the neighbour that reads it or that it reads
+    owner = {i: k for k, p in enumerate(parts) for i in p.ops}
+    for i in view.op_nodes:
+        k = owner[i]
+        if len(parts[k].ops) < 2:
+            continue  # moving the last node is a move of the partition
+        others = {owner[j] for j in view.op_successors(i)} | {
+            owner[j] for j in view.op_nodes if i in view.op_successors(j)}
+        for m in sorted(others - {k}):
+            if parts[m].backend == parts[k].backend:
+                continue
+            new = copy()
+            new[k].ops = [x for x in new[k].ops if x != i]
+            new[m].ops = sorted(set(new[m].ops) | {i})
+            add("grow", f"move {view.describe(i)} from {parts[k].backend} to "
+                        f"{_describe_part(view, parts[m])}", new)
+    order = {"merge": 0, "move": 1, "carve": 2, "grow": 3}
+    out.sort(key=lambda pr: (order[pr.kind], len(pr.plan.partitions)))
+    return out
+
+
+def _signature(plan: Plan):
+    return frozenset((p.backend, frozenset(p.ops)) for p in plan.partitions)
+
+
+def _wins(new, old, margin: float) -> tuple[bool, str]:
+    mn, mo = statistics.median(new.samples_s), statistics.median(old.samples_s)
+    every = (len(new.pass_medians_s) == len(old.pass_medians_s) and not new.capped
+             and not old.capped and all(x < y for x, y in zip(new.pass_medians_s,
+                                                              old.pass_medians_s)))
+    faster_min = min(new.samples_s) < min(old.samples_s)
+    gain = 1 - mn / mo if mo > 0 else 0.0
+    if mn < (1 - margin) * mo and every and faster_min:
+        return True, f"{gain:.1%} faster by median, faster in every pass and by minimum"
+    why = []
+    if not mn < (1 - margin) * mo:
+        why.append(f"median {gain:+.1%} (needs > {margin:.0%})")
+    if not every:
+        why.append("not faster in every pass")
+    if not faster_min:
+        why.append("not faster by minimum")
+    return False, "kept the incumbent: " + ", ".join(why)
+
+
+@dataclass
+class RefineResult:
+    plan: Plan
+    artifact: object
+    label: str
+    trail: list
+    seconds: float
+    stopped: str
+
+
+def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, supported,
+           dp_plan: Plan | None = None, cuts: frozenset = frozenset(), budget_s: float = 60.0,
+           margin: float = 0.02, passes: int = 3, repeats: int = 30, min_block_s: float = 0.3,
+           blobs: dict | None = None, progress=None) -> RefineResult:
+    """Improve `plan` (already built as `artifact`) by end-to-end measured local changes.
+
+    Returns the kept plan, its artifact, and the trail: one entry per proposal considered, with
+    what it changed, the measured medians and minimums of incumbent and proposal, and whether
+    it was kept and why."""
+    say = progress or (lambda msg: None)
+    t0 = time.perf_counter()
+    blobs = {} if blobs is None else blobs
+    trail: list[dict] = []
+    inc_plan, inc_art, inc_label = plan, artifact, label
+    tried: set = set()
+    stopped = "no proposal won"
+    while True:
+        proposals = [p for p in propose(view, inc_plan, list(backends), supported, dp_plan, cuts)
+                     if _signature(p.plan) not in tried]
+        if not proposals:
+            break
+        accepted = False
+        for pr in proposals:
+            spent = time.perf_counter() - t0
+            if spent >= budget_s:
+                stopped = f"budget of {budget_s:.0f} s spent"
+                trail.append({"kind": pr.kind, "change": pr.what, "status": "not tried (budget)"})
+                for rest in proposals[proposals.index(pr) + 1:]:
+                    trail.append({"kind": rest.kind, "change": rest.what,
+                                  "status": "not tried (budget)"})
+                return RefineResult(inc_plan, inc_art, inc_label, trail,
+                                    time.perf_counter() - t0, stopped)
+            tried.add(_signature(pr.plan))
+            entry = {"kind": pr.kind, "change": pr.what,
+                     "partitions": len(pr.plan.partitions)}
+            say(f"refine: trying {pr.what}")
+            try:
+                art = build_artifact(view, pr.plan, backends, blobs=blobs)
+            except ProvmapError as e:
+                entry.update(status="build failed", reason=str(e))
+                trail.append(entry)
+                continue
+            lat = _measure(inc_art, art, passes, repeats, min_block_s)
+            old, new = lat["incumbent"], lat["proposal"]
+            ok, why = _wins(new, old, margin)
+            entry.update(incumbent={"median_ms": statistics.median(old.samples_s) * 1e3,
+                                    "min_ms": min(old.samples_s) * 1e3,
+                                    "pass_medians_ms": [m * 1e3 for m in old.pass_medians_s]},
+                         proposal={"median_ms": statistics.median(new.samples_s) * 1e3,
+                                   "min_ms": min(new.samples_s) * 1e3,
+                                   "pass_medians_ms": [m * 1e3 for m in new.pass_medians_s]},
+                         status="kept" if ok else "rejected", reason=why)
+            trail.append(entry)
+            say(f"refine: {entry['status']}: {why}")
+            if ok:
+                inc_plan = order_plan(view, pr.plan)
+                inc_art, inc_label = art, "refined"
+                accepted = True
+                break
+        if not accepted:
+            break
+    return RefineResult(inc_plan, inc_art, inc_label, trail, time.perf_counter() - t0, stopped)
+
+
+def _measure(inc_art, new_art, passes: int, repeats: int, min_block_s: float) -> dict:
+    mods = {"incumbent": ArtifactModule(inc_art), "proposal": ArtifactModule(new_art)}
+    feeds = mods["incumbent"].random_inputs(0)
+    for m in mods.values():
+        m.load_runners()
+    try:
+        return measure_interleaved({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
+                                   repeats=repeats, passes=passes, min_block_s=min_block_s,
+                                   never_cap=("incumbent", "proposal"))
+    finally:
+        for m in mods.values():
+            m.close()
+
+
+def supported_fn(view: GraphView, verdicts: dict, constraints=None):
+    """`supported(backend, ops)` for `propose`: every node supported by the backend's verdicts
+    and the candidate allowed by the user's constraints."""
+    from .constraints import allows
+
+    def supported(backend: str, ops: frozenset) -> bool:
+        v = verdicts.get(backend, {})
+        if not all(v.get(i) is not None and v[i].ok for i in ops):
+            return False
+        if constraints:
+            ok, _ = allows(constraints, Candidate(backend, ops, "refine"), view)
+            return ok
+        return True
+
+    return supported

@@ -1,0 +1,125 @@
+"""Collage's second level (provmap.partition.refine): proposals are valid plans, the user's
+constraints hold, and a change is kept only when the end-to-end numbers it recorded say so.
+Real backends (ONNX Runtime and OpenVINO) on SqueezeNet; the budget keeps it to seconds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from provmap.partition.constraints import parse_constraints
+from provmap.partition.refine import _wins, propose, refine, supported_fn
+from provmap.partition.strategies import greedy
+from provmap.partition.view import load_view
+from provmap.provenance import zoo
+from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.interleave import Latency
+from provmap.runtime_module.module import ArtifactModule
+from provmap.runtime_module.plan import order_plan
+from provmap.runtime_module.registry import get_backend
+
+
+@pytest.fixture(scope="module")
+def squeeze():
+    # seeded random weights: the bundled file's constant weights make every logit equal, and
+    # the softmax of 1000 equal ~7e9 logits is decided by float32 rounding, not by the plan
+    view = load_view(zoo.with_random_weights(zoo.load_light("squeezenet"), seed=0), "squeezenet")
+    backends = {"openvino": get_backend("openvino", exclude_ops=["Softmax"]),
+                "onnxruntime": get_backend("onnxruntime")}
+    verdicts = {b: be.verdicts(view) for b, be in backends.items()}
+    plan = order_plan(view, greedy(view, [backends["openvino"], backends["onnxruntime"]]))
+    return view, backends, verdicts, plan
+
+
+def _ok(view, verdicts, plan):
+    for p in plan.partitions:
+        assert all(verdicts[p.backend][i].ok for i in p.ops), (p.backend, p.ops)
+    order_plan(view, plan)  # raises on a cycle or an uncovered node
+
+
+def test_proposals_are_valid_distinct_plans(squeeze):
+    view, backends, verdicts, plan = squeeze
+    assert [p.backend for p in plan.partitions] == ["openvino", "onnxruntime"]
+    props = propose(view, plan, list(backends), supported_fn(view, verdicts))
+    kinds = {p.kind for p in props}
+    # everything onto ORT (a merge; OpenVINO may not take the Softmax), and boundary nodes moved
+    assert "merge" in kinds and "grow" in kinds
+    sigs = set()
+    for pr in props:
+        _ok(view, verdicts, pr.plan)
+        covered = sorted(i for p in pr.plan.partitions for i in p.ops)
+        assert covered == sorted(view.op_nodes)
+        sig = frozenset((p.backend, frozenset(p.ops)) for p in pr.plan.partitions)
+        assert sig not in sigs
+        sigs.add(sig)
+        changed = [p for p in pr.plan.partitions
+                   if (p.backend, frozenset(p.ops)) not in
+                   {(q.backend, frozenset(q.ops)) for q in plan.partitions}]
+        assert changed and all(p.why.startswith("second level") for p in changed)
+    # no proposal puts the Softmax on OpenVINO, which excludes it
+    softmax = next(i for i in view.op_nodes if view.nodes[i].op_type == "Softmax")
+    for pr in props:
+        assert all(softmax not in p.ops for p in pr.plan.partitions if p.backend == "openvino")
+
+
+def test_proposals_respect_pins(squeeze):
+    view, backends, verdicts, plan = squeeze
+    last_conv = max(i for i in view.op_nodes if view.nodes[i].op_type == "Conv")
+    cons = parse_constraints(view, [f"{view.node_ids[last_conv]}=openvino"], [], [],
+                             list(backends))
+    props = propose(view, plan, list(backends), supported_fn(view, verdicts, cons))
+    assert props  # boundary moves after the pinned node are still possible
+    for pr in props:
+        owner = {i: p.backend for p in pr.plan.partitions for i in p.ops}
+        assert owner[last_conv] == "openvino"
+
+
+def test_a_change_wins_only_beyond_noise_in_every_pass_and_by_minimum():
+    def lat(passes):
+        return Latency(samples_s=[x for p in passes for x in p],
+                       pass_medians_s=[float(np.median(p)) for p in passes])
+
+    old = lat([[1.0, 1.0, 1.1], [1.0, 1.0, 1.1], [1.0, 1.0, 1.1]])
+    assert _wins(lat([[0.9] * 3] * 3), old, 0.02)[0]
+    # 1% faster: inside the margin
+    ok, why = _wins(lat([[0.99] * 3] * 3), old, 0.02)
+    assert not ok and "needs > 2%" in why
+    # faster by median overall but slower in one pass
+    ok, why = _wins(lat([[0.8] * 3, [0.8] * 3, [1.05] * 3]), old, 0.02)
+    assert not ok and "every pass" in why
+    # faster by median in every pass but its fastest run is not faster
+    ok, why = _wins(lat([[0.9, 0.9, 0.95], [0.9, 0.9, 0.95], [0.9, 0.9, 0.95]]),
+                    lat([[1.0, 1.0, 0.85], [1.0, 1.0, 1.1], [1.0, 1.0, 1.1]]), 0.02)
+    assert not ok and "minimum" in why
+
+
+def test_refine_keeps_only_measured_wins_and_the_result_is_correct(squeeze):
+    view, backends, verdicts, plan = squeeze
+    blobs: dict = {}
+    art = build_artifact(view, plan, backends, blobs=blobs)
+    assert len(blobs) == 2
+    res = refine(view, plan, art, "greedy", backends, supported_fn(view, verdicts),
+                 budget_s=25, repeats=10, min_block_s=0.1, blobs=blobs)
+    assert res.trail
+    statuses = {t["status"] for t in res.trail}
+    assert statuses <= {"kept", "rejected", "build failed", "not tried (budget)"}
+    measured = [t for t in res.trail if t["status"] in ("kept", "rejected")]
+    assert measured, res.trail
+    for t in measured:
+        new, old = t["proposal"], t["incumbent"]
+        assert len(new["pass_medians_ms"]) == len(old["pass_medians_ms"]) == 3
+        if t["status"] == "kept":
+            assert new["median_ms"] < 0.98 * old["median_ms"] and new["min_ms"] < old["min_ms"]
+            assert all(a < b for a, b in zip(new["pass_medians_ms"], old["pass_medians_ms"]))
+    if any(t["status"] == "kept" for t in res.trail):
+        assert res.label == "refined"
+    else:
+        assert res.plan is plan and res.artifact is art
+    # whatever was kept computes what the model computes
+    mod = ArtifactModule(res.artifact)
+    feeds = mod.random_inputs(0)
+    got = mod.run(feeds)
+    ref = ArtifactModule(build_artifact(view, order_plan(view, greedy(
+        view, [backends["onnxruntime"]])), backends, blobs=blobs)).run(feeds)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-4)
