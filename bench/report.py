@@ -70,6 +70,23 @@ def markdown(res: dict) -> str:
               s["measured"], s.get("skipped_budget", 0), s["cache_hits"], s["invalid"],
               f"{s['warm_s']:.1f} ({s['warm_measured']})", s["kept"],
               (s.get("e2e_why") or "-").replace("|", "/")] for s in res["search"]])
+        levels = [s for s in res["search"] if s.get("level")]
+        if levels:
+            lines += _table(
+                "Collage's two levels: the first level's (DP) plan, estimated from isolated "
+                "prices and measured end to end; the second level's end-to-end measured changes "
+                "to the kept plan; and which level found the plan the artifact keeps.",
+                ["model", "DP partitions", "DP estimated ms", "DP measured ms",
+                 "second level: kept / proposed", "second level s", "stopped",
+                 "kept plan found by"],
+                [[s["model"], s.get("first_level_partitions", "-"),
+                  _f(s.get("first_level_estimated_ms"), "{:.2f}"),
+                  _f(s.get("first_level_measured_ms"), "{:.2f}", "same as a single plan"),
+                  (f"{s['refine']['kept']} / {s['refine']['proposals']}" if s.get("refine")
+                   else "off"),
+                  _f((s.get("refine") or {}).get("seconds"), "{:.0f}"),
+                  (s.get("refine") or {}).get("stopped") or "-",
+                  s["level"]] for s in levels])
     if res["artifacts"]:
         lines += _table(
             "Artifacts: size, load (verify + load every partition's code), verify only, "

@@ -95,7 +95,9 @@ def _load_model(spec: str, keep_weights: bool):
 
     spec = spec if spec.startswith("bundled:") or os.path.exists(spec) else f"bundled:{spec}"
     model, name = zoo.resolve(spec)
-    if not keep_weights:
+    if not keep_weights and spec.startswith("bundled:"):
+        # the bundled light models ship ConstantOfShape weights (every logit equal); a file the
+        # user gives keeps its own weights
         model = zoo.with_random_weights(model, seed=0)
     return model, name
 
@@ -119,7 +121,10 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     # left unmeasured stays unmeasured, so both search the same priced candidates.
     if opts.search_budget_s is not None:
         co["measure_budget_s"] = 0.0
-    warm = compile_model(view, strategy, collage_options=CollageOptions(**co, e2e_check=False))
+    # ...and without the in-context prices the cold run fed back (they change what the DP
+    # asks, and a new question is a measurement): the warm run repeats the same search.
+    warm = compile_model(view, strategy, collage_options=CollageOptions(
+        **co, e2e_check=False, in_context=False))
     warm_s = time.perf_counter() - t0
     rep_w = warm.manifest["plan_info"]["collage"]
     e2e = rep.get("e2e") or {}
@@ -139,6 +144,16 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
         "estimated_ms": rep["estimated_ms"],
         "kept": art.manifest["strategy"], "e2e_why": e2e.get("why"),
         "e2e_measured_ms": {k: v["median_ms"] for k, v in (e2e.get("measured") or {}).items()},
+        # which level found the kept plan: "first" (the DP's plan), "end-to-end check (...)"
+        # (a single/greedy alternative), or "second" (a refinement of one of those)
+        "level": rep.get("level"),
+        "first_level_estimated_ms": rep["estimated_ms"].get("collage"),
+        "first_level_measured_ms": ((e2e.get("measured") or {}).get("collage") or {}).get(
+            "median_ms"),
+        "first_level_partitions": rep.get("partitions"),
+        "refine": {k: (rep.get("refine") or {}).get(k) for k in
+                   ("proposals", "kept", "seconds", "stopped")} if rep.get("refine") else None,
+        "in_context": rep.get("in_context"),
     }
     return row, art
 

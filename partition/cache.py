@@ -13,6 +13,9 @@ The value is the median seconds (NULL for an invalid candidate, with the reason)
 and number of repeats of the measurement, the accuracy guard's max abs error, when it was
 written and a human label (model and nodes) for reading the file with any SQLite tool.
 
+Beside each isolated price, `in_context` may hold the same region's time measured inside a
+running plan (Collage's second level feeds it back): a later search prices the region from it.
+
 Accuracy verdicts are stored as they were decided: the estimator's tolerances are not part of
 the key, so after changing atol/rtol use a fresh cache file (or `delete_invalid()`).
 
@@ -58,6 +61,22 @@ CREATE TABLE IF NOT EXISTS costs (
     repeats         INTEGER NOT NULL DEFAULT 0,
     max_abs_err     REAL,
     created         REAL NOT NULL,   -- unix time
+    label           TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (key, backend, backend_version, options, host)
+) WITHOUT ROWID;
+-- Partition times measured inside a running plan (the executor's per-partition hook), beside
+-- the isolated price in `costs`: what the region costs with its neighbours' caches, thread
+-- pools and layouts around it.  Added in place (same schema version): older files get it.
+CREATE TABLE IF NOT EXISTS in_context (
+    key             TEXT NOT NULL,
+    backend         TEXT NOT NULL,
+    backend_version TEXT NOT NULL,
+    options         TEXT NOT NULL,
+    host            TEXT NOT NULL,
+    seconds         REAL NOT NULL,   -- median over `runs` hooked runs of the plan
+    runs            INTEGER NOT NULL,
+    plan            TEXT NOT NULL DEFAULT '',  -- which plan it ran in (model, strategy)
+    created         REAL NOT NULL,
     label           TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (key, backend, backend_version, options, host)
 ) WITHOUT ROWID;
@@ -271,6 +290,30 @@ class CostCache:
                 self._conn.execute("ROLLBACK")
                 raise
             self._writes += 1
+
+    def put_in_context(self, key: str, backend, *, seconds: float, runs: int, plan: str = "",
+                       label: str = "") -> None:
+        """Record region `key`'s time on `backend` measured inside a running plan."""
+        row = self._ident(key, backend) + (float(seconds), int(runs), plan, time.time(), label)
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("INSERT OR REPLACE INTO in_context(key, backend, "
+                                   "backend_version, options, host, seconds, runs, plan, created, "
+                                   "label) VALUES (?,?,?,?,?,?,?,?,?,?)", row)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._writes += 1
+
+    def get_in_context(self, key: str, backend) -> tuple[float, int, str] | None:
+        """(seconds, runs, plan) of region `key` on `backend` measured in a running plan."""
+        with self._lock:
+            return self._conn.execute(
+                "SELECT seconds, runs, plan FROM in_context WHERE key = ? AND backend = ? AND "
+                "backend_version = ? AND options = ? AND host = ?",
+                self._ident(key, backend)).fetchone()
 
     def put_estimate(self, key: str, backend, est: Estimate, *, repeats: int = 0,
                      label: str = "") -> None:

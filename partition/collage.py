@@ -46,6 +46,7 @@ class CollageOptions:
     measure_budget_s: float | None = None  # see MeasuredEstimator.budget_s
     refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
+    in_context: bool = True         # feed partition times inside the kept plan back to the cache
 
 
 @dataclass
@@ -99,7 +100,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             _say(progress, f"collage: measured {done}/{total}, ETA {eta:.0f} s")
 
     est = MeasuredEstimator(backends, cache, isolate=opts.isolate, progress=tick,
-                            budget_s=opts.measure_budget_s)
+                            budget_s=opts.measure_budget_s, in_context=opts.in_context)
     est.begin(len(kept))
     try:
         calib = calibrate_boundary(backends)
@@ -238,6 +239,14 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             winner = "refined"
         _say(progress, f"collage: second level: {len(ref.trail)} proposal(s), {kept} kept "
                        f"({ref.stopped}, {ref.seconds:.0f} s)")
+    if opts.in_context:
+        from .in_context import feed_back
+
+        try:
+            report["in_context"] = feed_back(art, cache, backends,
+                                             f"{view.imported.label}: {winner}")
+        except Exception as e:  # a measurement that fails must not lose the built plan
+            report["in_context_error"] = f"{type(e).__name__}: {e}"
     info = dict(art.manifest.get("plan_info") or {})
     info["collage"] = report
     art.manifest["plan_info"] = info

@@ -80,7 +80,9 @@ class MeasuredEstimator(CostEstimator):
     after each estimate once `begin(total)` was called.  `budget_s` bounds the time spent
     measuring (cache hits are free): past it, only single ops and whole-model candidates are
     still measured, others are invalid ("not measured: ... budget"), counted in
-    `skipped_budget`.
+    `skipped_budget`.  With `in_context` (default), a region whose time inside a running plan is
+    in the cache (`CostCache.get_in_context`, fed back by Collage's second level) is priced from
+    that instead of its isolated price, counted in `in_context`.
     """
 
     def __init__(self, backends: Mapping[str, Backend], cache: CostCache | None = None,
@@ -89,7 +91,8 @@ class MeasuredEstimator(CostEstimator):
                  reference: str | Backend | None = "onnxruntime", isolate: bool = True,
                  progress: Callable[[int, int, float], None] | None = None,
                  timeout_s: float | None = 1200.0, start_method: str = "spawn",
-                 ref_cache_bytes: int = 256 << 20, budget_s: float | None = None):
+                 ref_cache_bytes: int = 256 << 20, budget_s: float | None = None,
+                 in_context: bool = True):
         self.backends = dict(backends)
         self.budget_s = budget_s
         self.cache = cache if cache is not None else CostCache(":memory:")
@@ -104,6 +107,7 @@ class MeasuredEstimator(CostEstimator):
         else:
             self.reference = reference if self.check_accuracy else None
         self.isolate = bool(isolate)
+        self.in_context = bool(in_context)
         self.progress = progress
         self.timeout_s = timeout_s
         self.ref_cache_bytes = int(ref_cache_bytes)
@@ -120,7 +124,7 @@ class MeasuredEstimator(CostEstimator):
         self._t_begin = 0.0
         self._c = {"estimates": 0, "measured": 0, "cache_hits": 0, "invalid": 0,
                    "unchecked": 0, "measure_s": 0.0, "build_load_s": 0.0, "check_s": 0.0,
-                   "time_s": 0.0, "skipped_budget": 0}
+                   "time_s": 0.0, "skipped_budget": 0, "in_context": 0}
         self._invalid: list[dict] = []
         self._measure_by_backend: dict[str, list[float]] = {}
 
@@ -176,6 +180,11 @@ class MeasuredEstimator(CostEstimator):
         except (ProvmapError, ValueError) as e:
             return self._invalid_est(candidate, "", f"bad candidate: {first_line(e)}")
         ident = self._ident[name]
+        if self.in_context:
+            row = self.cache.get_in_context(key, ident)
+            if row is not None:
+                self._c["in_context"] += 1
+                return Estimate(row[0], cached=True)
         hit = self.cache.get(key, ident)
         if hit is not None:
             self._c["cache_hits"] += 1

@@ -10,14 +10,18 @@ the first backend lacks becomes one small partition instead of splitting the who
 from __future__ import annotations
 
 from provmap.provenance.errors import ProvmapError
-from provmap.runtime_module.backend import Backend
+from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.plan import PartitionSpec, Plan
+from provmap.runtime_module.registry import split_outside_brackets, variant_name
 from provmap.runtime_module.graph_view import GraphView
 
 
 def parse_strategy(spec: str) -> tuple[str, list[str]]:
     kind, _, rest = spec.partition(":")
-    names = [b.strip() for b in rest.split(",") if b.strip()]
+    try:  # variants: onnxruntime[threads=1;...], spelled canonically
+        names = [variant_name(b) for b in split_outside_brackets(rest, ",")]
+    except BackendError as e:
+        raise ProvmapError(f"strategy {spec!r}: {e}") from None
     if kind == "single" and len(names) == 1:
         return kind, names
     if kind == "greedy" and names:

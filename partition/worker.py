@@ -152,6 +152,8 @@ def _worker_main(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     import onnx
 
+    from provmap.runtime_module.onnx_region import OnnxRegion
+
     from .view import load_view
 
     try:
@@ -177,21 +179,24 @@ def _worker_main(conn) -> None:
         try:
             refs.max_bytes = req["ref_cache_bytes"]
             try:
-                view = load_view(onnx.load_from_string(req["model"]), req["label"],
-                                 check=False)  # cut by us from a checked model
-                sub = view.subgraph(view.op_nodes)
+                backend = get(req["backend"], req["options"])
+                ref = get(req["reference"], req["ref_options"]) if req["reference"] else None
             except Exception as e:
-                reply = {"seconds": None, "reason": f"re-import of the cut region failed: "
-                                                    f"{first_line(e)}"}
+                reply = {"seconds": None, "reason": first_line(e)}
             else:
                 try:
-                    backend = get(req["backend"], req["options"])
-                    ref = get(req["reference"], req["ref_options"]) if req["reference"] else None
+                    cut = onnx.load_from_string(req["model"])
+                    if backend.needs_relax or (ref is not None and ref.needs_relax):
+                        view = load_view(cut, req["label"], check=False)  # cut from a checked model
+                        sub = view.subgraph(view.op_nodes)
+                    else:  # ONNX in, ONNX built: no Relax import (Backend.needs_relax)
+                        sub = OnnxRegion(cut, req["key"])
                 except Exception as e:
-                    reply = {"seconds": None, "reason": first_line(e)}
+                    reply = {"seconds": None, "reason": f"re-import of the cut region failed: "
+                                                        f"{first_line(e)}"}
                 else:
                     reply = measure_once(sub, req["key"], req["content"], backend, ref,
-                                     req["ref_name"], req["settings"], refs)
+                                         req["ref_name"], req["settings"], refs)
         except BaseException as e:  # keep the worker alive whatever happens in Python
             reply = {"seconds": None, "reason": f"worker error: {type(e).__name__}: "
                                                 f"{first_line(e)}"}

@@ -205,15 +205,18 @@ def _quiet_spinning(plan: Plan, backends: dict[str, Backend]) -> dict[str, Backe
     explicit allow_spinning option from the user always wins; the choice is in the manifest.
     """
     used = plan.backends()
-    ort = backends.get("onnxruntime")
-    if ort is None or "onnxruntime" not in used or len(used) < 2:
-        return backends
-    if "allow_spinning" in ort.options():
+    if len(used) < 2:
         return backends
     from .registry import get_backend
 
     out = dict(backends)
-    out["onnxruntime"] = get_backend("onnxruntime", **ort.options(), allow_spinning="0")
+    for name in used:  # onnxruntime and its variants (onnxruntime[threads=1], ...)
+        be = backends.get(name)
+        if be is None or "allow_spinning" not in be.option_names():
+            continue
+        if "allow_spinning" in be.options():
+            continue
+        out[name] = get_backend(name, **be.options(), allow_spinning="0")
     return out
 
 
@@ -222,7 +225,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
     """Build every partition of `plan` with its backend and assemble the artifact in memory.
 
     `blobs` may hold blobs already built for this view, keyed by (sorted op node indices,
-    backend); what is built here is added to it, so plans that share partitions (the
+    backend name, backend options as JSON); what is built here is added to it, so plans that share partitions (the
     second-level search's proposals) build each once.  Not the structural key: that one
     ignores weight values, and two identical blocks with different weights must not share code.  `embed_model` stores the
     compiled ONNX model as `source/model.onnx`, so compare/annotate/bisect work from the
@@ -244,7 +247,8 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
             raise ProvmapError(f"plan {plan.strategy}: backend {p.backend!r} was not configured")
         sub = view.subgraph(p.ops)
         _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op nodes)")
-        bkey = (tuple(sorted(p.ops)), p.backend)
+        bkey = (tuple(sorted(p.ops)), p.backend, json.dumps(be.options(), sort_keys=True,
+                                                          default=str))
         blob = (blobs or {}).get(bkey)
         if blob is None:
             try:

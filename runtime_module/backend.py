@@ -156,6 +156,12 @@ class Backend(ABC):
     #: data its own library parses (an ONNX model, an OpenVINO IR).
     loads_native_code: bool = True
 
+    #: Whether `build` reads the region as Relax (`Subgraph.relax_function`).  False for
+    #: backends that only read the cut ONNX model (`onnx_model`, `inputs`, `outputs`, `key`,
+    #: `closure`): the measuring worker then hands them an `OnnxRegion` and skips re-importing
+    #: each candidate into Relax.  True by default, which is always correct, only slower.
+    needs_relax: bool = True
+
     #: Options every backend accepts: restrict it to (or keep it off) some ONNX op types, as a
     #: vendor does for an accelerator that only handles convolutions.  Comma-separated strings
     #: (from the CLI) or lists.

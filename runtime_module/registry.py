@@ -37,7 +37,53 @@ def available_backends() -> list[str]:
     return list(BUILTIN) + sorted(n for n in _plugins() if n not in BUILTIN)
 
 
+def split_outside_brackets(text: str, sep: str) -> list[str]:
+    """`text` split on `sep` where it is not inside [...]: "a,b[x=1;y=2],c" on "," gives three."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        if ch == sep and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [x.strip() for x in out if x.strip()]
+
+
+def parse_variant(spec: str) -> tuple[str, dict]:
+    """A backend variant: `BASE[OPTION=VALUE;...]`, e.g. `onnxruntime[threads=1]` or
+    `openvino[performance_hint=THROUGHPUT;threads=2]`: the base backend with those options, as
+    a backend of its own in a search (its own name in plans, manifests and the cost cache).
+    A plain name is its own base with no options."""
+    spec = spec.strip()
+    if "[" not in spec:
+        return spec, {}
+    base, _, rest = spec.partition("[")
+    if not rest.endswith("]") or not base:
+        raise BackendError(f"backend {spec!r}: expected NAME or NAME[OPTION=VALUE;...]")
+    options = {}
+    for item in split_outside_brackets(rest[:-1], ";"):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise BackendError(f"backend {spec!r}: {item!r} is not OPTION=VALUE")
+        options[k.strip()] = v.strip()
+    if not options:
+        raise BackendError(f"backend {spec!r}: empty option list")
+    return base.strip(), options
+
+
+def variant_name(spec: str) -> str:
+    """The canonical spelling of a backend name or variant (no spaces, options as written)."""
+    base, options = parse_variant(spec)
+    return f"{base}[{';'.join(f'{k}={v}' for k, v in options.items())}]" if options else base
+
+
 def backend_class(name: str) -> type[Backend]:
+    name = parse_variant(name)[0]
     if name in BUILTIN:
         return _load_ref(BUILTIN[name])
     eps = _plugins()
@@ -62,10 +108,16 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def get_backend(name: str, **options) -> Backend:
-    cls = backend_class(name)
+    """A backend by name, or a variant `NAME[OPTION=VALUE;...]` (`parse_variant`), whose
+    instance then carries the variant's name; `options` add to (and override) the variant's."""
+    base, variant = parse_variant(name)
+    cls = backend_class(base)
     try:
-        return cls(**options)
+        be = cls(**{**variant, **options})
     except BackendError:
         raise
     except (ValueError, TypeError) as e:  # a bad option value, reported as the user's error
         raise BackendError(f"backend {name!r}: {e}") from None
+    if variant:
+        be.name = variant_name(name)
+    return be

@@ -97,7 +97,7 @@ def test_refine_keeps_only_measured_wins_and_the_result_is_correct(squeeze):
     view, backends, verdicts, plan = squeeze
     blobs: dict = {}
     art = build_artifact(view, plan, backends, blobs=blobs)
-    assert len(blobs) == 2
+    assert len(blobs) == 2  # one per partition, keyed by nodes, backend and options
     res = refine(view, plan, art, "greedy", backends, supported_fn(view, verdicts),
                  budget_s=25, repeats=10, min_block_s=0.1, blobs=blobs)
     assert res.trail

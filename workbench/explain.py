@@ -65,6 +65,7 @@ def explain_artifact(manifest: dict) -> dict:
                                            for k, v in (e2e.get("measured") or {}).items()},
                            "same_as_collage": info.get("e2e_same_as_collage")},
             "second_level": info.get("refine"),
+            "in_context": info.get("in_context"),
             "level": info.get("level"),
             "kept": strategy}
 
@@ -113,6 +114,13 @@ def format_explain(x: dict) -> str:
             lines.append(f"  [{t['status']}] {t['change']}{m}")
             if t.get("reason"):
                 lines.append(f"      {t['reason']}")
+    if x.get("in_context"):
+        lines.append("partition times inside the kept plan (fed back to the cost cache) vs "
+                     "isolated price:")
+        for r in x["in_context"]:
+            iso = f"{r['isolated_ms']:.3f}" if r.get("isolated_ms") is not None else "-"
+            lines.append(f"  {r['partition']} {r['backend']} ({r['ops']} ops): "
+                         f"{r['in_context_ms']:.3f} ms in context, {iso} ms isolated")
     if x.get("level"):
         lines.append(f"kept plan found by: {x['level']} level" if x["level"] in ("first", "second")
                      else f"kept plan found by: the {x['level']}")

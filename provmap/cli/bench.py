@@ -15,11 +15,12 @@ def cmd_bench(args) -> int:
     from provmap.bench.suite import DEFAULT_MODELS, SuiteOptions, quick_options, run_suite
 
     from provmap.partition.strategies import parse_strategy
+    from provmap.runtime_module.registry import split_outside_brackets
 
-    def csv(x):
-        return [s for s in x.split(",") if s] if x else None
+    def csv(x):  # backend lists may hold variants: onnxruntime[threads=1;optimization=basic]
+        return split_outside_brackets(x, ",") if x else None
 
-    strategies = [s.strip() for s in args.strategies.split(";")] if args.strategies else None
+    strategies = split_outside_brackets(args.strategies, ";") if args.strategies else None
     from provmap.runtime_module.registry import backend_class
 
     names = set(csv(args.backends) or []) | set(csv(args.search_backends) or [])
@@ -34,7 +35,8 @@ def cmd_bench(args) -> int:
     kw = dict(models=models, strategies=strategies, backends=csv(args.backends),
               search_backends=csv(args.search_backends), cache=args.cache,
               repeats=args.repeats, keep_weights=args.keep_weights or None,
-              search_budget_s=args.search_budget)
+              search_budget_s=args.search_budget, refine_budget_s=args.refine_budget,
+              provenance_repeats=args.provenance_repeats)
     if args.scaling_sizes is not None:
         kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
     if args.quick:
@@ -86,6 +88,10 @@ def add_bench_command(sub) -> None:
     b.add_argument("--search-budget", type=float, metavar="SECONDS", help="measuring time "
                    "per cold search, then only single ops and whole-model plans are measured "
                    "(default 150, --quick 30)")
+    b.add_argument("--refine-budget", type=float, metavar="SECONDS", help="collage's second "
+                   "level per model (default 60, --quick 10; 0: off)")
+    b.add_argument("--provenance-repeats", type=int, metavar="N", help="TVM compiles per model "
+                   "for the provenance-overhead table (default 1; 0: skip it)")
     b.add_argument("--repeats", type=int, help="latency runs per alternative (default 30)")
     b.add_argument("--scaling-sizes", help="synthetic graph sizes, e.g. 100,1000,10000 "
                    "('' to skip the scaling run)")

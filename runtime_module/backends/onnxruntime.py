@@ -2,8 +2,9 @@
 
 What runs is ORT's own view of the subgraph: one `InferenceSession` on the exact original nodes
 (`Subgraph.onnx_model()`), CPU execution provider, the default optimization level
-(ORT_ENABLE_ALL, which includes fusions and the NCHWc layout transformer) and default intra-op
-threads unless the ``threads`` option says otherwise.  ``allow_spinning`` (default: ORT's, on)
+(ORT_ENABLE_ALL, which includes fusions and the NCHWc layout transformer; the ``optimization``
+option picks ``extended``, ``basic`` or ``disable`` instead) and default intra-op threads unless
+the ``threads`` option says otherwise.  ``allow_spinning`` (default: ORT's, on)
 sets ``session.intra_op.allow_spinning``: ORT's pool threads keep spinning for a while after a
 run, which on a small machine slows whatever runs next in the process (measured on 2 cores:
 OpenVINO squeezenet right after an ORT call 7.3 ms median instead of 4.7 ms), while turning it
@@ -94,20 +95,32 @@ class _KernelRegistry:
 
 class OnnxRuntimeBackend(Backend):
     loads_native_code = False  # its blobs are model files the library parses
+    needs_relax = False  # builds from the cut ONNX model alone
     name = "onnxruntime"
 
     @classmethod
     def option_names(cls):
-        return ("threads", "allow_spinning")
+        return ("threads", "allow_spinning", "optimization")
 
     def version(self) -> str:
         return _ort().__version__
 
     # -- sessions --------------------------------------------------------------------------
+    #: the ``optimization`` option's values -> ORT's graph optimization levels
+    LEVELS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED",
+              "basic": "ORT_ENABLE_BASIC", "disable": "ORT_DISABLE_ALL"}
+
+    def _level(self) -> str:
+        value = str(self._options.get("optimization") or "all").lower()
+        if value not in self.LEVELS:
+            raise BackendError(f"onnxruntime: optimization={value!r}; expected one of "
+                               f"{', '.join(self.LEVELS)}")
+        return self.LEVELS[value]
+
     def _session_options(self):
         ort = _ort()
         so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, self._level())
         threads = self._options.get("threads")
         if threads:
             so.intra_op_num_threads = int(threads)
@@ -296,10 +309,10 @@ class OnnxRuntimeBackend(Backend):
             "output_names": [t.name for t in sub.outputs],
             "options": self.options(),
             "providers": [_CPU],
-            "graph_optimization_level": "ORT_ENABLE_ALL",
+            "graph_optimization_level": self._level(),
         }
         header = (f"# onnxruntime {self.version()} optimized graph (CPUExecutionProvider, "
-                  f"ORT_ENABLE_ALL), subgraph {sub.key}\n"
+                  f"{self._level()}), subgraph {sub.key}\n"
                   f"# {len(sub.closure)} original nodes -> {len(optimized.graph.node)} ORT nodes\n"
                   f"# inputs: {', '.join(meta['input_names'])}\n"
                   f"# outputs: {', '.join(meta['output_names'])}\n")

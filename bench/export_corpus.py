@@ -1,0 +1,58 @@
+"""Export the PyTorch corpus (bench/torch_models.py) as static-shape ONNX files for `provmap bench`.
+
+The bench compares backends on fixed shapes (a search prices one shape), so symbolic
+dimensions are fixed to the spec's batch 1 (`provmap.provenance.shapes.apply_input_shapes`, what
+`--input-shape` does).  Needs the optional `[torch]` extra.
+
+    python3 -m provmap.bench.export_corpus -o /tmp/corpus            # every model, dynamo
+    provmap bench /tmp/corpus/*.onnx -o bench/out --backends onnxruntime,openvino
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .torch_models import EXPORTERS, MODELS, export
+
+#: one of each architecture family; the *_dynamic twins differ only in their axes
+DEFAULT = ["bert", "distilbert", "gpt2", "vit", "resnet18", "mobilenet_v3_small",
+           "shufflenet_v2"]
+
+
+def export_static(name: str, exporter: str, out_dir: Path) -> Path:
+    import onnx
+
+    from provmap.provenance.shapes import apply_input_shapes
+
+    spec = MODELS[name]
+    path = out_dir / f"{name}.onnx"
+    export(spec, exporter, path)
+    shapes = spec.shape_dict(1)
+    if shapes:
+        model = apply_input_shapes(onnx.load(str(path)), shapes, name)
+        onnx.save(model, str(path))
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.export_corpus")
+    ap.add_argument("-o", "--output", required=True, help="directory for NAME.onnx files")
+    ap.add_argument("--models", default=",".join(DEFAULT))
+    ap.add_argument("--exporter", default="dynamo", choices=EXPORTERS)
+    a = ap.parse_args(argv)
+    out = Path(a.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in [m for m in a.models.split(",") if m]:
+        if name not in MODELS:
+            print(f"export_corpus: unknown model {name!r}; known: {', '.join(MODELS)}",
+                  file=sys.stderr)
+            return 2
+        print(f"export_corpus: {name} ({a.exporter})", file=sys.stderr, flush=True)
+        print(export_static(name, a.exporter, out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

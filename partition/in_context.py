@@ -1,0 +1,51 @@
+"""Partition times measured inside the running plan, fed back to the first level's prices.
+
+An isolated price is what a region costs alone: its weights warm in cache, no neighbour's
+thread pool still spinning, no layout reorder at its boundary.  Inside the plan it can cost
+more (or less).  After the kept plan is chosen, each partition is timed by the executor's
+per-partition hook over the same runs a user makes, and the median is stored beside the
+isolated price (`CostCache.put_in_context`); the next search that meets the same region on the
+same backend, host and options prices it from that (`MeasuredEstimator(in_context=True)`).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from provmap.runtime_module.module import ArtifactModule
+
+
+def measure_partitions(artifact, runs: int = 20, warmup: int = 3) -> dict[str, float]:
+    """Median seconds of each partition call over `runs` end-to-end runs (after `warmup`)."""
+    mod = ArtifactModule(artifact)
+    feeds = mod.random_inputs(0)
+    mod.load_runners()
+    times: dict[str, list[float]] = {m.id: [] for m in mod.partitions}
+    try:
+        for _ in range(warmup):
+            mod.run(feeds)
+        for _ in range(runs):
+            mod.run(feeds, on_partition=lambda m, _i, _o, dt: times[m.id].append(dt))
+    finally:
+        mod.close()
+    return {pid: statistics.median(ts) for pid, ts in times.items() if ts}
+
+
+def feed_back(artifact, cache, backends: dict, plan_label: str, runs: int = 20) -> list[dict]:
+    """Measure the partitions in context, store them in `cache`, and return one row per
+    partition: its isolated price (if the cache has it) beside the in-context time."""
+    times = measure_partitions(artifact, runs=runs)
+    rows = []
+    for p in artifact.manifest["partitions"]:
+        be = backends[p["backend"]]
+        sec = times.get(p["id"])
+        if sec is None:
+            continue
+        iso = cache.get(p["key"], be)
+        cache.put_in_context(p["key"], be, seconds=sec, runs=runs, plan=plan_label,
+                             label=f"{plan_label} {p['id']} ({len(p['ops'])} op(s))")
+        rows.append({"partition": p["id"], "backend": p["backend"], "ops": len(p["ops"]),
+                     "in_context_ms": sec * 1e3,
+                     "isolated_ms": (iso.seconds * 1e3 if iso is not None and iso.seconds
+                                     else None)})
+    return rows
