@@ -59,6 +59,7 @@ class SuiteOptions:
     # unbounded cold search of it alone takes over 20 minutes.
     search_budget_s: float | None = 150.0
     refine_budget_s: float = 60.0          # collage's second level (0: first level and e2e only)
+    measure_on: str | None = None          # tracker:HOST:PORT/KEY for the collage searches
 
 
 def quick_options(**kw) -> SuiteOptions:
@@ -111,7 +112,8 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     cache = opts.cache or os.path.join(tmp, "costs.sqlite")
     cold = opts.cache is None
     co = dict(cache_path=cache, max_size=opts.max_size, max_depth=opts.max_depth,
-              measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s)
+              measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s,
+              measure_on=opts.measure_on)
     t0 = time.perf_counter()
     art = compile_model(view, strategy, collage_options=CollageOptions(**co), progress=say)
     first_s = time.perf_counter() - t0

@@ -47,6 +47,7 @@ class CollageOptions:
     refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
+    measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers
 
 
 @dataclass
@@ -85,12 +86,27 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     _say(progress, f"collage: {len(raw)} candidates, {len(allowed)} after constraints, "
                    f"{len(kept)} after pruning ({prune_report})")
 
+    from .cache import host_fingerprint
+
+    pool, host = None, None
+    if opts.measure_on:
+        from provmap.runtime_module.registry import parse_variant
+
+        from .remote import RemotePool
+
+        bases = sorted({parse_variant(n)[0] for n in names} | {"onnxruntime"})
+        pool = RemotePool(opts.measure_on, backends=bases)
+        host = pool.identity["host"]
+        _say(progress, f"collage: measuring on {pool.address}: {pool.sessions} server "
+                       f"session(s), device {host}")
+    measured_on = (pool.describe() if pool is not None else
+                   {"where": "local", "device": {"host": host_fingerprint()}})
     try:
-        cache = CostCache(opts.cache_path)
+        cache = CostCache(opts.cache_path, host=host)
     except CacheLocked as e:  # the search still works, it just cannot share its prices
         _say(progress, f"collage: {e}; searching without it (nothing is read from or saved to "
                        "it this time)")
-        cache = CostCache(":memory:")
+        cache = CostCache(":memory:", host=host)
     last = [0.0]
 
     def tick(done, total, eta):  # at most one progress line a second, and the last one
@@ -100,9 +116,14 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             _say(progress, f"collage: measured {done}/{total}, ETA {eta:.0f} s")
 
     est = MeasuredEstimator(backends, cache, isolate=opts.isolate, progress=tick,
-                            budget_s=opts.measure_budget_s, in_context=opts.in_context)
+                            budget_s=opts.measure_budget_s, in_context=opts.in_context,
+                            remote=pool)
     est.begin(len(kept))
     try:
+        if est.parallel > 1:
+            _say(progress, f"collage: measuring {len(kept)} candidates on {est.parallel} "
+                           "servers in parallel")
+            est.prefetch(view, kept)
         calib = calibrate_boundary(backends)
         res = search(view, kept, lambda c: est.estimate(view, c),
                      crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b))
@@ -150,13 +171,27 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         "partitions": len(plan.partitions),
         "search_total_s": round(t_search, 3),
         "explain": explained,
+        "measured_on": measured_on,
     }
+    if pool is not None:
+        report["measured_on"] = pool.describe()  # with the sessions lost during the search
     plan.info["estimated_ms"] = res.estimated_s * 1e3
     if cyclic:
         report["search_plan_cyclic"] = cyclic
         if not opts.e2e_check:
             raise ProvmapError(f"collage: the cheapest cover is cyclic ({cyclic}); rerun with "
                                "the end-to-end check to fall back to greedy/single plans")
+    if pool is not None and opts.e2e_check:
+        # The end-to-end check, the second level and the in-context feedback run plans in this
+        # process: on this host, not on the device the prices came from.
+        report["e2e_skipped"] = (f"candidates were measured on {pool.address}; the end-to-end "
+                                 "check and the second level run plans in this process, so "
+                                 "they were skipped (the DP's plan is kept)")
+        _say(progress, f"collage: {report['e2e_skipped']}")
+        if cyclic:
+            raise ProvmapError(f"collage: the cheapest cover is cyclic ({cyclic}), and with "
+                               "remote measurement there is no end-to-end fallback")
+        opts = CollageOptions(**{**vars(opts), "e2e_check": False})
     if not opts.e2e_check:
         plan.info["collage"] = report
         return CollageResult(plan, None, report)

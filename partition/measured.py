@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
+import threading
 import weakref
 from typing import Callable, Mapping
 
@@ -92,7 +93,7 @@ class MeasuredEstimator(CostEstimator):
                  progress: Callable[[int, int, float], None] | None = None,
                  timeout_s: float | None = 1200.0, start_method: str = "spawn",
                  ref_cache_bytes: int = 256 << 20, budget_s: float | None = None,
-                 in_context: bool = True):
+                 in_context: bool = True, remote=None):
         self.backends = dict(backends)
         self.budget_s = budget_s
         self.cache = cache if cache is not None else CostCache(":memory:")
@@ -106,17 +107,23 @@ class MeasuredEstimator(CostEstimator):
             self.reference = resolve_backend(reference, ref_opts) if self.check_accuracy else None
         else:
             self.reference = reference if self.check_accuracy else None
-        self.isolate = bool(isolate)
+        self.remote = remote  # a provmap.partition.remote.RemotePool: measure on its servers
+        self.isolate = bool(isolate) or remote is not None
         self.in_context = bool(in_context)
         self.progress = progress
         self.timeout_s = timeout_s
         self.ref_cache_bytes = int(ref_cache_bytes)
         self._ident = {name: backend_identity(b) for name, b in self.backends.items()}
+        if remote is not None:  # prices are the device's: its library versions key them
+            versions = remote.identity.get("versions") or {}
+            self._ident = {name: (i[0], versions.get(i[0], f"remote-unknown:{i[1]}"), i[2])
+                           for name, i in self._ident.items()}
         self._spec = {name: backend_spec(b) for name, b in self.backends.items()} \
             if self.isolate else {}
         self._ref_spec = backend_spec(self.reference) if self.reference is not None else None
-        self._worker = Worker(start_method) if self.isolate else None
-        if self._worker is not None:
+        self._worker = (remote if remote is not None else
+                        Worker(start_method) if self.isolate else None)
+        if self._worker is not None and remote is None:
             self._finalizer = weakref.finalize(self, Worker.stop, self._worker)
         self._refs = RefCache(self.ref_cache_bytes)  # in-process mode only
         self._total: int | None = None
@@ -127,6 +134,8 @@ class MeasuredEstimator(CostEstimator):
                    "time_s": 0.0, "skipped_budget": 0, "in_context": 0}
         self._invalid: list[dict] = []
         self._measure_by_backend: dict[str, list[float]] = {}
+        self._lock = threading.Lock()     # counters and the cache, when prefetch runs threads
+        self._prefetched: set = set()     # (key, ident) measured by prefetch, not cache hits
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -187,7 +196,8 @@ class MeasuredEstimator(CostEstimator):
                 return Estimate(row[0], cached=True)
         hit = self.cache.get(key, ident)
         if hit is not None:
-            self._c["cache_hits"] += 1
+            if (key, ident) not in self._prefetched:
+                self._c["cache_hits"] += 1
             est = hit.estimate()
             if not est.valid:
                 self._c["invalid"] += 1
@@ -225,6 +235,68 @@ class MeasuredEstimator(CostEstimator):
             self._invalid.append({"backend": name, "ops": sorted(candidate.ops), "label": label,
                                   "reason": est.reason, "cached": False})
         return est
+
+    @property
+    def parallel(self) -> int:
+        """How many candidates can be measured at once (remote servers; 1 locally)."""
+        return self.remote.parallel if self.remote is not None else 1
+
+    def prefetch(self, view, candidates) -> int:
+        """Measure every candidate not priced yet, `parallel` at a time, into the cache.
+
+        The search asks for prices one at a time and stops asking when it has its path; with
+        several servers it is faster to measure everything at once (more candidates, less
+        wall time).  The measuring budget still holds: past it only single ops and
+        whole-model candidates are measured.  Returns how many were measured."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self.parallel <= 1:
+            return 0
+        todo, seen = [], set()
+        for c in candidates:
+            if c.backend not in self.backends:
+                continue
+            try:
+                sub = view.subgraph(c.ops)
+                key = sub.key
+            except (ProvmapError, ValueError):
+                continue
+            ident = self._ident[c.backend]
+            if (key, ident) in seen or self.cache.get(key, ident) is not None:
+                continue
+            if self.in_context and self.cache.get_in_context(key, ident) is not None:
+                continue
+            seen.add((key, ident))
+            todo.append((c, sub, key, ident))
+
+        def one(item):
+            c, sub, key, ident = item
+            with self._lock:
+                over = (self.budget_s is not None and self._c["measure_s"] >= self.budget_s)
+            if over and len(c.ops) > 1 and "whole-model" not in c.rule.split("+"):
+                return 0
+            label = _label(view, c.ops)
+            t0 = time.perf_counter()
+            res, cacheable = self._measure_region(view, sub, key, label, c.backend)
+            dt = time.perf_counter() - t0
+            with self._lock:
+                self._c["measured"] += 1
+                self._c["measure_s"] += dt
+                self._measure_by_backend.setdefault(c.backend, []).append(dt)
+                for k in ("build_load_s", "check_s", "time_s"):
+                    self._c[k] += (res.get("phases") or {}).get(k, 0.0)
+                if res.get("unchecked"):
+                    self._c["unchecked"] += 1
+                if cacheable:
+                    self.cache.put(key, ident, seconds=res.get("seconds"),
+                                   reason=res.get("reason") or "", spread=res.get("spread") or 0,
+                                   repeats=res.get("repeats") or 0,
+                                   max_abs_err=res.get("max_abs_err"), label=label)
+                    self._prefetched.add((key, ident))
+            return 1
+
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix="provmap-prefetch") as ex:
+            return sum(ex.map(one, todo))
 
     def _measure_region(self, view, sub, key: str, label: str, name: str) -> tuple[dict, bool]:
         try:

@@ -142,6 +142,55 @@ def measure_once(sub, key: str, content: str, backend: Backend, ref: Backend | N
     return res
 
 
+class RequestState:
+    """What a measuring process keeps between requests: backends by (spec, options), and the
+    reference outputs of recently checked regions."""
+
+    def __init__(self):
+        self.backends: dict[tuple, Backend] = {}
+        self.refs = RefCache(0)
+
+    def backend(self, spec: str, options: dict) -> Backend:
+        k = (spec, json.dumps(options, sort_keys=True, default=str))
+        if k not in self.backends:
+            self.backends[k] = resolve_backend(spec, options)
+        return self.backends[k]
+
+
+def handle_request(req: dict, state: RequestState) -> dict:
+    """One measurement request (built by MeasuredEstimator) -> reply; never raises.  Shared by
+    the local worker process and the RPC server (provmap.partition.remote)."""
+    import onnx
+
+    from provmap.runtime_module.onnx_region import OnnxRegion
+
+    from .view import load_view
+
+    try:
+        state.refs.max_bytes = req["ref_cache_bytes"]
+        try:
+            backend = state.backend(req["backend"], req["options"])
+            ref = (state.backend(req["reference"], req["ref_options"]) if req["reference"]
+                   else None)
+        except Exception as e:
+            return {"seconds": None, "reason": first_line(e)}
+        try:
+            cut = onnx.load_from_string(req["model"])
+            if backend.needs_relax or (ref is not None and ref.needs_relax):
+                view = load_view(cut, req["label"], check=False)  # cut from a checked model
+                sub = view.subgraph(view.op_nodes)
+            else:  # ONNX in, ONNX built: no Relax import (Backend.needs_relax)
+                sub = OnnxRegion(cut, req["key"])
+        except Exception as e:
+            return {"seconds": None, "reason": f"re-import of the cut region failed: "
+                                               f"{first_line(e)}"}
+        return measure_once(sub, req["key"], req["content"], backend, ref, req["ref_name"],
+                            req["settings"], state.refs)
+    except BaseException as e:  # keep the process alive whatever happens in Python
+        return {"seconds": None, "reason": f"worker error: {type(e).__name__}: "
+                                           f"{first_line(e)}"}
+
+
 def _worker_main(conn) -> None:
     try:  # a crashing backend must not leave core files around
         import resource
@@ -150,25 +199,15 @@ def _worker_main(conn) -> None:
     except Exception:
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    import onnx
+    import onnx  # noqa: F401  (imported before "ready": start-up is not a candidate's time)
 
-    from provmap.runtime_module.onnx_region import OnnxRegion
-
-    from .view import load_view
+    from .view import load_view  # noqa: F401
 
     try:
         conn.send("ready")
     except (BrokenPipeError, OSError):
         return
-    backends: dict[tuple, Backend] = {}
-    refs = RefCache(0)
-
-    def get(spec: str, options: dict) -> Backend:
-        k = (spec, json.dumps(options, sort_keys=True, default=str))
-        if k not in backends:
-            backends[k] = resolve_backend(spec, options)
-        return backends[k]
-
+    state = RequestState()
     while True:
         try:
             req = conn.recv()
@@ -176,30 +215,7 @@ def _worker_main(conn) -> None:
             return
         if req is None:
             return
-        try:
-            refs.max_bytes = req["ref_cache_bytes"]
-            try:
-                backend = get(req["backend"], req["options"])
-                ref = get(req["reference"], req["ref_options"]) if req["reference"] else None
-            except Exception as e:
-                reply = {"seconds": None, "reason": first_line(e)}
-            else:
-                try:
-                    cut = onnx.load_from_string(req["model"])
-                    if backend.needs_relax or (ref is not None and ref.needs_relax):
-                        view = load_view(cut, req["label"], check=False)  # cut from a checked model
-                        sub = view.subgraph(view.op_nodes)
-                    else:  # ONNX in, ONNX built: no Relax import (Backend.needs_relax)
-                        sub = OnnxRegion(cut, req["key"])
-                except Exception as e:
-                    reply = {"seconds": None, "reason": f"re-import of the cut region failed: "
-                                                        f"{first_line(e)}"}
-                else:
-                    reply = measure_once(sub, req["key"], req["content"], backend, ref,
-                                         req["ref_name"], req["settings"], refs)
-        except BaseException as e:  # keep the worker alive whatever happens in Python
-            reply = {"seconds": None, "reason": f"worker error: {type(e).__name__}: "
-                                                f"{first_line(e)}"}
+        reply = handle_request(req, state)
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):

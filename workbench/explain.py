@@ -66,6 +66,8 @@ def explain_artifact(manifest: dict) -> dict:
                            "same_as_collage": info.get("e2e_same_as_collage")},
             "second_level": info.get("refine"),
             "in_context": info.get("in_context"),
+            "measured_on": info.get("measured_on"),
+            "e2e_skipped": info.get("e2e_skipped"),
             "level": info.get("level"),
             "kept": strategy}
 
@@ -121,6 +123,12 @@ def format_explain(x: dict) -> str:
             iso = f"{r['isolated_ms']:.3f}" if r.get("isolated_ms") is not None else "-"
             lines.append(f"  {r['partition']} {r['backend']} ({r['ops']} ops): "
                          f"{r['in_context_ms']:.3f} ms in context, {iso} ms isolated")
+    on = x.get("measured_on")
+    if on:
+        dev = on.get("device") or {}
+        lines.append(f"prices measured on: {on.get('where')} (device {dev.get('host')})")
+    if x.get("e2e_skipped"):
+        lines.append(f"  {x['e2e_skipped']}")
     if x.get("level"):
         lines.append(f"kept plan found by: {x['level']} level" if x["level"] in ("first", "second")
                      else f"kept plan found by: the {x['level']}")

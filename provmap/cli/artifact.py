@@ -39,9 +39,11 @@ def cmd_compile(args) -> int:
             max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
             forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
             e2e_check=not args.no_e2e_check, measure_budget_s=args.search_budget,
-            refine_budget_s=0.0 if args.no_e2e_check else args.refine_budget)
-    elif args.pin or args.forbid or args.cut or args.backends:
-        raise ProvmapError("--pin/--forbid/--cut/--backends apply to --strategy collage")
+            refine_budget_s=0.0 if args.no_e2e_check else args.refine_budget,
+            measure_on=args.measure_on)
+    elif args.pin or args.forbid or args.cut or args.backends or args.measure_on:
+        raise ProvmapError("--pin/--forbid/--cut/--backends/--measure-on apply to --strategy "
+                           "collage")
     art = compile_model(view, strategy, out=args.output,
                         backend_options=_parse_backend_options(args.backend_option),
                         progress=_progress, collage_options=collage_options,
@@ -277,6 +279,10 @@ def add_artifact_commands(sub) -> None:
                    help="collage: time for the second level, which changes the kept plan "
                    "(moves, merges, boundary nodes) and keeps a change only if it measures "
                    "faster end to end in every pass (default %(default)s; 0: off)")
+    c.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY",
+                   help="collage: measure candidates on the RPC servers registered under KEY "
+                   "with that tracker (provmap rpc-server), in parallel; prices are keyed by "
+                   "that device (docs/remote.md)")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
                    help="e.g. openvino.precision=bf16 (recorded in the manifest)")
     add_input_shape_option(c)

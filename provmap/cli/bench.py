@@ -36,7 +36,7 @@ def cmd_bench(args) -> int:
               search_backends=csv(args.search_backends), cache=args.cache,
               repeats=args.repeats, keep_weights=args.keep_weights or None,
               search_budget_s=args.search_budget, refine_budget_s=args.refine_budget,
-              provenance_repeats=args.provenance_repeats)
+              provenance_repeats=args.provenance_repeats, measure_on=args.measure_on)
     if args.scaling_sizes is not None:
         kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
     if args.quick:
@@ -92,6 +92,8 @@ def add_bench_command(sub) -> None:
                    "level per model (default 60, --quick 10; 0: off)")
     b.add_argument("--provenance-repeats", type=int, metavar="N", help="TVM compiles per model "
                    "for the provenance-overhead table (default 1; 0: skip it)")
+    b.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY", help="measure collage's "
+                   "candidates on the RPC servers of that key (see docs/remote.md)")
     b.add_argument("--repeats", type=int, help="latency runs per alternative (default 30)")
     b.add_argument("--scaling-sizes", help="synthetic graph sizes, e.g. 100,1000,10000 "
                    "('' to skip the scaling run)")

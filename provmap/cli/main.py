@@ -1,7 +1,7 @@
 """The `provmap` command: one parser with every subcommand, each defined in this package.
 
 map (provenance only, all-TVM), compile / run / trust / inspect / lookup (the artifact), bench,
-and the workbench: compare, bisect, profile, report, annotate, explain."""
+the workbench: compare, bisect, profile, report, annotate, explain; and rpc-server."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .artifact import add_artifact_commands
 from .bench import add_bench_command
 from .common import _version, dispatch
 from .map import add_map_command
+from .rpc import add_rpc_commands
 from .workbench import add_workbench_commands
 
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_artifact_commands(sub)
     add_bench_command(sub)
     add_workbench_commands(sub)
+    add_rpc_commands(sub)
     return p
 
 

@@ -1,0 +1,96 @@
+"""Cold Collage search through TVM's RPC tracker with 1 and with 2 local servers.
+
+Both searches start from an empty cost cache, on the same model, in one run; the ratio of their
+wall times is the speed-up of measuring on two servers at once.  On one small machine the two
+servers share its cores, so the speed-up here is a floor (and the parallel prices are measured
+under that contention); on separate boards they do not share anything.
+
+    python3 -m provmap.bench.remote_scaling --model bundled:squeezenet -o bench/out/remote.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KEY = "provmap-bench"
+
+
+def run(model: str, servers_list=(1, 2), max_size: int = 6, max_depth: int = 3,
+        progress=print) -> dict:
+    from tvm.rpc.tracker import Tracker
+
+    from provmap.partition.collage import CollageOptions, collage
+    from provmap.partition.remote import TrackerAddress, start_server, wait_for_servers
+    from provmap.partition.view import load_view
+    from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.registry import get_backend
+
+    view = load_view(model)
+    rows = []
+    for n in servers_list:
+        tracker = Tracker(host="127.0.0.1", port=19190, port_end=19290, silent=True)
+        servers = []
+        try:
+            for _ in range(n):
+                servers.append(start_server(f"127.0.0.1:{tracker.port}", KEY, host="127.0.0.1",
+                                            port=19300, port_end=19400))
+            addr = TrackerAddress("127.0.0.1", tracker.port, KEY)
+            if not wait_for_servers(addr, n, 60):
+                raise RuntimeError(f"{n} server(s) did not register")
+            backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+            with tempfile.TemporaryDirectory() as d:
+                progress(f"remote_scaling: cold search of {model} on {n} server(s)")
+                t0 = time.perf_counter()
+                res = collage(view, backends, CollageOptions(
+                    max_size=max_size, max_depth=max_depth, cache_path=f"{d}/c.sqlite",
+                    e2e_check=False, refine_budget_s=0, in_context=False, measure_on=str(addr)))
+                wall = time.perf_counter() - t0
+            est = res.report["estimator"]
+            rows.append({"servers": n, "search_s": wall, "measured": est.get("measured"),
+                         "partitions": len(res.plan.partitions),
+                         "estimated_ms": res.report["estimated_ms"]["collage"]})
+        finally:
+            for s in servers:
+                s.terminate()
+            tracker.terminate()
+    base = rows[0]["search_s"]
+    for r in rows:
+        r["ratio_to_1_server"] = r["search_s"] / base
+    return {"model": model, "date": time.strftime("%Y-%m-%d"), "host": host_info(),
+            "max_size": max_size, "max_depth": max_depth, "rows": rows}
+
+
+def markdown(res: dict) -> str:
+    h = res["host"]
+    lines = [f"Cold collage search of {res['model']} through a local RPC tracker, "
+             f"{res['date']}, {h.get('machine')} {h.get('cpus')} CPUs (max size "
+             f"{res['max_size']}, depth {res['max_depth']}; servers share this machine's "
+             "cores).", "", "| servers | search s | measured | ratio to 1 server |",
+             "|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['servers']} | {r['search_s']:.1f} | {r['measured']} | "
+                     f"{r['ratio_to_1_server']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.remote_scaling")
+    ap.add_argument("--model", default="bundled:squeezenet")
+    ap.add_argument("-o", "--output", required=True, help="results .json (and .md beside it)")
+    a = ap.parse_args(argv)
+    res = run(a.model, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    out = Path(a.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2))
+    out.with_suffix(".md").write_text(markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""`provmap rpc-server`: a TVM RPC server that measures candidates for remote searches."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+from provmap.provenance.errors import ProvmapError
+
+
+def cmd_rpc_server(args) -> int:
+    from provmap.partition.remote import start_server
+
+    try:
+        server = start_server(args.tracker, args.key, host=args.host, port=args.port,
+                              port_end=args.port_end, silent=not args.verbose)
+    except ProvmapError:
+        raise
+    except Exception as e:  # TVM's socket/bind errors: one line
+        raise ProvmapError(f"rpc-server: {type(e).__name__}: {e}") from None
+    print(f"provmap: rpc-server on {args.host}:{server.port}, key {args.key!r}, registered with "
+          f"tracker {args.tracker}; Ctrl-C to stop", file=sys.stderr, flush=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    try:
+        deadline = None if args.stop_after is None else time.monotonic() + args.stop_after
+        while not stop and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.2)
+            if server.proc is None:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.terminate()
+    return 0
+
+
+def add_rpc_commands(sub) -> None:
+    r = sub.add_parser("rpc-server", help="serve candidate measurements to remote searches "
+                       "(a TVM RPC server registered with a tracker; see docs/remote.md)")
+    r.add_argument("--tracker", required=True, metavar="HOST:PORT",
+                   help="the tracker to register with (python -m tvm.exec.rpc_tracker)")
+    r.add_argument("--key", required=True, help="device key searches ask for "
+                   "(--measure-on tracker:HOST:PORT/KEY)")
+    r.add_argument("--host", default="0.0.0.0", help="address to listen on (default %(default)s)")
+    r.add_argument("--port", type=int, default=9091, help="first port to try (default %(default)s)")
+    r.add_argument("--port-end", type=int, default=9199, help="last port to try (default %(default)s)")
+    r.add_argument("--stop-after", type=float, metavar="SECONDS",
+                   help="stop by itself after this long (scripts and tests)")
+    r.add_argument("--verbose", action="store_true", help="TVM's server log on stderr")
+    r.set_defaults(func=cmd_rpc_server)
