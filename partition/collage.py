@@ -259,11 +259,14 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
 
         _say(progress, f"collage: second level, up to {opts.refine_budget_s:.0f} s of "
                        f"end-to-end measured changes to {winner}")
+        from .refine import suggestions_from
+
         ref = refine(view, chosen_plan, art, winner, backends,
                      supported_fn(view, verdicts, cons), dp_plan=None if cyclic else plan,
                      cuts=frozenset(cons.cuts) if cons else frozenset(),
                      budget_s=opts.refine_budget_s, margin=opts.refine_margin, blobs=blobs,
-                     progress=lambda m: _say(progress, f"collage: {m}"))
+                     progress=lambda m: _say(progress, f"collage: {m}"),
+                     suggestions=suggestions_from(res.estimates))
         kept = sum(1 for t in ref.trail if t.get("status") == "kept")
         report["refine"] = {"start": winner, "budget_s": opts.refine_budget_s,
                             "seconds": round(ref.seconds, 1), "stopped": ref.stopped,

@@ -73,12 +73,15 @@ def _with(plan: Plan, label: str, parts: list[PartitionSpec]) -> Plan:
 
 
 def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan: Plan | None = None,
-            cuts: frozenset = frozenset()) -> list[Proposal]:
+            cuts: frozenset = frozenset(), suggestions: list | None = None,
+            max_carves: int = 8) -> list[Proposal]:
     """Every local change to `plan` (see the module doc), cheapest-looking first: changes that
     remove a boundary (moves that merge, merges) before those that only shift one.
 
     `supported(backend, ops)` says whether a backend may run a set of op nodes (support
-    verdicts and the user's constraints)."""
+    verdicts and the user's constraints).  `suggestions` are regions the first level priced
+    cheaper on another backend than on the one the incumbent gives them
+    (`suggestions_from`): each becomes a carve, largest saving first."""
     parts = plan.partitions
     out: list[Proposal] = []
     seen = set()
@@ -138,14 +141,34 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
                          "level's partition)",
                 [PartitionSpec(whole.backend, rest, why=whole.why),
                  PartitionSpec(q.backend, sorted(q.ops), why="refine: carved")])
+    # carve: regions the isolated prices say are cheaper elsewhere, out of their partition
+    carves = 0
+    for sg in suggestions or ():
+        if carves >= max_carves:
+            break
+        region = frozenset(sg["ops"])
+        k = next((k for k, p in enumerate(parts) if region <= set(p.ops)), None)
+        if k is None or parts[k].backend != sg["vs"] or region == set(parts[k].ops):
+            continue
+        new = copy()
+        new[k].ops = sorted(set(new[k].ops) - region)
+        new.append(PartitionSpec(sg["backend"], sorted(region), why="refine: carved"))
+        before = len(out)
+        add("carve", f"carve {len(region)} op(s) from {view.describe(min(region))} out of "
+                     f"{parts[k].backend} onto {sg['backend']} (first level: "
+                     f"{sg['saving_ms']:.3f} ms cheaper there in isolation)", new)
+        carves += len(out) > before
     # grow / shrink: one boundary node to the neighbour that reads it or that it reads
     owner = {i: k for k, p in enumerate(parts) for i in p.ops}
+    preds: dict[int, set[int]] = {i: set() for i in view.op_nodes}
+    for j in view.op_nodes:
+        for i in view.op_successors(j):
+            preds.setdefault(i, set()).add(j)
     for i in view.op_nodes:
         k = owner[i]
         if len(parts[k].ops) < 2:
             continue  # moving the last node is a move of the partition
-        others = {owner[j] for j in view.op_successors(i)} | {
-            owner[j] for j in view.op_nodes if i in view.op_successors(j)}
+        others = {owner[j] for j in view.op_successors(i)} | {owner[j] for j in preds[i]}
         for m in sorted(others - {k}):
             if parts[m].backend == parts[k].backend:
                 continue
@@ -154,8 +177,26 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
             new[m].ops = sorted(set(new[m].ops) | {i})
             add("grow", f"move {view.describe(i)} from {parts[k].backend} to "
                         f"{_describe_part(view, parts[m])}", new)
-    order = {"merge": 0, "move": 1, "carve": 2, "grow": 3}
+    order = {"merge": 0, "move": 1, "carve": 2, "grow": 3}  # carves keep their saving order
     out.sort(key=lambda pr: (order[pr.kind], len(pr.plan.partitions)))
+    return out
+
+
+def suggestions_from(estimates: dict) -> list[dict]:
+    """Regions the first level priced on two backends, with the saving of the cheaper one:
+    [{"ops", "backend" (cheaper), "vs" (dearer), "saving_ms"}], largest saving first."""
+    by_region: dict = {}
+    for c, e in estimates.items():
+        if e.valid and len(c.ops) > 0:
+            by_region.setdefault(frozenset(c.ops), {})[c.backend] = e.seconds
+    out = []
+    for ops, prices in by_region.items():
+        for b, pb in prices.items():
+            for a, pa in prices.items():
+                if a != b and pb < pa:
+                    out.append({"ops": sorted(ops), "backend": b, "vs": a,
+                                "saving_ms": (pa - pb) * 1e3})
+    out.sort(key=lambda x: -x["saving_ms"])
     return out
 
 
@@ -195,7 +236,8 @@ class RefineResult:
 def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, supported,
            dp_plan: Plan | None = None, cuts: frozenset = frozenset(), budget_s: float = 60.0,
            margin: float = 0.02, passes: int = 3, repeats: int = 30, min_block_s: float = 0.3,
-           blobs: dict | None = None, progress=None) -> RefineResult:
+           blobs: dict | None = None, progress=None,
+           suggestions: list | None = None) -> RefineResult:
     """Improve `plan` (already built as `artifact`) by end-to-end measured local changes.
 
     Returns the kept plan, its artifact, and the trail: one entry per proposal considered, with
@@ -209,7 +251,8 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
     tried: set = set()
     stopped = "no proposal won"
     while True:
-        proposals = [p for p in propose(view, inc_plan, list(backends), supported, dp_plan, cuts)
+        proposals = [p for p in propose(view, inc_plan, list(backends), supported, dp_plan, cuts,
+                                        suggestions)
                      if _signature(p.plan) not in tried]
         if not proposals:
             break

@@ -242,11 +242,10 @@ class RemotePool:
             with self._lock:
                 if self.sessions == 0:
                     break
-            try:
-                sess, fn = self._idle.get(timeout=max(timeout_s or 0, 1.0) + 5.0)
+            try:  # every live session comes back: each call is bounded by timeout_s
+                sess, fn = self._idle.get(timeout=1.0)
             except queue.Empty:
-                last = "no session became free in time"
-                break
+                continue
             ok, out = _with_timeout(lambda: fn(text, model), timeout_s)
             if ok:
                 self._idle.put((sess, fn))

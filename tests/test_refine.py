@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from provmap.partition.constraints import parse_constraints
-from provmap.partition.refine import _wins, propose, refine, supported_fn
+from provmap.partition.candidate import Candidate, Estimate
+from provmap.partition.refine import _wins, propose, refine, suggestions_from, supported_fn
 from provmap.partition.strategies import greedy
 from provmap.partition.view import load_view
 from provmap.provenance import zoo
@@ -72,6 +73,26 @@ def test_proposals_respect_pins(squeeze):
     for pr in props:
         owner = {i: p.backend for p in pr.plan.partitions for i in p.ops}
         assert owner[last_conv] == "openvino"
+
+
+def test_first_level_savings_become_carves(squeeze):
+    view, backends, verdicts, plan = squeeze
+    ops = sorted(plan.partitions[0].ops)
+    region = frozenset(ops[:3])  # conv1, its Relu, the pool: a chain at the model input
+    est = {Candidate("openvino", region, "combine"): Estimate(0.004),
+           Candidate("onnxruntime", region, "combine"): Estimate(0.001),
+           Candidate("onnxruntime", frozenset(ops[:1]), "single-op"): Estimate(0.002)}
+    sg = suggestions_from(est)
+    assert sg == [{"ops": sorted(region), "backend": "onnxruntime", "vs": "openvino",
+                   "saving_ms": pytest.approx(3.0)}]
+    props = propose(view, plan, list(backends), supported_fn(view, verdicts), suggestions=sg)
+    carves = [p for p in props if p.kind == "carve"]
+    assert carves
+    for pr in carves:  # the region now runs on ORT, in a valid plan
+        _ok(view, verdicts, pr.plan)
+        owner = {i: p.backend for p in pr.plan.partitions for i in p.ops}
+        assert all(owner[i] == "onnxruntime" for i in region)
+        assert "cheaper there in isolation" in pr.what
 
 
 def test_a_change_wins_only_beyond_noise_in_every_pass_and_by_minimum():
