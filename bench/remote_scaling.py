@@ -22,10 +22,8 @@ KEY = "provmap-bench"
 
 def run(model: str, servers_list=(1, 2), max_size: int = 6, max_depth: int = 3,
         progress=print) -> dict:
-    from tvm.rpc.tracker import Tracker
-
     from provmap.partition.collage import CollageOptions, collage
-    from provmap.partition.remote import TrackerAddress, start_server, wait_for_servers
+    from provmap.partition.remote import local_farm
     from provmap.partition.view import load_view
     from provmap.runtime_module.artifact import host_info
     from provmap.runtime_module.registry import get_backend
@@ -33,15 +31,7 @@ def run(model: str, servers_list=(1, 2), max_size: int = 6, max_depth: int = 3,
     view = load_view(model)
     rows = []
     for n in servers_list:
-        tracker = Tracker(host="127.0.0.1", port=19190, port_end=19290, silent=True)
-        servers = []
-        try:
-            for _ in range(n):
-                servers.append(start_server(f"127.0.0.1:{tracker.port}", KEY, host="127.0.0.1",
-                                            port=19300, port_end=19400))
-            addr = TrackerAddress("127.0.0.1", tracker.port, KEY)
-            if not wait_for_servers(addr, n, 60):
-                raise RuntimeError(f"{n} server(s) did not register")
+        with local_farm(n, KEY) as (addr, _servers):
             backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
             with tempfile.TemporaryDirectory() as d:
                 progress(f"remote_scaling: cold search of {model} on {n} server(s)")
@@ -54,10 +44,6 @@ def run(model: str, servers_list=(1, 2), max_size: int = 6, max_depth: int = 3,
             rows.append({"servers": n, "search_s": wall, "measured": est.get("measured"),
                          "partitions": len(res.plan.partitions),
                          "estimated_ms": res.report["estimated_ms"]["collage"]})
-        finally:
-            for s in servers:
-                s.terminate()
-            tracker.terminate()
     base = rows[0]["search_s"]
     for r in rows:
         r["ratio_to_1_server"] = r["search_s"] / base

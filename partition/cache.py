@@ -279,12 +279,16 @@ class CostCache:
             None if seconds is None else float(seconds), reason or "", float(spread or 0.0),
             int(repeats or 0), None if max_abs_err is None else float(max_abs_err), time.time(),
             label or "")
+        self._write("INSERT OR REPLACE INTO costs(key, backend, backend_version, options, host, "
+                    "seconds, reason, spread, repeats, max_abs_err, created, label) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", row)
+
+    def _write(self, sql: str, row: tuple) -> None:
+        """One short write transaction (see the module doc on concurrency)."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.execute("INSERT OR REPLACE INTO costs(key, backend, backend_version, "
-                                   "options, host, seconds, reason, spread, repeats, max_abs_err, "
-                                   "created, label) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", row)
+                self._conn.execute(sql, row)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -295,17 +299,8 @@ class CostCache:
                        label: str = "") -> None:
         """Record region `key`'s time on `backend` measured inside a running plan."""
         row = self._ident(key, backend) + (float(seconds), int(runs), plan, time.time(), label)
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.execute("INSERT OR REPLACE INTO in_context(key, backend, "
-                                   "backend_version, options, host, seconds, runs, plan, created, "
-                                   "label) VALUES (?,?,?,?,?,?,?,?,?,?)", row)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._writes += 1
+        self._write("INSERT OR REPLACE INTO in_context(key, backend, backend_version, options, "
+                    "host, seconds, runs, plan, created, label) VALUES (?,?,?,?,?,?,?,?,?,?)", row)
 
     def get_in_context(self, key: str, backend) -> tuple[float, int, str] | None:
         """(seconds, runs, plan) of region `key` on `backend` measured in a running plan."""

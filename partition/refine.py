@@ -68,6 +68,26 @@ def _neighbours(view: GraphView, plan: Plan) -> set[tuple[int, int]]:
     return out
 
 
+def _carve(view: GraphView, part: PartitionSpec, region: frozenset,
+           backend: str) -> list[PartitionSpec]:
+    """`part` with `region` moved to `backend`: the rest splits into what runs before the
+    region and what depends on it, since one partition on both sides would feed itself."""
+    below, todo = set(), list(region)
+    while todo:
+        for j in view.op_successors(todo.pop()):
+            if j not in below:
+                below.add(j)
+                todo.append(j)
+    rest = set(part.ops) - region
+    after = sorted(rest & below)
+    before = sorted(rest - below)
+    out = [PartitionSpec(part.backend, before, why=part.why)] if before else []
+    out.append(PartitionSpec(backend, sorted(region), why="refine: carved"))
+    if after:
+        out.append(PartitionSpec(part.backend, after, why=part.why))
+    return out
+
+
 def _with(plan: Plan, label: str, parts: list[PartitionSpec]) -> Plan:
     return Plan(label, [PartitionSpec(p.backend, sorted(p.ops), why=p.why) for p in parts if p.ops])
 
@@ -136,11 +156,10 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
         for q in dp_plan.partitions:
             if q.backend == whole.backend:
                 continue
-            rest = sorted(set(whole.ops) - set(q.ops))
             add("carve", f"carve {_describe_part(view, q)} out of {whole.backend} (the first "
                          "level's partition)",
-                [PartitionSpec(whole.backend, rest, why=whole.why),
-                 PartitionSpec(q.backend, sorted(q.ops), why="refine: carved")])
+                _carve(view, PartitionSpec(whole.backend, list(whole.ops), why=whole.why),
+                       frozenset(q.ops), q.backend))
     # carve: regions the isolated prices say are cheaper elsewhere, out of their partition
     carves = 0
     for sg in suggestions or ():
@@ -151,8 +170,7 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
         if k is None or parts[k].backend != sg["vs"] or region == set(parts[k].ops):
             continue
         new = copy()
-        new[k].ops = sorted(set(new[k].ops) - region)
-        new.append(PartitionSpec(sg["backend"], sorted(region), why="refine: carved"))
+        new[k:k + 1] = _carve(view, new[k], region, sg["backend"])
         before = len(out)
         add("carve", f"carve {len(region)} op(s) from {view.describe(min(region))} out of "
                      f"{parts[k].backend} onto {sg['backend']} (first level: "

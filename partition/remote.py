@@ -21,6 +21,7 @@ waits forever on a lost server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -270,6 +271,28 @@ class RemotePool:
         return {"where": str(self.address), "device": self.identity,
                 "sessions_opened": self.opened, "sessions_lost": self.retried,
                 "dropped": list(self.dropped)}
+
+
+@contextlib.contextmanager
+def local_farm(n_servers: int, key: str = "provmap-local", port: int = 19190):
+    """A tracker and `n_servers` provmap servers on 127.0.0.1, stopped on exit whatever
+    happens (tests and the remote bench).  Yields (TrackerAddress, servers)."""
+    from tvm.rpc.tracker import Tracker
+
+    tracker = Tracker(host="127.0.0.1", port=port, port_end=port + 100, silent=True)
+    servers = []
+    try:
+        for _ in range(n_servers):
+            servers.append(start_server(f"127.0.0.1:{tracker.port}", key, host="127.0.0.1",
+                                        port=port + 110, port_end=port + 210))
+        addr = TrackerAddress("127.0.0.1", tracker.port, key)
+        if not wait_for_servers(addr, n_servers, timeout_s=60):
+            raise ProvmapError(f"{n_servers} local RPC server(s) did not register in 60 s")
+        yield addr, servers
+    finally:
+        for s in servers:
+            s.terminate()
+        tracker.terminate()
 
 
 def wait_for_servers(address: TrackerAddress, n: int, timeout_s: float = 30.0) -> bool:

@@ -95,6 +95,18 @@ def test_first_level_savings_become_carves(squeeze):
         assert "cheaper there in isolation" in pr.what
 
 
+def test_a_carve_from_the_middle_splits_the_rest_around_it(squeeze):
+    view, backends, verdicts, _plan = squeeze
+    whole = order_plan(view, greedy(view, [backends["onnxruntime"]]))
+    middle = sorted(view.op_nodes)[len(view.op_nodes) // 2]
+    sg = [{"ops": [middle], "backend": "openvino", "vs": "onnxruntime", "saving_ms": 1.0}]
+    [carve] = [p for p in propose(view, whole, list(backends), supported_fn(view, verdicts),
+                                  suggestions=sg) if p.kind == "carve"]
+    _ok(view, verdicts, carve.plan)
+    assert [p.backend for p in order_plan(view, carve.plan).partitions] == [
+        "onnxruntime", "openvino", "onnxruntime"]
+
+
 def test_a_change_wins_only_beyond_noise_in_every_pass_and_by_minimum():
     def lat(passes):
         return Latency(samples_s=[x for p in passes for x in p],

@@ -3,14 +3,13 @@ servers on 127.0.0.1, each stopped at the end of the test whatever happens."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import pytest
 
 from provmap.partition.cache import CostCache, host_fingerprint
 from provmap.partition.collage import CollageOptions, collage
-from provmap.partition.remote import RemotePool, TrackerAddress, wait_for_servers
+from provmap.partition.remote import RemotePool, TrackerAddress, local_farm
 from provmap.partition.view import load_view
 from provmap.provenance import zoo
 from provmap.provenance.errors import ProvmapError
@@ -19,25 +18,8 @@ from provmap.runtime_module.registry import get_backend
 KEY = "provmap-test"
 
 
-@contextlib.contextmanager
 def rpc_farm(n_servers: int):
-    from tvm.rpc.tracker import Tracker
-
-    from provmap.partition.remote import start_server
-
-    tracker = Tracker(host="127.0.0.1", port=19190, port_end=19290, silent=True)
-    servers = []
-    try:
-        for _ in range(n_servers):
-            servers.append(start_server(f"127.0.0.1:{tracker.port}", KEY, host="127.0.0.1",
-                                        port=19300, port_end=19400))
-        addr = TrackerAddress("127.0.0.1", tracker.port, KEY)
-        assert wait_for_servers(addr, n_servers, timeout_s=60), "servers did not register"
-        yield addr, servers
-    finally:
-        for s in servers:
-            s.terminate()
-        tracker.terminate()
+    return local_farm(n_servers, KEY)
 
 
 def _opts(cache, **kw):
