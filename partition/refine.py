@@ -233,7 +233,8 @@ def _wins(new, old, margin: float) -> tuple[bool, str]:
         return True, f"{gain:.1%} faster by median, faster in every pass and by minimum"
     why = []
     if not mn < (1 - margin) * mo:
-        why.append(f"median {gain:+.1%} (needs > {margin:.0%})")
+        why.append(f"{-gain:.1%} slower by median" if gain < 0 else
+                   f"{gain:.1%} faster by median (needs > {margin:.0%})")
     if not every:
         why.append("not faster in every pass")
     if not faster_min:

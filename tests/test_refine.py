@@ -117,6 +117,7 @@ def test_a_change_wins_only_beyond_noise_in_every_pass_and_by_minimum():
     # 1% faster: inside the margin
     ok, why = _wins(lat([[0.99] * 3] * 3), old, 0.02)
     assert not ok and "needs > 2%" in why
+    assert "slower by median" in _wins(lat([[1.2] * 3] * 3), old, 0.02)[1]
     # faster by median overall but slower in one pass
     ok, why = _wins(lat([[0.8] * 3, [0.8] * 3, [1.05] * 3]), old, 0.02)
     assert not ok and "every pass" in why
