@@ -33,8 +33,13 @@ def test_onnx_backends_build_the_same_from_either(region, name):
     be = get_backend(name)
     assert be.needs_relax is False
     a, b = be.build(sub), be.build(reg)
-    assert [k.name for k in a.kernels] == [k.name for k in b.kernels]
-    assert [k.nodes for k in a.kernels] == [k.nodes for k in b.kernels]
+    # the same kernels covering the same nodes.  Not kernel-by-kernel: ORT names and orders
+    # its layout reorders differently from one build to the next (ReorderOutput_token_N), even
+    # of one Subgraph, so which reorder carries which node is not stable between builds.
+    assert sorted(k.name for k in a.kernels if not k.name.startswith("Reorder")) == sorted(
+        k.name for k in b.kernels if not k.name.startswith("Reorder"))
+    assert len(a.kernels) == len(b.kernels)
+    assert {n for k in a.kernels for n in k.nodes} == {n for k in b.kernels for n in k.nodes}
     rng = np.random.default_rng(0)
     feeds = [rng.standard_normal([d or 1 for d in t.shape]).astype(t.dtype) for t in sub.inputs]
     ra, rb = be.load(a), be.load(b)
