@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
 from provmap.runtime_module.backend import Backend
-from provmap.runtime_module.interleave import measure_interleaved, pick_fastest
-from provmap.runtime_module.module import ArtifactModule
+from provmap.runtime_module.interleave import measure_artifacts, pick_fastest
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
@@ -99,8 +98,6 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         host = pool.identity["host"]
         _say(progress, f"collage: measuring on {pool.address}: {pool.sessions} server "
                        f"session(s), device {host}")
-    measured_on = (pool.describe() if pool is not None else
-                   {"where": "local", "device": {"host": host_fingerprint()}})
     try:
         cache = CostCache(opts.cache_path, host=host)
     except CacheLocked as e:  # the search still works, it just cannot share its prices
@@ -171,10 +168,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         "partitions": len(plan.partitions),
         "search_total_s": round(t_search, 3),
         "explain": explained,
-        "measured_on": measured_on,
+        # where the prices come from (remote: with the sessions lost during the search)
+        "measured_on": (pool.describe() if pool is not None else
+                        {"where": "local", "device": {"host": host_fingerprint()}}),
     }
-    if pool is not None:
-        report["measured_on"] = pool.describe()  # with the sessions lost during the search
     plan.info["estimated_ms"] = res.estimated_s * 1e3
     if cyclic:
         report["search_plan_cyclic"] = cyclic
@@ -221,7 +218,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     # backend, or greedy giving everything to its first backend (= that single plan).  The
     # first label wins, in the order collage, single:, greedy:, so the kept plan is named by
     # what it is.
-    sig = {label: _signature(view, p) for label, p in alternatives.items()}
+    sig = {label: p.signature() for label, p in alternatives.items()}
     order = sorted(alternatives, key=lambda k: (k != "collage", not k.startswith("single:")))
     kept_by_sig: dict = {}
     same: dict[str, str] = {}
@@ -242,7 +239,9 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             report.setdefault("e2e_failed", {})[label] = str(e)
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report['e2e_failed']['collage']}")
-    lat = _measure_e2e(built, opts.e2e_repeats, progress)
+    lat = measure_artifacts(built, repeats=opts.e2e_repeats, min_block_s=0.5,
+                            never_cap=("collage",),
+                            progress=lambda msg: _say(progress, f"collage: {msg}"))
     parts = {k: len(a.manifest["partitions"]) for k, a in built.items()}
     winner, why = pick_fastest(lat, parts, margin=opts.e2e_margin)
     measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
@@ -255,11 +254,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     art = built[winner]
     report["level"] = "first" if winner == "collage" else f"end-to-end check ({winner})"
     if opts.refine_budget_s and opts.refine_budget_s > 0:
-        from .refine import refine, supported_fn
+        from .refine import refine, suggestions_from, supported_fn
 
         _say(progress, f"collage: second level, up to {opts.refine_budget_s:.0f} s of "
                        f"end-to-end measured changes to {winner}")
-        from .refine import suggestions_from
 
         ref = refine(view, chosen_plan, art, winner, backends,
                      supported_fn(view, verdicts, cons), dp_plan=None if cyclic else plan,
@@ -324,22 +322,3 @@ def _explain(view: GraphView, plan: Plan, res, est, verdicts: dict, names: list[
                     "first": view.describe(p.ops[0]), "searched_ms": paid * 1e3,
                     "from_candidates": parts, "alternatives": alts, "greedy_backend": greedy_b})
     return out
-
-
-def _signature(view: GraphView, plan: Plan):
-    return frozenset((p.backend, frozenset(p.ops)) for p in plan.partitions)
-
-
-def _measure_e2e(built: dict, repeats: int, progress) -> dict:
-    """Interleaved end-to-end latency of each built artifact (provmap.runtime_module.interleave)."""
-    mods = {k: ArtifactModule(a) for k, a in built.items()}
-    feeds = next(iter(mods.values())).random_inputs(0)
-    for m in mods.values():
-        m.load_runners()
-    try:
-        return measure_interleaved({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
-                                   repeats=repeats, min_block_s=0.5, never_cap=("collage",),
-                                   progress=lambda msg: _say(progress, f"collage: {msg}"))
-    finally:
-        for m in mods.values():
-            m.close()

@@ -205,35 +205,46 @@ class MeasuredEstimator(CostEstimator):
                                       "label": label, "reason": est.reason, "cached": True})
             return est
 
-        if (self.budget_s is not None and self._c["measure_s"] >= self.budget_s
-                and len(candidate.ops) > 1 and "whole-model" not in candidate.rule.split("+")):
+        if self._over_budget(candidate):
             # Out of measuring time: single ops and whole-model plans are still measured (they
             # guarantee a cover and the end-to-end check's alternatives); larger regions are
             # left unpriced, which only removes options from the search.  Not cached.
             self._c["skipped_budget"] += 1
             return Estimate(None, reason=f"not measured: the measuring budget of "
                                          f"{self.budget_s:g} s was spent")
-        t0 = time.perf_counter()
-        res, cacheable = self._measure_region(view, sub, key, label, name)
-        dt = time.perf_counter() - t0
-        self._c["measured"] += 1
-        self._c["measure_s"] += dt
-        self._measure_by_backend.setdefault(name, []).append(dt)
-        for k in ("build_load_s", "check_s", "time_s"):
-            self._c[k] += (res.get("phases") or {}).get(k, 0.0)
-        if res.get("unchecked"):
-            self._c["unchecked"] += 1
-        est = Estimate(res.get("seconds"), reason=res.get("reason") or "",
-                       spread=res.get("spread") or 0.0, cached=False,
-                       max_abs_err=res.get("max_abs_err"))
-        if cacheable:
-            self.cache.put(key, ident, seconds=est.seconds, reason=est.reason, spread=est.spread,
-                           repeats=res.get("repeats") or 0, max_abs_err=est.max_abs_err,
-                           label=label)
+        est = self._measure_and_record(view, candidate, sub, key, ident, label)
         if not est.valid:
             self._c["invalid"] += 1
             self._invalid.append({"backend": name, "ops": sorted(candidate.ops), "label": label,
                                   "reason": est.reason, "cached": False})
+        return est
+
+    def _over_budget(self, candidate: Candidate) -> bool:
+        """Past the measuring budget, with a candidate the search can do without."""
+        return (self.budget_s is not None and self._c["measure_s"] >= self.budget_s
+                and len(candidate.ops) > 1 and "whole-model" not in candidate.rule.split("+"))
+
+    def _measure_and_record(self, view, candidate: Candidate, sub, key: str, ident,
+                            label: str) -> Estimate:
+        """Measure one region, count it and store it in the cache (thread-safe: prefetch)."""
+        t0 = time.perf_counter()
+        res, cacheable = self._measure_region(view, sub, key, label, candidate.backend)
+        dt = time.perf_counter() - t0
+        est = Estimate(res.get("seconds"), reason=res.get("reason") or "",
+                       spread=res.get("spread") or 0.0, cached=False,
+                       max_abs_err=res.get("max_abs_err"))
+        with self._lock:
+            self._c["measured"] += 1
+            self._c["measure_s"] += dt
+            self._measure_by_backend.setdefault(candidate.backend, []).append(dt)
+            for k in ("build_load_s", "check_s", "time_s"):
+                self._c[k] += (res.get("phases") or {}).get(k, 0.0)
+            if res.get("unchecked"):
+                self._c["unchecked"] += 1
+            if cacheable:
+                self.cache.put(key, ident, seconds=est.seconds, reason=est.reason,
+                               spread=est.spread, repeats=res.get("repeats") or 0,
+                               max_abs_err=est.max_abs_err, label=label)
         return est
 
     @property
@@ -272,27 +283,11 @@ class MeasuredEstimator(CostEstimator):
         def one(item):
             c, sub, key, ident = item
             with self._lock:
-                over = (self.budget_s is not None and self._c["measure_s"] >= self.budget_s)
-            if over and len(c.ops) > 1 and "whole-model" not in c.rule.split("+"):
-                return 0
-            label = _label(view, c.ops)
-            t0 = time.perf_counter()
-            res, cacheable = self._measure_region(view, sub, key, label, c.backend)
-            dt = time.perf_counter() - t0
-            with self._lock:
-                self._c["measured"] += 1
-                self._c["measure_s"] += dt
-                self._measure_by_backend.setdefault(c.backend, []).append(dt)
-                for k in ("build_load_s", "check_s", "time_s"):
-                    self._c[k] += (res.get("phases") or {}).get(k, 0.0)
-                if res.get("unchecked"):
-                    self._c["unchecked"] += 1
-                if cacheable:
-                    self.cache.put(key, ident, seconds=res.get("seconds"),
-                                   reason=res.get("reason") or "", spread=res.get("spread") or 0,
-                                   repeats=res.get("repeats") or 0,
-                                   max_abs_err=res.get("max_abs_err"), label=label)
-                    self._prefetched.add((key, ident))
+                if self._over_budget(c):
+                    return 0
+            self._measure_and_record(view, c, sub, key, ident, _label(view, c.ops))
+            with self._lock:  # answered from the cache later: counted as measured, not a hit
+                self._prefetched.add((key, ident))
             return 1
 
         with ThreadPoolExecutor(self.parallel, thread_name_prefix="provmap-prefetch") as ex:

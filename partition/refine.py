@@ -14,8 +14,11 @@ local changes to it:
            partitions on one backend are coalesced, so a move can also merge);
 * merge  - two neighbouring partitions onto one backend (either one's);
 * grow / shrink - one boundary op node moves from a partition to its neighbour;
-* carve  - when the incumbent has one partition, each partition of the first level's plan is
-           carved out of it onto its backend (the DP's suggestion, tried alone).
+* carve  - a region the first level priced cheaper on another backend than on the one the
+           incumbent gives it, moved onto that backend (largest isolated saving first among
+           carves of one size), and, when the incumbent has one partition, each partition of
+           the first level's plan (the DP's suggestion, tried alone); what remains of the
+           partition it leaves is split into what runs before it and what depends on it.
 
 Each proposal that is valid (every node supported, the constraints respected, no cycle between
 partitions) is built (partition builds are cached across proposals) and measured against the
@@ -36,8 +39,7 @@ from dataclasses import dataclass
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
 from provmap.runtime_module.graph_view import GraphView
-from provmap.runtime_module.interleave import measure_interleaved
-from provmap.runtime_module.module import ArtifactModule
+from provmap.runtime_module.interleave import measure_artifacts
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 
 from .candidate import Candidate
@@ -101,20 +103,20 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
     `supported(backend, ops)` says whether a backend may run a set of op nodes (support
     verdicts and the user's constraints).  `suggestions` are regions the first level priced
     cheaper on another backend than on the one the incumbent gives them
-    (`suggestions_from`): each becomes a carve, largest saving first."""
+    (`suggestions_from`): each becomes a carve, largest saving first among carves of one size."""
     parts = plan.partitions
+    current = plan.signature()
     out: list[Proposal] = []
     seen = set()
 
     def add(kind, what, new_parts):
-        if any(not p.ops for p in new_parts):
-            new_parts = [p for p in new_parts if p.ops]
+        new_parts = [p for p in new_parts if p.ops]
         for p in new_parts:
             if not supported(p.backend, frozenset(p.ops)):
                 return
         cand = coalesce(view, _with(plan, "refine", new_parts), cuts=cuts)
-        sig = frozenset((p.backend, frozenset(p.ops)) for p in cand.partitions)
-        if sig in seen or sig == _signature(plan):
+        sig = cand.signature()
+        if sig in seen or sig == current:
             return
         try:
             order_plan(view, Plan("refine", [PartitionSpec(p.backend, list(p.ops))
@@ -122,9 +124,8 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
         except ProvmapError:
             return  # the change makes two partitions feed each other
         seen.add(sig)
-        before = _signature(plan)
         for q in cand.partitions:
-            if (q.backend, frozenset(q.ops)) not in before:
+            if (q.backend, frozenset(q.ops)) not in current:
                 q.why = f"second level ({kind}, measured end to end): {what}"
         out.append(Proposal(kind, what, cand))
 
@@ -132,9 +133,9 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
     nb = _neighbours(view, plan)
     # merges: both neighbours onto one of their backends
     for a, b in sorted(nb):
+        if parts[a].backend == parts[b].backend:
+            continue
         for target in (parts[a].backend, parts[b].backend):
-            if parts[a].backend == parts[b].backend:
-                continue
             new = copy()
             new[a].backend = target
             new[b].backend = target
@@ -195,7 +196,9 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
             new[m].ops = sorted(set(new[m].ops) | {i})
             add("grow", f"move {view.describe(i)} from {parts[k].backend} to "
                         f"{_describe_part(view, parts[m])}", new)
-    order = {"merge": 0, "move": 1, "carve": 2, "grow": 3}  # carves keep their saving order
+    # by kind, then fewer partitions first; the sort is stable, so carves of one size stay in
+    # the order of their isolated saving
+    order = {"merge": 0, "move": 1, "carve": 2, "grow": 3}
     out.sort(key=lambda pr: (order[pr.kind], len(pr.plan.partitions)))
     return out
 
@@ -216,10 +219,6 @@ def suggestions_from(estimates: dict) -> list[dict]:
                                 "saving_ms": (pa - pb) * 1e3})
     out.sort(key=lambda x: -x["saving_ms"])
     return out
-
-
-def _signature(plan: Plan):
-    return frozenset((p.backend, frozenset(p.ops)) for p in plan.partitions)
 
 
 def _wins(new, old, margin: float) -> tuple[bool, str]:
@@ -272,21 +271,18 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
     while True:
         proposals = [p for p in propose(view, inc_plan, list(backends), supported, dp_plan, cuts,
                                         suggestions)
-                     if _signature(p.plan) not in tried]
+                     if p.plan.signature() not in tried]
         if not proposals:
             break
         accepted = False
-        for pr in proposals:
-            spent = time.perf_counter() - t0
-            if spent >= budget_s:
+        for n, pr in enumerate(proposals):
+            if time.perf_counter() - t0 >= budget_s:
                 stopped = f"budget of {budget_s:.0f} s spent"
-                trail.append({"kind": pr.kind, "change": pr.what, "status": "not tried (budget)"})
-                for rest in proposals[proposals.index(pr) + 1:]:
-                    trail.append({"kind": rest.kind, "change": rest.what,
-                                  "status": "not tried (budget)"})
+                trail.extend({"kind": rest.kind, "change": rest.what,
+                              "status": "not tried (budget)"} for rest in proposals[n:])
                 return RefineResult(inc_plan, inc_art, inc_label, trail,
                                     time.perf_counter() - t0, stopped)
-            tried.add(_signature(pr.plan))
+            tried.add(pr.plan.signature())
             entry = {"kind": pr.kind, "change": pr.what,
                      "partitions": len(pr.plan.partitions)}
             say(f"refine: trying {pr.what}")
@@ -296,15 +292,14 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
                 entry.update(status="build failed", reason=str(e))
                 trail.append(entry)
                 continue
-            lat = _measure(inc_art, art, passes, repeats, min_block_s)
+            lat = measure_artifacts({"incumbent": inc_art, "proposal": art}, repeats=repeats,
+                                    passes=passes, min_block_s=min_block_s,
+                                    never_cap=("incumbent", "proposal"))
             old, new = lat["incumbent"], lat["proposal"]
             ok, why = _wins(new, old, margin)
-            entry.update(incumbent={"median_ms": statistics.median(old.samples_s) * 1e3,
-                                    "min_ms": min(old.samples_s) * 1e3,
-                                    "pass_medians_ms": [m * 1e3 for m in old.pass_medians_s]},
-                         proposal={"median_ms": statistics.median(new.samples_s) * 1e3,
-                                   "min_ms": min(new.samples_s) * 1e3,
-                                   "pass_medians_ms": [m * 1e3 for m in new.pass_medians_s]},
+            numbers = ("median_ms", "min_ms", "pass_medians_ms")
+            entry.update(incumbent={k: old.summary()[k] for k in numbers},
+                         proposal={k: new.summary()[k] for k in numbers},
                          status="kept" if ok else "rejected", reason=why)
             trail.append(entry)
             say(f"refine: {entry['status']}: {why}")
@@ -316,20 +311,6 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
         if not accepted:
             break
     return RefineResult(inc_plan, inc_art, inc_label, trail, time.perf_counter() - t0, stopped)
-
-
-def _measure(inc_art, new_art, passes: int, repeats: int, min_block_s: float) -> dict:
-    mods = {"incumbent": ArtifactModule(inc_art), "proposal": ArtifactModule(new_art)}
-    feeds = mods["incumbent"].random_inputs(0)
-    for m in mods.values():
-        m.load_runners()
-    try:
-        return measure_interleaved({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
-                                   repeats=repeats, passes=passes, min_block_s=min_block_s,
-                                   never_cap=("incumbent", "proposal"))
-    finally:
-        for m in mods.values():
-            m.close()
 
 
 def supported_fn(view: GraphView, verdicts: dict, constraints=None):

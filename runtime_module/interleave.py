@@ -90,6 +90,24 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
     return out
 
 
+def measure_artifacts(artifacts: Mapping[str, object], **options) -> dict[str, Latency]:
+    """`measure_interleaved` over built artifacts (Artifact objects): each loaded, run on the
+    first one's seeded random inputs, and closed afterwards.  `options` go to
+    measure_interleaved."""
+    from .module import ArtifactModule
+
+    mods = {k: ArtifactModule(a) for k, a in artifacts.items()}
+    feeds = next(iter(mods.values())).random_inputs(0)
+    try:
+        for m in mods.values():
+            m.load_runners()
+        return measure_interleaved({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
+                                   **options)
+    finally:
+        for m in mods.values():
+            m.close()
+
+
 def pick_fastest(lat: Mapping[str, Latency], complexity: Mapping[str, int],
                  margin: float = 0.03) -> tuple[str, str]:
     """The alternative to keep, and why.

@@ -28,6 +28,11 @@ class Plan:
     partitions: list[PartitionSpec]
     info: dict = field(default_factory=dict)  # strategy-specific summary (JSON)
 
+    def signature(self) -> frozenset:
+        """What the plan runs where, ignoring partition order and names: equal signatures are
+        the same plan (built and measured once)."""
+        return frozenset((p.backend, frozenset(p.ops)) for p in self.partitions)
+
     def backends(self) -> list[str]:
         seen = []
         for p in self.partitions:

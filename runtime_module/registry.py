@@ -78,7 +78,10 @@ def parse_variant(spec: str) -> tuple[str, dict]:
 
 def variant_name(spec: str) -> str:
     """The canonical spelling of a backend name or variant (no spaces, options as written)."""
-    base, options = parse_variant(spec)
+    return _spell(*parse_variant(spec))
+
+
+def _spell(base: str, options: dict) -> str:
     return f"{base}[{';'.join(f'{k}={v}' for k, v in options.items())}]" if options else base
 
 
@@ -119,5 +122,5 @@ def get_backend(name: str, **options) -> Backend:
     except (ValueError, TypeError) as e:  # a bad option value, reported as the user's error
         raise BackendError(f"backend {name!r}: {e}") from None
     if variant:
-        be.name = variant_name(name)
+        be.name = _spell(base, variant)
     return be
