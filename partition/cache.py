@@ -27,10 +27,8 @@ two processes ends up as whichever committed last (both are measurements of the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
 import sqlite3
 import threading
 import time
@@ -38,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.host import host_fingerprint  # noqa: F401  (re-exported)
 
 from .candidate import Estimate
 
@@ -91,30 +90,6 @@ def default_path() -> Path:
     return Path.home() / ".cache" / "provmap" / "costs.sqlite"
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown-cpu"
-
-
-_HOST: str | None = None
-
-
-def host_fingerprint() -> str:
-    """Short hash of CPU model, core count and machine type (library versions are keyed apart,
-    through `Backend.version()`)."""
-    global _HOST
-    if _HOST is None:
-        text = f"{_cpu_model()}|{os.cpu_count()}|{platform.machine()}"
-        _HOST = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
-    return _HOST
-
-
 def canonical_options(options: dict) -> str:
     return json.dumps(options or {}, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -124,7 +99,7 @@ def backend_identity(backend) -> tuple[str, str, str]:
     if isinstance(backend, tuple):
         name, version, options = backend
         return name, version, options if isinstance(options, str) else canonical_options(options)
-    return backend.name, backend.version(), canonical_options(backend.options())
+    return backend.name, backend.version(), canonical_options(getattr(backend, "priced_options", backend.options)())
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,15 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                        f"{st.get('measured', 0)}, from the cache {st.get('cache_hits', 0)}, "
                        f"left unpriced by the measuring budget {st.get('skipped_budget', 0)}, "
                        f"never needed by the search {max(len(kept) - asked, 0)})")
+        tun = st.get("tuning")
+        if tun:
+            _say(progress, f"collage: tvm tuning over {tun['regions']} measured region(s): "
+                           f"{tun['tasks']} task(s), tuned {tun['tuned']}, from the database "
+                           f"{tun['reused']}, left untuned by the budget {tun['untuned']} "
+                           f"({tun['trials']} trials)"
+                           + (f"; {tun['foreign_records']} record(s) in {tun['db']}'s directory "
+                              "are for another host or TVM version and were not used"
+                              if tun["foreign_records"] else ""))
     finally:
         est.close()
     # Candidates are each convex, but two of them can still feed each other (a -> y, x -> b

@@ -133,6 +133,9 @@ class MeasuredEstimator(CostEstimator):
                    "unchecked": 0, "measure_s": 0.0, "build_load_s": 0.0, "check_s": 0.0,
                    "time_s": 0.0, "skipped_budget": 0, "in_context": 0}
         self._invalid: list[dict] = []
+        # what tuning backends (tvm tune=metaschedule) did over the measured candidates
+        self._tuning = {"regions": 0, "tasks": 0, "tuned": 0, "reused": 0, "untuned": 0,
+                        "trials": 0, "tuning_s": 0.0, "foreign_records": 0, "db": ""}
         self._measure_by_backend: dict[str, list[float]] = {}
         self._lock = threading.Lock()     # counters and the cache, when prefetch runs threads
         self._prefetched: set = set()     # (key, ident) measured by prefetch, not cache hits
@@ -241,11 +244,22 @@ class MeasuredEstimator(CostEstimator):
                 self._c[k] += (res.get("phases") or {}).get(k, 0.0)
             if res.get("unchecked"):
                 self._c["unchecked"] += 1
+            if res.get("tuning"):
+                self._add_tuning(res["tuning"])
             if cacheable:
                 self.cache.put(key, ident, seconds=est.seconds, reason=est.reason,
                                spread=est.spread, repeats=res.get("repeats") or 0,
                                max_abs_err=est.max_abs_err, label=label)
         return est
+
+    def _add_tuning(self, t: dict) -> None:
+        agg = self._tuning
+        agg["regions"] += 1
+        for k in ("tasks", "tuned", "reused", "untuned", "trials", "tuning_s"):
+            agg[k] += t.get(k) or 0
+        agg["foreign_records"] = max(agg["foreign_records"], t.get("foreign_records") or 0)
+        if t.get("db"):
+            agg["db"] = t["db"]
 
     @property
     def parallel(self) -> int:
@@ -330,4 +344,6 @@ class MeasuredEstimator(CostEstimator):
             out["worker_crashes"] = self._worker.crashes
             out["worker_start_s"] = self._worker.start_s
         out["cache"] = self.cache.stats()
+        if self._tuning["regions"]:
+            out["tuning"] = dict(self._tuning)
         return out

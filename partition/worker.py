@@ -59,7 +59,7 @@ def resolve_backend(spec: str, options: dict | None = None) -> Backend:
 
 def _run_once(backend: Backend, sub, feed: dict):
     """Build, load and call once; returns (runner, input list in runner order, outputs by name,
-    seconds of that first call)."""
+    seconds of that first call, the blob's meta)."""
     blob = backend.build(sub)
     runner = backend.load(blob)
     try:
@@ -72,7 +72,7 @@ def _run_once(backend: Backend, sub, feed: dict):
     outs = runner(args)
     first = time.perf_counter() - t0
     return runner, args, {n: np.array(o, copy=True) for n, o in zip(runner.output_names, outs)}, \
-        first
+        first, blob.meta
 
 
 def timing_plan(settings: dict, first_call_s: float) -> tuple[int, int]:
@@ -98,15 +98,17 @@ def measure_once(sub, key: str, content: str, backend: Backend, ref: Backend | N
     try:
         feed = make_inputs(sub.inputs, key)
         t0 = time.perf_counter()
-        runner, args, outs, first = _run_once(backend, sub, feed)
+        runner, args, outs, first, meta = _run_once(backend, sub, feed)
         phases["build_load_s"] = time.perf_counter() - t0
+        if meta.get("tuning"):  # what tuning did for this build (tvm tune=metaschedule)
+            res["tuning"] = meta["tuning"]
         if ref is not None:
             phase = "check"
             t0 = time.perf_counter()
             want = refs.get(content)
             if want is None:
                 try:
-                    rr, _, want, _ = _run_once(ref, sub, feed)
+                    rr, _, want, _, _ = _run_once(ref, sub, feed)
                     rr.close()
                     refs.put(content, want)
                 except Exception:

@@ -185,6 +185,13 @@ class Backend(ABC):
     def options(self) -> dict:
         return dict(self._options)
 
+    #: Options that change no measured price (e.g. where a tuning database lives): left out of
+    #: the cost cache's keys, so moving the directory does not throw prices away.
+    UNPRICED_OPTIONS: Sequence[str] = ()
+
+    def priced_options(self) -> dict:
+        return {k: v for k, v in self._options.items() if k not in self.UNPRICED_OPTIONS}
+
     @abstractmethod
     def version(self) -> str:
         """Version of the underlying library (part of measurement-cache keys)."""

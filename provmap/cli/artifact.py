@@ -44,8 +44,11 @@ def cmd_compile(args) -> int:
     elif args.pin or args.forbid or args.cut or args.backends or args.measure_on:
         raise ProvmapError("--pin/--forbid/--cut/--backends/--measure-on apply to --strategy "
                            "collage")
+    backend_options = _parse_backend_options(args.backend_option)
+    if args.tuning_db:
+        _set_tuning_db(backend_options, strategy, args.tuning_db)
     art = compile_model(view, strategy, out=args.output,
-                        backend_options=_parse_backend_options(args.backend_option),
+                        backend_options=backend_options,
                         progress=_progress, collage_options=collage_options,
                         embed_model=args.embed_model)
     t2 = time.perf_counter()
@@ -54,6 +57,11 @@ def cmd_compile(args) -> int:
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
                "coverage": art.manifest["coverage"], "compile_s": round(t2 - t1, 3),
                "size_bytes": os.path.getsize(args.output)}
+    built_tuning = [p["blob_meta"]["tuning"] for p in art.manifest["partitions"]
+                    if (p.get("blob_meta") or {}).get("tuning")]
+    if built_tuning:  # what the artifact's own TVM builds tuned (normally all from the database)
+        summary["tuning"] = {k: sum(t[k] for t in built_tuning)
+                             for k in ("tasks", "tuned", "reused", "untuned", "trials")}
     search = (art.manifest.get("plan_info") or {}).get("collage")
     if search is not None:
         summary["search"] = search
@@ -66,6 +74,10 @@ def cmd_compile(args) -> int:
         print(f"  ONNX nodes mapped {cov['onnx_nodes_mapped']}/{cov['onnx_nodes_total']} "
               f"(elided {cov['onnx_nodes_elided']}), kernels mapped "
               f"{cov['kernels_mapped']}/{cov['kernels_total']}; built in {summary['compile_s']:.1f} s")
+        if built_tuning:
+            t = summary["tuning"]
+            print(f"  tvm tuning of the artifact's partitions: {t['tasks']} task(s), from the "
+                  f"database {t['reused']}, tuned now {t['tuned']}, untuned {t['untuned']}")
         if search is not None:
             c, e = search["candidates"], search["estimator"]
             print(f"  search: {c['generated']} candidates, {c['after_constraints']} after "
@@ -76,11 +88,27 @@ def cmd_compile(args) -> int:
             if "e2e" in search:
                 meas = ", ".join(f"{k} {v['median_ms']:.2f}" for k, v in search["e2e"]["measured"].items())
                 print(f"  measured ms (end to end): {meas}; kept {search['e2e']['winner']}")
+            tun = e.get("tuning")
+            if tun:
+                print(f"  tvm tuning: {tun['tasks']} task(s) in {tun['regions']} region(s): "
+                      f"tuned {tun['tuned']}, from the database {tun['reused']}, left untuned "
+                      f"{tun['untuned']} ({tun['trials']} trials, {tun['tuning_s']:.0f} s)")
             r2 = search.get("refine")
             if r2:
                 print(f"  second level: {r2['proposals']} change(s) proposed, {r2['kept']} kept "
                       f"({r2['stopped']}); kept plan found by: {search.get('level')}")
     return 0
+
+
+def _set_tuning_db(backend_options: dict, strategy: str, path: str) -> None:
+    """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants)."""
+    from provmap.partition.strategies import parse_strategy
+    from provmap.runtime_module.registry import parse_variant
+
+    _, names = parse_strategy(strategy)
+    for n in set(names or ()) | {"tvm"}:
+        if parse_variant(n)[0] == "tvm":
+            backend_options.setdefault(n, {})["tuning_db"] = path
 
 
 def cmd_run(args) -> int:
@@ -284,7 +312,12 @@ def add_artifact_commands(sub) -> None:
                    "with that tracker (provmap rpc-server), in parallel; prices are keyed by "
                    "that device (docs/remote.md)")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
-                   help="e.g. openvino.precision=bf16 (recorded in the manifest)")
+                   help="e.g. openvino.precision=bf16 (recorded in the manifest); "
+                   "tvm.tune=metaschedule tunes each TVM region (tvm.trials=N per task, "
+                   "tvm.tune_budget=N in all; docs/tuning.md)")
+    c.add_argument("--tuning-db", metavar="DIR",
+                   help="MetaSchedule records for tuned TVM backends, reused across regions, "
+                   "models and runs (default $PROVMAP_TUNING_DB or ~/.cache/provmap/tuning)")
     add_input_shape_option(c)
     c.add_argument("--embed-model", action="store_true",
                    help="store the ONNX model in the artifact, so compare/annotate/report work "

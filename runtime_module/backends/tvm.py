@@ -7,6 +7,7 @@ call site of the blob maps to exact expression IDs rather than just to ONNX node
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from types import SimpleNamespace
@@ -21,6 +22,8 @@ from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
+from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_region,
+                         tuned_pipeline)
 
 _ALIGN = 64  # tvm.runtime.from_dlpack refuses less-aligned buffers
 _DLPACK_KINDS = "biufc"  # numpy dtype kinds DLPack can describe (not ml_dtypes' "V")
@@ -134,10 +137,49 @@ def _module_for(fn, imported_mod) -> tvm.IRModule:
 
 
 class TVMBackend(Backend):
+    """Options: `tune` ("none", or "metaschedule": tune each region's TIR before building it,
+    see tvm_tuning), `trials` (per task, default 64), `tune_budget` (trials in all for this
+    backend instance: one search's measuring worker, or one artifact build; default 2000),
+    `tuning_db` (the database directory; default $PROVMAP_TUNING_DB or
+    ~/.cache/provmap/tuning), `mcpu` (LLVM CPU; "native" = this host; default generic x86-64
+    untuned, native when tuning)."""
+
     name = "tvm"
+    TUNERS = ("none", "metaschedule")
+    #: Where records live changes no price: not part of cost-cache keys (Backend.priced_options).
+    UNPRICED_OPTIONS = ("tuning_db",)
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        tune = str(self._options.get("tune", "none"))
+        if tune not in self.TUNERS:
+            raise BackendError(f"tvm: option tune={tune!r}: expected one of {list(self.TUNERS)}")
+        try:
+            self._trials = int(self._options.get("trials", 64))
+            self._budget = int(self._options.get("tune_budget", 2000))
+        except (TypeError, ValueError):
+            raise BackendError("tvm: options trials and tune_budget must be integers") from None
+        if self._trials < 1 or self._budget < 0:
+            raise BackendError("tvm: option trials must be >= 1 and tune_budget >= 0")
+        self._tune = tune
+        self._spent = 0  # trials this instance has tuned so far (the budget is per instance)
+        self.tuning: list[dict] = []  # one TuneStats dict per tuned build, for reports
+
+    @classmethod
+    def option_names(cls):
+        return ("tune", "trials", "tune_budget", "tuning_db", "mcpu")
 
     def version(self) -> str:
         return tvm.__version__
+
+    def _target(self):
+        if self._tune == "none":
+            mcpu = str(self._options.get("mcpu", ""))
+            return make_target(mcpu) if mcpu else cpu_target()
+        return make_target(str(self._options.get("mcpu", "native")), os.cpu_count())
+
+    def _tuning_db(self, target) -> TuningDatabase:
+        return TuningDatabase(self._options.get("tuning_db") or default_db_dir(), target)
 
     def supports(self, view) -> dict[int, Support]:
         # What LLVM cannot lower is an op without any lowering (checked per binding, so the
@@ -162,7 +204,9 @@ class TVMBackend(Backend):
             out[i] = verdict
         return out
 
-    def build(self, sub) -> Blob:
+    def region(self, sub):
+        """The region as a Relax module ("main" and the functions it calls), its expression
+        IDs by var, and its parameter and output names."""
         # An opaque node's placeholder call builds, but the library would not load.
         opaque = getattr(sub.view.imported, "opaque", None) or {}
         for i in sub.closure:
@@ -171,12 +215,43 @@ class TVMBackend(Backend):
                                    f"{opaque[i]}")
         fn, var_expr, param_names, out_names = sub.relax_function()
         fn = fn.with_attr("global_symbol", "main")
-        mod = _module_for(fn, sub.view.imported.mod)
-        target = cpu_target()
+        return _module_for(fn, sub.view.imported.mod), var_expr, param_names, out_names
+
+    def build(self, sub) -> Blob:
+        region = self.region(sub)
+        target = self._target()
+        if self._tune == "none":
+            return self._compile(sub, region, target)
+        db = self._tuning_db(target)
+        try:
+            stats = tune_region(region[0], target, db, self._trials, self._budget - self._spent,
+                                log=stderr_log)
+        except Exception as e:
+            first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+            raise BackendError(f"tvm: tuning failed: {first}") from None
+        self._spent += stats.trials
+        tuning = stats.to_dict()
+        self.tuning.append(tuning)
+        return self._compile(sub, region, target, db.open(), tuning)
+
+    def build_with_database(self, sub, database, target=None) -> Blob:
+        """`sub` built with the records of a MetaSchedule `database` object, tuning nothing:
+        for experiments that make their own records (bench/tuning_anchor.py)."""
+        return self._compile(sub, self.region(sub), target or self._target(), database, {})
+
+    def _compile(self, sub, region, target, database=None, tuning=None) -> Blob:
+        mod, var_expr, param_names, out_names = region
         tracker = ProvenanceTracker(mod, var_expr)
         try:
-            with tvm.transform.PassContext(opt_level=3, instruments=[tracker.instrument()]):
-                ex = tvm.compile(mod, target=target, relax_pipeline=cpu_pipeline(target))
+            with contextlib.ExitStack() as stack:
+                if database is not None:
+                    stack.enter_context(database)  # MetaScheduleApplyDatabase reads it
+                    pipeline = tuned_pipeline(target)
+                else:
+                    pipeline = cpu_pipeline(target)
+                stack.enter_context(tvm.transform.PassContext(
+                    opt_level=3, instruments=[tracker.instrument()]))
+                ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         except Exception as e:  # TVM raises many types; the message is what matters
             first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
             raise BackendError(f"tvm: build failed: {first}") from None
@@ -198,8 +273,10 @@ class TVMBackend(Backend):
                   + mod.script()
                   + "\n\n# After the CPU pipeline: the kernels (TIR) and the VM function\n"
                   + tracker.mod.script())
-        meta = {"backend_version": self.version(), "target": "llvm", "options": self.options(),
-                "input_names": param_names, "output_names": out_names}
+        meta = {"backend_version": self.version(), "target": str(target),
+                "options": self.options(), "input_names": param_names, "output_names": out_names}
+        if tuning:
+            meta["tuning"] = tuning
         return Blob(backend=self.name, files={"lib.so": lib}, meta=meta, kernels=kernels,
                     source=source)
 

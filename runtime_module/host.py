@@ -1,0 +1,32 @@
+"""Which machine this is, for keys that must not mix hosts: measured prices (the cost cache)
+and MetaSchedule tuning records (the TVM backend's tuning database) are only valid on the CPU
+they were taken on."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown-cpu"
+
+
+_HOST: str | None = None
+
+
+def host_fingerprint() -> str:
+    """Short hash of CPU model, core count and machine type (library versions are keyed apart,
+    through `Backend.version()`)."""
+    global _HOST
+    if _HOST is None:
+        text = f"{_cpu_model()}|{os.cpu_count()}|{platform.machine()}"
+        _HOST = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+    return _HOST
