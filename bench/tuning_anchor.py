@@ -78,8 +78,31 @@ def region_transformer(model):
     return "transformer ffn fc1 matmul+add+gelu", ops, anchor
 
 
-REGIONS = {"squeezenet": region_squeezenet, "resnet50": region_resnet50,
-           "transformer": region_transformer}
+def region_transformer_residual(model):
+    """attn/out_proj then the residual: MatMul -> Add (bias) -> Add (residual input)."""
+    nodes = list(model.graph.node)
+    names = ("attn/out_proj/MatMul", "attn/out_proj/Add", "attn/residual/Add")
+    ops = [i for i, n in enumerate(nodes) if n.name in names]
+    return "transformer attn out_proj matmul+add+residual add", ops, ops[0]
+
+
+def region_alexnet(model):
+    """conv1: Conv 11x11 stride 4 (+bias) -> Relu, the largest convolution of the bundled
+    models' first layers."""
+    nodes = list(model.graph.node)
+    conv = next(i for i, n in enumerate(nodes) if n.op_type == "Conv")
+    relu = _consumers(nodes, nodes[conv].output[0])[0]
+    return "alexnet conv1 11x11 conv+bias+relu", [conv, relu], conv
+
+
+# Region name -> (bundled model, picker).  ResNet-50's residual tail is kept although it does
+# not fuse into one function (Relax imports Sum as broadcast_to+stack+sum and leaves
+# BatchNormalization unfused in the default CPU pipeline): the row says so.
+REGIONS = {"squeezenet": ("squeezenet", region_squeezenet),
+           "alexnet": ("bvlc_alexnet", region_alexnet),
+           "resnet50": ("resnet50", region_resnet50),
+           "transformer_residual": ("transformer", region_transformer_residual),
+           "transformer": ("transformer", region_transformer)}
 
 
 def anchor_model(view, anchor: int) -> onnx.ModelProto:
@@ -141,8 +164,9 @@ def _best_record(db: TuningDatabase, task, target):
 
 
 def run_region(name: str, trials: int, passes: int, log) -> dict:
-    model = zoo.with_random_weights(zoo.resolve(f"bundled:{name}")[0], seed=0)
-    label, ops, anchor = REGIONS[name](model)
+    bundled, pick = REGIONS[name]
+    model = zoo.with_random_weights(zoo.resolve(f"bundled:{bundled}")[0], seed=0)
+    label, ops, anchor = pick(model)
     view = load_view(model, name)
     sub = view.subgraph(ops)
     target = make_target("native", os.cpu_count())

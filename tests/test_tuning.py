@@ -169,3 +169,35 @@ def test_compiled_artifact_rebuilds_from_records_in_a_fresh_process(model_path, 
     ort = get_backend("onnxruntime")
     want = ort.load(ort.build(view.subgraph(view.op_nodes)))([x])[0]
     np.testing.assert_allclose(list(got.values())[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_collage_search_tunes_tvm_candidates_and_a_second_search_tunes_nothing(
+        model_path, tmp_path, monkeypatch):
+    """A search over tuned TVM and ONNX Runtime reports what tuning did; a second search with
+    an empty cost cache (so every candidate is built again) finds every record in the
+    database; the artifact computes what ONNX Runtime computes."""
+    import provmap
+    from provmap.partition.collage import CollageOptions
+
+    monkeypatch.setenv("PROVMAP_TUNING_DB", str(tmp_path / "db"))  # the worker inherits it
+    strategy = "collage:tvm[tune=metaschedule;trials=2],onnxruntime"
+    reports = []
+    for i in range(2):
+        opts = CollageOptions(max_size=1, max_depth=1, cache_path=str(tmp_path / f"c{i}.sqlite"),
+                              e2e_check=False, refine_budget_s=0.0, in_context=False)
+        art = provmap.compile(model_path, strategy=strategy, collage_options=opts,
+                              out=str(tmp_path / f"a{i}.provmap"))
+        reports.append(art.manifest["plan_info"]["collage"]["estimator"]["tuning"])
+    first, second = reports
+    assert first["regions"] >= 3 and first["tasks"] >= 3  # single ops the search asked for
+    assert first["tuned"] + first["reused"] + first["untuned"] == first["tasks"]
+    assert first["tuned"] >= 1 and first["trials"] >= 1
+    assert second["tuned"] == 0 and second["trials"] == 0
+    assert second["reused"] == first["tuned"] + first["reused"]
+
+    x = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    got = list(provmap.load(str(tmp_path / "a1.provmap")).run({"x": x}).values())[0]
+    view = load_view(model_path)
+    ort = get_backend("onnxruntime")
+    want = ort.load(ort.build(view.subgraph(view.op_nodes)))([x])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -135,7 +135,7 @@ def test_bisect_clean_backend_reports_no_divergence(transformer):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet", "inception_v1", "resnet50",
-                                  "vgg19"])
+                                  pytest.param("vgg19", marks=pytest.mark.heavy)])
 def test_profile_sums_to_end_to_end(tmp_path, name):
     from provmap.workbench.profile import profile_artifact
 

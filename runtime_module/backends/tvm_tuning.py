@@ -235,16 +235,31 @@ def _search_strategy(trials_per_task: int):
         population_size=population, init_min_unmeasured=min(50, population // 4))
 
 
+def _ms_loggers():
+    import logging
+
+    return [lg for name, lg in list(logging.Logger.manager.loggerDict.items())
+            if name.startswith("tvm.s_tir.meta_schedule") and isinstance(lg, logging.Logger)]
+
+
 def _quiet_console() -> None:
     """MetaSchedule logs every batch (tables included) to the console and to files in its work
     directory; keep the files (deleted with it) and our one-line progress, drop the console."""
     import logging
 
-    for name, lg in list(logging.Logger.manager.loggerDict.items()):
-        if name.startswith("tvm.s_tir.meta_schedule") and isinstance(lg, logging.Logger):
-            for h in list(lg.handlers):
-                if type(h) is logging.StreamHandler:
-                    lg.removeHandler(h)
+    for lg in _ms_loggers():
+        for h in list(lg.handlers):
+            if type(h) is logging.StreamHandler:
+                lg.removeHandler(h)
+
+
+def _release_loggers() -> None:
+    """Close the log files of a finished tuning: the measuring worker tunes hundreds of
+    regions, and each tuning configures new handlers on files about to be deleted."""
+    for lg in _ms_loggers():
+        for h in list(lg.handlers):
+            lg.removeHandler(h)
+            h.close()
 
 
 def tune_region(mod: tvm.IRModule, target, db: TuningDatabase, trials_per_task: int,
@@ -293,6 +308,7 @@ def tune_region(mod: tvm.IRModule, target, db: TuningDatabase, trials_per_task: 
                     measure_callbacks=ms.measure_callback.MeasureCallback.create("default")
                     + [progress])
             finally:
+                _release_loggers()
                 shutil.rmtree(work, ignore_errors=True)
             stats.trials = progress.trials
         stats.tuned = sum(1 for t in todo if _has_record(database, t, target))

@@ -1,0 +1,101 @@
+"""Collage over tuned TVM, ONNX Runtime and OpenVINO, run twice on one tuning database.
+
+What issue 13 asks to see: `provmap compile MODEL --strategy collage --backends
+tvm,onnxruntime,openvino --backend-option tvm.tune=metaschedule ...` completes within a stated
+budget, the second run tunes nothing, and the artifact matches ONNX Runtime.  Each model is
+compiled through the CLI twice: run 1 with empty cost cache and tuning database; run 2 with a
+fresh cost cache (every candidate is built again, so every TVM region asks the database) and
+run 1's database.  Then the run-2 artifact is run and compared with ONNX Runtime on the whole
+model.
+
+    python -m provmap.bench.tuned_collage --models transformer,squeezenet --trials 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def compile_once(model: str, out: Path, cache: Path, db: Path, args) -> dict:
+    cmd = [sys.executable, "-m", "provmap.cli.main", "compile", f"bundled:{model}",
+           "-o", str(out), "--strategy", "collage", "--backends", "tvm,onnxruntime,openvino",
+           "--backend-option", "tvm.tune=metaschedule",
+           "--backend-option", f"tvm.trials={args.trials}",
+           "--backend-option", f"tvm.tune_budget={args.tune_budget}",
+           "--tuning-db", str(db), "--cache", str(cache),
+           "--max-size", str(args.max_size), "--refine-budget", str(args.refine_budget), "--json"]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed",
+                "wall_s": wall}
+    summary = json.loads(r.stdout)
+    search = summary.get("search") or {}
+    return {"wall_s": round(wall, 1), "command": " ".join(cmd[2:]),
+            "partitions": summary["partitions"],
+            "search_tuning": (search.get("estimator") or {}).get("tuning"),
+            "artifact_tuning": summary.get("tuning"),
+            "measured": (search.get("estimator") or {}).get("measured"),
+            "level": search.get("level"),
+            "e2e": {k: v.get("median_ms") for k, v in
+                    ((search.get("e2e") or {}).get("measured") or {}).items()}}
+
+
+def check_against_ort(model: str, artifact: Path) -> float:
+    import provmap
+    from provmap.provenance import zoo
+    from provmap.runtime_module.registry import get_backend
+    from provmap.partition.view import load_view
+
+    onnx_model = zoo.resolve(f"bundled:{model}")[0]
+    feed = zoo.random_inputs(onnx_model, seed=0)
+    got = provmap.load(str(artifact)).run(feed)
+    view = load_view(onnx_model, model)
+    ort = get_backend("onnxruntime")
+    r = ort.load(ort.build(view.subgraph(view.op_nodes)))
+    want = r([feed[n] for n in r.input_names])
+    return max(float(np.abs(np.asarray(got[n]) - w).max())
+               for n, w in zip(r.output_names, want))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="transformer,squeezenet")
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--tune-budget", type=int, default=2000)
+    ap.add_argument("--max-size", type=int, default=12)
+    ap.add_argument("--refine-budget", type=float, default=60.0)
+    ap.add_argument("--out", default="bench/out/tuned_collage.json")
+    args = ap.parse_args(argv)
+    res = {"date": time.strftime("%Y-%m-%d"), "trials": args.trials,
+           "tune_budget": args.tune_budget, "max_size": args.max_size, "models": {}}
+    for model in args.models.split(","):
+        with tempfile.TemporaryDirectory(prefix="provmap-tc-") as tmp:
+            tmp = Path(tmp)
+            row = {}
+            for i in (1, 2):
+                print(f"tuned_collage: {model} run {i}", file=sys.stderr, flush=True)
+                row[f"run{i}"] = compile_once(model, tmp / f"a{i}.provmap",
+                                              tmp / f"costs{i}.sqlite", tmp / "db", args)
+                if "error" in row[f"run{i}"]:
+                    break
+            else:
+                row["max_abs_err_vs_onnxruntime"] = check_against_ort(model, tmp / "a2.provmap")
+            res["models"][model] = row
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
