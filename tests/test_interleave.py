@@ -56,3 +56,27 @@ def test_measure_interleaved_blocks_and_caps_slow():
     assert s["min_ms"] <= s["median_ms"] <= s["p90_ms"]
     assert s["median_ms"] == pytest.approx(1.0, abs=2.0)
     assert lat["slow"].summary()["median_ms"] > 10 * s["median_ms"] / 2
+
+
+def test_search_alternatives_with_native_code_run_without_a_trust_entry(tmp_path, monkeypatch):
+    """The end-to-end check and the second level time artifacts this process just built; a TVM
+    partition (native code) among them must run although no trust list knows them yet (a
+    tuned TVM plan once failed the search at this point)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from provmap.partition.compile import compile_model
+    from provmap.partition.in_context import measure_partitions
+    from provmap.runtime_module.interleave import measure_artifacts
+
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "empty-trust-list"))
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    art = compile_model(m, "single:tvm")  # in memory, never saved: not on any trust list
+    lat = measure_artifacts({"tvm": art}, repeats=3, min_block_s=0.0)
+    assert lat["tvm"].samples_s and np.isfinite(lat["tvm"].samples_s).all()
+    assert set(measure_partitions(art, runs=3, warmup=1)) == {p["id"] for p in
+                                                              art.manifest["partitions"]}
