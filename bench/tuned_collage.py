@@ -75,13 +75,17 @@ def main(argv=None) -> int:
     ap.add_argument("--max-size", type=int, default=12)
     ap.add_argument("--refine-budget", type=float, default=60.0)
     ap.add_argument("--out", default="bench/out/tuned_collage.json")
+    ap.add_argument("--append", action="store_true", help="keep --out's other models")
     args = ap.parse_args(argv)
-    res = {"date": time.strftime("%Y-%m-%d"), "trials": args.trials,
-           "tune_budget": args.tune_budget, "max_size": args.max_size, "models": {}}
+    res = {"models": {}}
+    if args.append and Path(args.out).exists():
+        res = json.loads(Path(args.out).read_text())
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="provmap-tc-") as tmp:
             tmp = Path(tmp)
-            row = {}
+            row = {"date": time.strftime("%Y-%m-%d"), "trials": args.trials,
+                   "tune_budget": args.tune_budget, "max_size": args.max_size,
+                   "refine_budget_s": args.refine_budget}
             for i in (1, 2):
                 print(f"tuned_collage: {model} run {i}", file=sys.stderr, flush=True)
                 row[f"run{i}"] = compile_once(model, tmp / f"a{i}.provmap",

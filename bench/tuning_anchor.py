@@ -281,6 +281,8 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--regions", default=",".join(REGIONS))
     ap.add_argument("--out", default="bench/out/tuning_anchor.json")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the other regions' rows of --out (same trials and passes)")
     args = ap.parse_args(argv)
 
     def log(msg):
@@ -288,9 +290,15 @@ def main(argv=None) -> int:
 
     res = {"date": time.strftime("%Y-%m-%d"), "host": {**host_info(), "llvm_cpu": system_cpu()}, "trials": args.trials,
            "passes": args.passes, "regions": []}
+    if args.append and Path(args.out).exists():
+        old = json.loads(Path(args.out).read_text())
+        if (old.get("trials"), old.get("passes")) == (args.trials, args.passes):
+            res["regions"] = old["regions"]
     for name in args.regions.split(","):
         log(f"region from {name}")
-        res["regions"].append(run_region(name, args.trials, args.passes, log))
+        row = run_region(name, args.trials, args.passes, log)
+        row["date"] = res["date"]
+        res["regions"] = [r for r in res["regions"] if r["region"] != row["region"]] + [row]
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(res, indent=1))
     md = to_markdown(res)
