@@ -24,7 +24,10 @@ from provmap.partition.compile import compile_model, load_view
 from provmap.runtime_module.module import load
 from provmap.provenance import zoo
 
-MODELS = ["squeezenet", "resnet50", "vgg19", "inception_v1", "bvlc_alexnet", "transformer"]
+# VGG-19 (548 MB of weights, ~2.5 min of the default run) is the `heavy` variant:
+# `pytest -m heavy` runs it; the other five are the default run's sample.
+MODELS = ["squeezenet", "resnet50", pytest.param("vgg19", marks=pytest.mark.heavy),
+          "inception_v1", "bvlc_alexnet", "transformer"]
 
 # Greedy orders that really mix backends: each backend is kept off an op the model has, the way
 # a vendor restricts an accelerator, so greedy must cut around it.
