@@ -121,6 +121,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             _say(progress, f"collage: measuring {len(kept)} candidates on {est.parallel} "
                            "servers in parallel")
             est.prefetch(view, kept)
+        elif est.tunes:  # see MeasuredEstimator.tunes
+            _say(progress, f"collage: a backend tunes: pricing all {len(kept)} candidates "
+                           "up front, so the tuning database covers every region")
+            est.prefetch(view, kept)
         calib = calibrate_boundary(backends)
         res = search(view, kept, lambda c: est.estimate(view, c),
                      crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b))

@@ -262,6 +262,16 @@ class MeasuredEstimator(CostEstimator):
             agg["db"] = t["db"]
 
     @property
+    def tunes(self) -> bool:
+        """Whether a backend tunes what it builds (tvm tune=metaschedule).  Then every
+        candidate is priced up front (prefetch): the search asks lazily, in an order that
+        in-context prices and noise change from run to run, and a region first asked for in a
+        later run would be tuned then; pricing all of them makes the tuning database cover
+        every region any later search can ask for."""
+        return any(str(b.options().get("tune", "none")) not in ("none", "")
+                   for b in self.backends.values())
+
+    @property
     def parallel(self) -> int:
         """How many candidates can be measured at once (remote servers; 1 locally)."""
         return self.remote.parallel if self.remote is not None else 1
@@ -275,7 +285,7 @@ class MeasuredEstimator(CostEstimator):
         whole-model candidates are measured.  Returns how many were measured."""
         from concurrent.futures import ThreadPoolExecutor
 
-        if self.parallel <= 1:
+        if self.parallel <= 1 and not self.tunes:
             return 0
         todo, seen = [], set()
         for c in candidates:
