@@ -122,8 +122,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                            "servers in parallel")
             est.prefetch(view, kept)
         elif est.tunes:  # see MeasuredEstimator.tunes
-            _say(progress, f"collage: a backend tunes: pricing all {len(kept)} candidates "
-                           "up front, so the tuning database covers every region")
+            _say(progress, f"collage: a backend tunes: tuning the distinct tasks of all "
+                           f"{len(kept)} candidates in one session, then pricing every "
+                           "candidate, so the tuning database covers every region")
+            est.prepare(view, kept, log=lambda m: _say(progress, f"collage: {m}"))
             est.prefetch(view, kept)
         calib = calibrate_boundary(backends)
         res = search(view, kept, lambda c: est.estimate(view, c),
@@ -138,11 +140,17 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                        f"left unpriced by the measuring budget {st.get('skipped_budget', 0)}, "
                        f"never needed by the search {max(len(kept) - asked, 0)})")
         tun = st.get("tuning")
+        if tun and tun.get("up_front"):
+            up = tun["up_front"]
+            _say(progress, f"collage: tvm tuning up front: {up['tasks']} distinct task(s) of "
+                           f"{up['regions']} region(s), tuned {up['tuned']}, from the database "
+                           f"{up['reused']}, left untuned by the budget {up['untuned']} "
+                           f"({up['trials']} trials, {up['tuning_s']:.0f} s)")
         if tun:
-            _say(progress, f"collage: tvm tuning over {tun['regions']} measured region(s): "
-                           f"{tun['tasks']} task(s), tuned {tun['tuned']}, from the database "
-                           f"{tun['reused']}, left untuned by the budget {tun['untuned']} "
-                           f"({tun['trials']} trials)"
+            _say(progress, f"collage: tvm tuning in all: tuned {tun['tuned']} task(s) "
+                           f"({tun['trials']} trials); the {tun['regions']} measured region(s) "
+                           f"hold {tun['tasks']} task(s): from the database {tun['reused']}, "
+                           f"left untuned by the budget {tun['untuned']}"
                            + (f"; {tun['foreign_records']} record(s) in {tun['db']}'s directory "
                               "are for another host or TVM version and were not used"
                               if tun["foreign_records"] else ""))

@@ -136,6 +136,7 @@ class MeasuredEstimator(CostEstimator):
         # what tuning backends (tvm tune=metaschedule) did over the measured candidates
         self._tuning = {"regions": 0, "tasks": 0, "tuned": 0, "reused": 0, "untuned": 0,
                         "trials": 0, "tuning_s": 0.0, "foreign_records": 0, "db": ""}
+        self._prepared: dict[str, dict] = {}  # Backend.prepare reports, by backend
         self._measure_by_backend: dict[str, list[float]] = {}
         self._lock = threading.Lock()     # counters and the cache, when prefetch runs threads
         self._prefetched: set = set()     # (key, ident) measured by prefetch, not cache hits
@@ -276,17 +277,8 @@ class MeasuredEstimator(CostEstimator):
         """How many candidates can be measured at once (remote servers; 1 locally)."""
         return self.remote.parallel if self.remote is not None else 1
 
-    def prefetch(self, view, candidates) -> int:
-        """Measure every candidate not priced yet, `parallel` at a time, into the cache.
-
-        The search asks for prices one at a time and stops asking when it has its path; with
-        several servers it is faster to measure everything at once (more candidates, less
-        wall time).  The measuring budget still holds: past it only single ops and
-        whole-model candidates are measured.  Returns how many were measured."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        if self.parallel <= 1 and not self.tunes:
-            return 0
+    def _unpriced(self, view, candidates) -> list:
+        """(candidate, sub, key, ident) of every candidate not priced yet, each region once."""
         todo, seen = [], set()
         for c in candidates:
             if c.backend not in self.backends:
@@ -303,6 +295,74 @@ class MeasuredEstimator(CostEstimator):
                 continue
             seen.add((key, ident))
             todo.append((c, sub, key, ident))
+        return todo
+
+    #: How long a worker may take over one backend's `prepare` (tuning every task of a
+    #: model's candidates); MetaSchedule bounds each trial's build and run itself.
+    prepare_timeout_s: float = 4 * 3600.0
+
+    def prepare(self, view, candidates, log=None) -> dict:
+        """Let each backend do its once-for-many work (`Backend.prepare`: tvm tunes the distinct
+        tasks of all its candidates in one session) on the candidates not priced yet, in the
+        measuring worker.  Returns {backend: report}.  A failure or crash there costs only
+        its time: each candidate then does that work itself when it is measured."""
+        by_backend: dict[str, list] = {}
+        for c, sub, _key, _ident in self._unpriced(view, candidates):
+            by_backend.setdefault(c.backend, []).append(sub)
+        out = {}
+        for name, subs in by_backend.items():
+            backend = self.backends[name]
+            if type(backend).prepare is Backend.prepare:
+                continue
+            t0 = time.perf_counter()
+            try:
+                if self.remote is not None:
+                    continue  # remote servers measure (and tune) candidate by candidate
+                if not self.isolate:
+                    rep = {"prepared": backend.prepare(subs)}
+                else:
+                    req = {"kind": "prepare", "backend": self._spec[name],
+                           "options": backend.options(),
+                           "regions": [s.onnx_model().SerializeToString() for s in subs]}
+                    rep = self._worker.call(req, self.prepare_timeout_s)
+            except WorkerDied as d:
+                rep = {"reason": d.reason}
+            except Exception as e:
+                rep = {"reason": first_line(e)}
+            report = dict(rep.get("prepared") or {})
+            if rep.get("reason"):
+                report["error"] = rep["reason"]
+                if log is not None:
+                    log(f"{name}: preparing {len(subs)} region(s) failed ({rep['reason']}); "
+                        "each candidate does that work when it is measured")
+            report["wall_s"] = round(time.perf_counter() - t0, 3)
+            out[name] = report
+            with self._lock:
+                self._prepared[name] = report
+                if report.get("trials") or report.get("tasks"):
+                    agg = self._tuning
+                    agg["tuned"] += report.get("tuned") or 0
+                    agg["trials"] += report.get("trials") or 0
+                    agg["tuning_s"] += report.get("tuning_s") or 0.0
+                    agg["up_front"] = {k: report.get(k) for k in
+                                       ("regions", "tasks", "tuned", "reused", "untuned",
+                                        "trials", "tuning_s")}
+                    if report.get("db"):
+                        agg["db"] = report["db"]
+        return out
+
+    def prefetch(self, view, candidates) -> int:
+        """Measure every candidate not priced yet, `parallel` at a time, into the cache.
+
+        The search asks for prices one at a time and stops asking when it has its path; with
+        several servers it is faster to measure everything at once (more candidates, less
+        wall time).  The measuring budget still holds: past it only single ops and
+        whole-model candidates are measured.  Returns how many were measured."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self.parallel <= 1 and not self.tunes:
+            return 0
+        todo = self._unpriced(view, candidates)
 
         def one(item):
             c, sub, key, ident = item
@@ -354,6 +414,8 @@ class MeasuredEstimator(CostEstimator):
             out["worker_crashes"] = self._worker.crashes
             out["worker_start_s"] = self._worker.start_s
         out["cache"] = self.cache.stats()
-        if self._tuning["regions"]:
+        if self._tuning["regions"] or "up_front" in self._tuning:
             out["tuning"] = dict(self._tuning)
+        if self._prepared:
+            out["prepared"] = dict(self._prepared)
         return out

@@ -159,10 +159,35 @@ class RequestState:
         return self.backends[k]
 
 
+def handle_prepare(req: dict, state: RequestState) -> dict:
+    """A `Backend.prepare` request: {"kind": "prepare", "backend", "options", "regions": [cut
+    ONNX models, bytes]} -> {"prepared": report} or {"reason": ...}; never raises."""
+    import onnx
+
+    from .view import load_view
+
+    try:
+        backend = state.backend(req["backend"], req["options"])
+        subs = []
+        for i, model in enumerate(req["regions"]):
+            try:
+                view = load_view(onnx.load_from_string(model), f"region{i}", check=False)
+            except Exception:
+                continue  # measuring that candidate will say why
+            subs.append(view.subgraph(view.op_nodes))
+        return {"prepared": backend.prepare(subs)}
+    except BaseException as e:  # keep the process alive whatever happens in Python
+        return {"reason": first_line(e) if isinstance(e, BackendError)
+                else f"{type(e).__name__}: {first_line(e)}"}
+
+
 def handle_request(req: dict, state: RequestState) -> dict:
     """One measurement request (built by MeasuredEstimator) -> reply; never raises.  Shared by
     the local worker process and the RPC server (provmap.partition.remote)."""
     import onnx
+
+    if req.get("kind") == "prepare":
+        return handle_prepare(req, state)
 
     from provmap.runtime_module.onnx_region import OnnxRegion
 

@@ -219,6 +219,15 @@ class Backend(ABC):
     def build(self, sub: "Subgraph") -> Blob:
         """Compile `sub`.  Raise `BackendError` (with the reason) if it cannot."""
 
+    def prepare(self, subs: Sequence["Subgraph"]) -> dict:
+        """Work worth doing once for many regions before any of them is built: a search calls
+        it with every candidate region of this backend it is about to price.  TVM under
+        tune=metaschedule tunes the distinct tasks of all of them in one MetaSchedule session
+        (the regions overlap, so most share their workloads).  Returns a report ({} when there
+        was nothing to do); raising costs the search nothing but the time, since `build` must
+        work without it."""
+        return {}
+
     @abstractmethod
     def load(self, blob: Blob) -> Runner:
         """Load a blob produced by `build` (possibly in another process, from stored files)."""

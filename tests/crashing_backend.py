@@ -80,3 +80,12 @@ class NodePerturbingBackend(OnnxRuntimeBackend):
     def load(self, blob):
         runner = super().load(blob)
         return _Perturbed(runner, 0.5) if blob.meta.get("perturb") else runner
+
+
+class CrashingPrepareBackend(OnnxRuntimeBackend):
+    """ONNX Runtime whose once-for-many `prepare` (a tuner, say) dies with SIGABRT."""
+
+    name = "crashyprepare"
+
+    def prepare(self, subs):
+        os.abort()

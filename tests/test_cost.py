@@ -270,6 +270,26 @@ def test_failures_crashes_and_accuracy_guard(tmp_path, view):
             ["failing", "crashy", "perturbed", "crashy"]
 
 
+def test_a_crash_in_prepare_costs_only_its_time(tmp_path, view):
+    """Backend.prepare (a tuner's once-for-many work) runs in the measuring worker: if it dies
+    there, the report says so and every candidate is still measured."""
+    backends = {"crashyprepare": cb.CrashingPrepareBackend(),
+                "onnxruntime": get_backend("onnxruntime")}
+    with MeasuredEstimator(backends, CostCache(tmp_path / "c.sqlite"), repeats=3,
+                           min_time_s=0.0) as est:
+        said = []
+        rep = est.prepare(view, [_all(view, "crashyprepare"), _all(view, "onnxruntime")],
+                          log=said.append)
+        assert "onnxruntime" not in rep  # the base class's prepare has nothing to do
+        assert "SIGABRT" in rep["crashyprepare"]["error"]
+        assert said and "crashyprepare: preparing 1 region(s) failed" in said[0]
+        e = est.estimate(view, _all(view, "crashyprepare"))
+        assert e.valid and e.seconds > 0
+        s = est.stats()
+        assert s["prepared"]["crashyprepare"]["error"] == rep["crashyprepare"]["error"]
+        assert s["worker_crashes"] == 1
+
+
 def test_timeout_kills_worker_and_is_not_cached(tmp_path, view):
     backends = {"hanging": cb.HangingBackend(), "onnxruntime": get_backend("onnxruntime")}
     with MeasuredEstimator(backends, CostCache(tmp_path / "c.sqlite"), repeats=3, min_time_s=0.0,

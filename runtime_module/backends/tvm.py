@@ -23,7 +23,7 @@ from provmap.provenance.propagate import ProvenanceTracker
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_region,
-                         tuned_pipeline)
+                         tune_regions, tuned_pipeline)
 
 _ALIGN = 64  # tvm.runtime.from_dlpack refuses less-aligned buffers
 _DLPACK_KINDS = "biufc"  # numpy dtype kinds DLPack can describe (not ml_dtypes' "V")
@@ -233,6 +233,30 @@ class TVMBackend(Backend):
         tuning = stats.to_dict()
         self.tuning.append(tuning)
         return self._compile(sub, region, target, db.open(), tuning)
+
+    def prepare(self, subs) -> dict:
+        """Under tune=metaschedule: tune the distinct tasks of all `subs` in one session, so
+        each later `build` finds its records (Backend.prepare).  Regions TVM cannot build are
+        left to `build` to refuse."""
+        if self._tune == "none":
+            return {}
+        mods = []
+        for sub in subs:
+            try:
+                mods.append(self.region(sub)[0])
+            except BackendError:
+                continue
+        target = self._target()
+        try:
+            stats = tune_regions(mods, target, self._tuning_db(target), self._trials,
+                                 self._budget - self._spent, log=stderr_log)
+        except Exception as e:
+            first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+            raise BackendError(f"tvm: tuning failed: {first}") from None
+        self._spent += stats.trials
+        out = stats.to_dict()
+        out["regions"] = len(mods)
+        return out
 
     def build_with_database(self, sub, database, target=None) -> Blob:
         """`sub` built with the records of a MetaSchedule `database` object, tuning nothing:
