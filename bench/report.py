@@ -46,15 +46,18 @@ def markdown(res: dict) -> str:
         if r["strategy"].startswith("collage") and ratio != "-":
             ratio, ratio_min = f"**{ratio}**", f"**{ratio_min}**"
         capped = " (capped)" if r.get("capped") else ""
+        twin = f" (= {r['same_plan_as']}'s plan, measured once)" if r.get("same_plan_as") else ""
         rows.append([r["model"], r["strategy"],
-                     f"{r['kept']} [{', '.join(r.get('backends') or [])}]",
+                     f"{r['kept']} [{', '.join(r.get('backends') or [])}]{twin}",
                      f"{r['median_ms']:.2f}{capped}", f"{r['p90_ms']:.2f}", f"{r['min_ms']:.2f}",
                      f"{r['spread']:.2f}", ratio, ratio_min, r["partitions"],
                      f"{r['max_abs_err_vs_ort']:.1e}"])
     lines += _table(
-        "End-to-end latency (all strategies of a model measured together, interleaved blocks); "
+        "End-to-end latency (all strategies of a model measured together, interleaved blocks; "
+        "below 1 ms a sample is the mean of enough calls to last 1 ms); "
         "ratio = median / best single backend's median; ratio (min) = the same with minimums "
-        "(steadier on a noisy machine); kept = the plan the artifact runs; err = max abs "
+        "(steadier on a noisy machine); kept = the plan the artifact runs (a plan identical to "
+        "a single-backend plan is measured once and reported for both); err = max abs "
         "difference from ONNX Runtime on the original model.",
         ["model", "strategy", "kept", "median ms", "p90 ms", "min ms", "spread", "ratio",
          "ratio (min)", "partitions", "err"], rows)

@@ -6,10 +6,18 @@ Runtime's pool spins after a run) would otherwise be charged to whichever altern
 a short settle before each block and a re-warm call absorb that.  Two or more passes over the
 blocks spread slow drifts of the machine (thermal, other processes) over every alternative, and
 the per-pass medians tell a real difference (same winner in every pass) from noise.
+
+A sample is the mean of `k` back-to-back calls, `k` chosen per alternative so that a sample
+lasts at least `min_sample_s` (TVM's time_evaluator `number`, timeit's autorange).  Why: below a
+millisecond one call's time is mostly timer, scheduler and thread-pool wake-up noise, and its
+minimum is a lucky outlier -- two identical 0.1 ms ONNX Runtime artifacts measured 0.06 and
+0.10 ms by minimum in one run -- while a mean over a millisecond of calls is steady.  Models
+slower than `min_sample_s` keep one call per sample.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -24,6 +32,7 @@ class Latency:
     pass_medians_s: list[float] = field(default_factory=list)
     first_call_s: float = 0.0
     capped: bool = False  # far slower than the fastest: measured a few times only
+    calls_per_sample: int = 1  # each sample is the mean of this many back-to-back calls
 
     def summary(self) -> dict:
         s = sorted(self.samples_s)
@@ -32,18 +41,20 @@ class Latency:
         return {"median_ms": med * 1e3, "p90_ms": p90 * 1e3, "min_ms": s[0] * 1e3,
                 "spread": (p90 - s[0]) / med if med > 0 else 0.0, "runs": len(s),
                 "pass_medians_ms": [m * 1e3 for m in self.pass_medians_s],
-                "capped": self.capped}
+                "capped": self.capped, "calls_per_sample": self.calls_per_sample}
 
 
 def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 20,
                         passes: int = 2, warmup: int = 3, settle_s: float = 0.2,
                         min_block_s: float = 0.5, max_block_runs: int = 250,
                         slow_factor: float = 10.0, slow_budget_s: float = 10.0,
-                        never_cap: tuple = (), progress=None) -> dict[str, Latency]:
+                        never_cap: tuple = (), min_sample_s: float = 1e-3,
+                        progress=None) -> dict[str, Latency]:
     """Latency of each zero-argument callable.
 
     Each gets 1 + `warmup` calls, then `passes` rounds of one block each (at least repeats/passes
-    runs and `min_block_s` seconds, at most `max_block_runs`).  An alternative whose fastest
+    samples and `min_block_s` seconds, at most `max_block_runs` samples; a sample is the mean of
+    enough calls to last `min_sample_s`, see the module's docstring).  An alternative whose fastest
     warm-up call is over `slow_factor` x the fastest one's (untuned TVM next to ONNX Runtime) is not
     worth that: it gets as many runs as fit in `slow_budget_s` (at least 3, one pass) and is
     marked `capped`, unless its key is in `never_cap`.
@@ -71,11 +82,16 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
             fns[k]()
             out[k].samples_s.append(time.perf_counter() - t)
         out[k].pass_medians_s.append(statistics.median(out[k].samples_s))
+    for k, v in out.items():
+        if k not in slow and v.first_call_s > 0:
+            v.calls_per_sample = max(1, math.ceil(min_sample_s / v.first_call_s))
     per_block = max(repeats // passes, 1)
     for _ in range(passes):
         for k, f in fns.items():
             if k in slow:
                 continue
+            n = out[k].calls_per_sample
+            calls = range(n)
             time.sleep(settle_s)
             f()  # re-warm after the previous block
             block = []
@@ -83,8 +99,9 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
             while len(block) < per_block or (time.perf_counter() - start < min_block_s
                                              and len(block) < max_block_runs):
                 t = time.perf_counter()
-                f()
-                block.append(time.perf_counter() - t)
+                for _ in calls:
+                    f()
+                block.append((time.perf_counter() - t) / n)
             out[k].samples_s.extend(block)
             out[k].pass_medians_s.append(statistics.median(block))
     return out

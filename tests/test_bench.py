@@ -74,6 +74,13 @@ def test_bench_results_json(small_run):
         assert 0 < r["min_ms"] <= r["median_ms"] <= r["p90_ms"]
         assert r["max_abs_err_vs_ort"] < 1e-4
         assert len(r["pass_medians_ms"]) == res["options"]["passes"] == 3
+    # Greedy puts the whole block on OpenVINO: the very plan of single:openvino, measured once.
+    assert rows["greedy:openvino,onnxruntime"]["same_plan_as"] == "single:openvino"
+    for r in rows.values():
+        if r["same_plan_as"]:
+            twin = rows[r["same_plan_as"]]
+            assert r["partitions"] == 1 and r["backends"] == twin["backends"]
+            assert (r["median_ms"], r["min_ms"]) == (twin["median_ms"], twin["min_ms"])
     best = rows[rows["collage:onnxruntime,openvino"]["best_single"]]
     assert best["ratio_to_best_single"] == pytest.approx(1.0)
     singles = [r["median_ms"] for s, r in rows.items() if s.startswith("single:")]

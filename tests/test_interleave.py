@@ -58,6 +58,32 @@ def test_measure_interleaved_blocks_and_caps_slow():
     assert lat["slow"].summary()["median_ms"] > 10 * s["median_ms"] / 2
 
 
+def test_sub_millisecond_alternatives_are_sampled_as_means_of_many_calls():
+    """Below a millisecond a sample is the mean of enough calls to last min_sample_s; a slower
+    alternative keeps one call per sample."""
+    calls = {"tiny": 0, "big": 0}
+
+    def spin(name, s):
+        def f():
+            calls[name] += 1
+            end = time.perf_counter() + s
+            while time.perf_counter() < end:
+                pass
+        return f
+
+    lat = measure_interleaved({"tiny": spin("tiny", 1e-4), "big": spin("big", 3e-3)},
+                              repeats=6, passes=2, warmup=2, settle_s=0.0, min_block_s=0.0,
+                              min_sample_s=2e-3, slow_factor=1000.0)
+    tiny, big = lat["tiny"], lat["big"]
+    assert big.calls_per_sample == 1 and len(big.samples_s) == 6
+    assert 2 <= tiny.calls_per_sample <= 20 and len(tiny.samples_s) == 6
+    # 1 first call + 2 warm-up + per pass: 1 re-warm + 3 samples of calls_per_sample calls
+    assert calls["tiny"] == 3 + 2 * (1 + 3 * tiny.calls_per_sample)
+    assert calls["big"] == 3 + 2 * (1 + 3)
+    assert tiny.summary()["calls_per_sample"] == tiny.calls_per_sample
+    assert 0.09 <= tiny.summary()["min_ms"] <= tiny.summary()["median_ms"]
+
+
 def test_search_alternatives_with_native_code_run_without_a_trust_entry(tmp_path, monkeypatch):
     """The end-to-end check and the second level time artifacts this process just built; a TVM
     partition (native code) among them must run although no trust list knows them yet (a
