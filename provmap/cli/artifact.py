@@ -90,9 +90,15 @@ def cmd_compile(args) -> int:
                 print(f"  measured ms (end to end): {meas}; kept {search['e2e']['winner']}")
             tun = e.get("tuning")
             if tun:
-                print(f"  tvm tuning: {tun['tasks']} task(s) in {tun['regions']} region(s): "
-                      f"tuned {tun['tuned']}, from the database {tun['reused']}, left untuned "
-                      f"{tun['untuned']} ({tun['trials']} trials, {tun['tuning_s']:.0f} s)")
+                up = tun.get("up_front")
+                if up:
+                    print(f"  tvm tuning up front: {up['tasks']} distinct task(s) of "
+                          f"{up['regions']} region(s), tuned {up['tuned']}, from the database "
+                          f"{up['reused']}, left untuned {up['untuned']}")
+                print(f"  tvm tuning in all: tuned {tun['tuned']} task(s) ({tun['trials']} "
+                      f"trials, {tun['tuning_s']:.0f} s); the {tun['regions']} measured "
+                      f"region(s) hold {tun['tasks']} task(s): from the database "
+                      f"{tun['reused']}, left untuned {tun['untuned']}")
             r2 = search.get("refine")
             if r2:
                 print(f"  second level: {r2['proposals']} change(s) proposed, {r2['kept']} kept "
