@@ -42,6 +42,7 @@ from ..host import host_fingerprint
 _WORKLOADS = "database_workload.json"
 _RECORDS = "database_tuning_record.json"
 _SCOPE = "scope.json"
+_OPENED: dict[str, tuple] = {}  # scope directory -> (file stamps, JSONDatabase): TuningDatabase.open
 
 
 def default_db_dir() -> Path:
@@ -125,17 +126,36 @@ class TuningDatabase:
         digest = hashlib.blake2b(json.dumps(self.scope, sort_keys=True).encode(), digest_size=6)
         self.dir = self.root / digest.hexdigest()
 
+    def _stamp(self) -> tuple:
+        out = []
+        for name in (_WORKLOADS, _RECORDS):
+            try:
+                st = (self.dir / name).stat()
+                out.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
     def open(self):
-        """The scope's database, read from disk now (another process may have added records)."""
+        """The scope's database as on disk now (another process may have added records).
+        Parsed again only when its files changed: the measuring worker asks once or twice per
+        candidate, and parsing a few hundred records costs about a second."""
         from tvm.s_tir import meta_schedule as ms
 
         self.dir.mkdir(parents=True, exist_ok=True)
         scope_file = self.dir / _SCOPE
         if not scope_file.exists():
             scope_file.write_text(json.dumps(self.scope, indent=1, sort_keys=True) + "\n")
-        return ms.database.JSONDatabase(path_workload=str(self.dir / _WORKLOADS),
-                                        path_tuning_record=str(self.dir / _RECORDS),
-                                        allow_missing=True, module_equality="structural")
+        key = str(self.dir.resolve())
+        stamp = self._stamp()
+        hit = _OPENED.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        db = ms.database.JSONDatabase(path_workload=str(self.dir / _WORKLOADS),
+                                      path_tuning_record=str(self.dir / _RECORDS),
+                                      allow_missing=True, module_equality="structural")
+        _OPENED[key] = (self._stamp(), db)  # allow_missing may have created the files
+        return db
 
     @contextlib.contextmanager
     def locked(self):
