@@ -79,6 +79,18 @@ CREATE TABLE IF NOT EXISTS in_context (
     label           TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (key, backend, backend_version, options, host)
 ) WITHOUT ROWID;
+-- The plan a search with the end-to-end check kept, by model and search settings: compiling
+-- the same model again with the same backends and options reuses it instead of measuring plans
+-- end to end and running the second level again.  Added in place (same schema version).
+CREATE TABLE IF NOT EXISTS plans (
+    model           TEXT NOT NULL,   -- Subgraph.key of the whole model (structure, not weights)
+    search          TEXT NOT NULL,   -- hash of the backends' identities and the search options
+    host            TEXT NOT NULL,
+    plan            TEXT NOT NULL,   -- JSON: strategy, partitions [{backend, ops (node IDs), why}]
+    report          TEXT NOT NULL,   -- JSON: the search report that kept it
+    created         REAL NOT NULL,
+    PRIMARY KEY (model, search, host)
+) WITHOUT ROWID;
 """
 
 
@@ -284,6 +296,23 @@ class CostCache:
                 "SELECT seconds, runs, plan FROM in_context WHERE key = ? AND backend = ? AND "
                 "backend_version = ? AND options = ? AND host = ?",
                 self._ident(key, backend)).fetchone()
+
+    def put_plan(self, model: str, search: str, plan: dict, report: dict) -> None:
+        """Store the plan a search kept for `model` under the search settings `search`."""
+        row = (model, search, self.host, json.dumps(plan, sort_keys=True),
+               json.dumps(report, default=str), time.time())
+        self._write("INSERT OR REPLACE INTO plans(model, search, host, plan, report, created) "
+                    "VALUES (?,?,?,?,?,?)", row)
+
+    def get_plan(self, model: str, search: str) -> tuple[dict, dict, float] | None:
+        """(plan, report, created) stored by `put_plan` on this host, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT plan, report, created FROM plans WHERE model = ? AND search = ? AND "
+                "host = ?", (model, search, self.host)).fetchone()
+        if row is None:
+            return None
+        return json.loads(row[0]), json.loads(row[1]), float(row[2])
 
     def put_estimate(self, key: str, backend, est: Estimate, *, repeats: int = 0,
                      label: str = "") -> None:

@@ -47,6 +47,8 @@ class CollageOptions:
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers
+    reuse_plan: bool = True         # a kept plan stored in the cost cache for this model and
+                                    # these settings is reused (see plan_cache_keys)
 
 
 @dataclass
@@ -104,6 +106,13 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         _say(progress, f"collage: {e}; searching without it (nothing is read from or saved to "
                        "it this time)")
         cache = CostCache(":memory:", host=host)
+    plan_keys = None
+    if opts.e2e_check and opts.reuse_plan and pool is None:
+        plan_keys = plan_cache_keys(view, backends, opts)
+        reused = _reuse_plan(view, cache, plan_keys, progress)
+        if reused is not None:
+            cache.close()
+            return reused
     last = [0.0]
 
     def tick(done, total, eta):  # at most one progress line a second, and the last one
@@ -309,7 +318,67 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     art.manifest["plan_info"] = info
     art.manifest["strategy"] = "collage" if winner == "collage" else f"collage->{winner}"
     chosen_plan.info["collage"] = report
+    if plan_keys is not None:
+        try:
+            cache.put_plan(*plan_keys, _plan_json(view, chosen_plan, art.manifest["strategy"]),
+                           report)
+        except Exception as e:  # a cache that cannot store must not lose the built plan
+            report["plan_cache_error"] = f"{type(e).__name__}: {e}"
     return CollageResult(chosen_plan, art, report)
+
+
+def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
+                    opts: CollageOptions) -> tuple[str, str]:
+    """(model, search) under which the kept plan is stored: the model's structure (not its
+    weights: prices do not depend on them), and everything that changes what a search keeps --
+    each backend's identity (library version, priced options), the candidate limits, the
+    constraints and the end-to-end and second-level settings.  The host is the cache's own."""
+    import hashlib
+    import json
+
+    from .cache import backend_identity
+
+    model = view.subgraph(view.op_nodes).key
+    settings = {"backends": {n: list(backend_identity(b)) for n, b in backends.items()},
+                **{k: getattr(opts, k) for k in (
+                    "max_depth", "max_size", "max_exits", "pins", "forbids", "cuts",
+                    "e2e_repeats", "e2e_single_factor", "e2e_margin", "measure_budget_s",
+                    "refine_budget_s", "refine_margin", "in_context")}}
+    search = hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(),
+                             digest_size=16).hexdigest()
+    return model, search
+
+
+def _plan_json(view: GraphView, plan: Plan, strategy: str) -> dict:
+    return {"strategy": strategy,
+            "partitions": [{"backend": p.backend, "ops": [view.node_ids[i] for i in p.ops],
+                            "why": p.why} for p in plan.partitions]}
+
+
+def _reuse_plan(view: GraphView, cache, keys, progress) -> CollageResult | None:
+    """The stored kept plan for `keys`, as a plan to build, or None (none stored, or it no
+    longer fits this view)."""
+    hit = cache.get_plan(*keys)
+    if hit is None:
+        return None
+    stored, report, created = hit
+    index = {nid: i for i, nid in enumerate(view.node_ids)}
+    try:
+        parts = [PartitionSpec(p["backend"], [index[n] for n in p["ops"]], why=p.get("why", ""))
+                 for p in stored["partitions"]]
+        plan = order_plan(view, Plan(stored["strategy"], parts))
+    except (KeyError, ProvmapError):
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(created))
+    report = dict(report)
+    report["plan_cache"] = {"reused": True, "stored": when,
+                            "note": "the kept plan of an earlier search with the same model "
+                                    "structure, backends and options on this host; nothing was "
+                                    "measured (--research searches again)"}
+    _say(progress, f"collage: reusing the plan kept by the search of {when} ({stored['strategy']},"
+                   f" {len(parts)} partition(s)) from the cost cache; --research searches again")
+    plan.info["collage"] = report
+    return CollageResult(plan, None, report)
 
 
 def _explain(view: GraphView, plan: Plan, res, est, verdicts: dict, names: list[str]) -> list:

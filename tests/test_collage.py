@@ -72,8 +72,24 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     assert all(r["in_context_ms"] > 0 for r in rep["in_context"])
     # ...and a search that uses them prices those regions from it (new prices may lead the
     # search to ask about candidates the first run never needed: those are measured).
-    art3 = compile_model(view, "collage:onnxruntime,openvino", collage_options=_opts(cache))
+    art3 = compile_model(view, "collage:onnxruntime,openvino",
+                         collage_options=_opts(cache, reuse_plan=False))
     assert art3.manifest["plan_info"]["collage"]["estimator"]["in_context"] >= 1
+    # The same search again reuses the plan the last search (art3, --research) kept and
+    # stored: nothing is measured, same plan.
+    art4 = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "c4.provmap",
+                         collage_options=_opts(cache))
+    rep4 = art4.manifest["plan_info"]["collage"]
+    assert rep4["plan_cache"]["reused"] is True
+    assert art4.manifest["strategy"] == art3.manifest["strategy"]
+    assert [(p["backend"], sorted(p["ops"])) for p in art4.manifest["partitions"]] == \
+        [(p["backend"], sorted(p["ops"])) for p in art3.manifest["partitions"]]
+    np.testing.assert_allclose(load(tmp_path / "c4.provmap").run(feeds)["y"], out["y"],
+                               atol=1e-6)
+    # Other search settings are another key: searched, not reused.
+    art5 = compile_model(view, "collage:onnxruntime,openvino",
+                         collage_options=_opts(cache, e2e_margin=0.05))
+    assert "plan_cache" not in art5.manifest["plan_info"]["collage"]
 
 
 @pytest.mark.slow

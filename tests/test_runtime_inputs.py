@@ -58,9 +58,15 @@ def _check(got: dict, want: dict):
     for k, w in want.items():
         g = got[k]
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, g.shape, w.dtype, w.shape)
+        rtol = 1e-3
         if w.dtype == BF16:
+            # One bfloat16 step (8-bit mantissa): how a float32 -> bfloat16 Cast rounds is the
+            # backend's business.  OpenVINO on an AVX2 AMD EPYC truncates (0.1 -> 0.099609375)
+            # where numpy/ONNX round to nearest even (0.10009765625); what is tested here is
+            # that bfloat16 tensors get in and out, not that rounding mode.
             g, w = g.astype(np.float32), w.astype(np.float32)
-        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-7, equal_nan=True, err_msg=k)
+            rtol = 2.0 ** -7
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-7, equal_nan=True, err_msg=k)
 
 
 # -- input layouts ----------------------------------------------------------------------------

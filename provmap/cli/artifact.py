@@ -40,7 +40,7 @@ def cmd_compile(args) -> int:
             forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
             e2e_check=not args.no_e2e_check, measure_budget_s=args.search_budget,
             refine_budget_s=0.0 if args.no_e2e_check else args.refine_budget,
-            measure_on=args.measure_on)
+            measure_on=args.measure_on, reuse_plan=not args.research)
     elif args.pin or args.forbid or args.cut or args.backends or args.measure_on:
         raise ProvmapError("--pin/--forbid/--cut/--backends/--measure-on apply to --strategy "
                            "collage")
@@ -79,6 +79,10 @@ def cmd_compile(args) -> int:
             print(f"  tvm tuning of the artifact's partitions: {t['tasks']} task(s), from the "
                   f"database {t['reused']}, tuned now {t['tuned']}, untuned {t['untuned']}")
         if search is not None:
+            if search.get("plan_cache"):
+                print(f"  plan reused from the cost cache: kept by the search of "
+                      f"{search['plan_cache']['stored']}, whose numbers follow (nothing was "
+                      "measured now; --research searches again)")
             c, e = search["candidates"], search["estimator"]
             print(f"  search: {c['generated']} candidates, {c['after_constraints']} after "
                   f"constraints, {c['after_pruning']} after pruning; measured {e.get('measured', 0)}, "
@@ -306,6 +310,10 @@ def add_artifact_commands(sub) -> None:
     c.add_argument("--no-e2e-check", action="store_true",
                    help="collage: keep the searched plan without measuring it against greedy "
                    "and single-backend plans end to end")
+    c.add_argument("--research", action="store_true",
+                   help="collage: search again even if the cost cache holds the plan an "
+                   "earlier search kept for this model, backends and options (it is reused "
+                   "otherwise: nothing is measured)")
     c.add_argument("--search-budget", type=float, metavar="SECONDS",
                    help="collage: stop measuring multi-op candidates after this much measuring "
                    "time (single ops and whole-model plans are still measured); default: none")
