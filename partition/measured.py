@@ -310,14 +310,14 @@ class MeasuredEstimator(CostEstimator):
         for c, sub, _key, _ident in self._unpriced(view, candidates):
             by_backend.setdefault(c.backend, []).append(sub)
         out = {}
+        if self.remote is not None:
+            return out  # remote servers measure (and tune) candidate by candidate
         for name, subs in by_backend.items():
             backend = self.backends[name]
             if type(backend).prepare is Backend.prepare:
                 continue
             t0 = time.perf_counter()
             try:
-                if self.remote is not None:
-                    continue  # remote servers measure (and tune) candidate by candidate
                 if not self.isolate:
                     rep = {"prepared": backend.prepare(subs)}
                 else:

@@ -22,8 +22,8 @@ from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
-from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_region,
-                         tune_regions, tuned_pipeline)
+from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_regions,
+                         tuned_pipeline)
 
 _ALIGN = 64  # tvm.runtime.from_dlpack refuses less-aligned buffers
 _DLPACK_KINDS = "biufc"  # numpy dtype kinds DLPack can describe (not ml_dtypes' "V")
@@ -223,14 +223,7 @@ class TVMBackend(Backend):
         if self._tune == "none":
             return self._compile(sub, region, target)
         db = self._tuning_db(target)
-        try:
-            stats = tune_region(region[0], target, db, self._trials, self._budget - self._spent,
-                                log=stderr_log)
-        except Exception as e:
-            first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-            raise BackendError(f"tvm: tuning failed: {first}") from None
-        self._spent += stats.trials
-        tuning = stats.to_dict()
+        tuning = self._tune_within_budget([region[0]], target, db).to_dict()
         self.tuning.append(tuning)
         return self._compile(sub, region, target, db.open(), tuning)
 
@@ -247,16 +240,20 @@ class TVMBackend(Backend):
             except BackendError:
                 continue
         target = self._target()
+        out = self._tune_within_budget(mods, target, self._tuning_db(target)).to_dict()
+        out["regions"] = len(mods)
+        return out
+
+    def _tune_within_budget(self, mods, target, db: TuningDatabase):
+        """Tune `mods` within what is left of this instance's trial budget."""
         try:
-            stats = tune_regions(mods, target, self._tuning_db(target), self._trials,
-                                 self._budget - self._spent, log=stderr_log)
+            stats = tune_regions(mods, target, db, self._trials, self._budget - self._spent,
+                                 log=stderr_log)
         except Exception as e:
             first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
             raise BackendError(f"tvm: tuning failed: {first}") from None
         self._spent += stats.trials
-        out = stats.to_dict()
-        out["regions"] = len(mods)
-        return out
+        return stats
 
     def build_with_database(self, sub, database, target=None) -> Blob:
         """`sub` built with the records of a MetaSchedule `database` object, tuning nothing:
