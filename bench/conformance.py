@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provmap.provenance.errors import first_line
+
 PLAIN = ["ort", "openvino", "tvm"]
 # provmap pipeline -> the plain library it must not fall behind.
 PROVMAP = {"provmap-ort": "ort", "provmap-openvino": "openvino", "provmap-tvm": "tvm",
@@ -249,13 +251,6 @@ _RUNNERS = {"ort": _run_ort, "openvino": _run_openvino, "tvm": _run_tvm,
 _RUNNERS.update(_abort=lambda *a: os.abort(), _hang=lambda *a: time.sleep(3600))
 
 
-def first_line(e: BaseException, with_type: bool = True) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    if lines and lines[0].startswith("Traceback"):  # TVM puts the message last
-        lines = lines[-1:]
-    msg = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (
-        lines[0] if lines else "")  # OpenVINO and TVM put the point on the second line
-    return (f"{type(e).__name__}: {msg}" if with_type else msg)[:300]
 
 
 def _execute(case: str, payload, pipeline: str) -> dict:
@@ -276,7 +271,7 @@ def _execute(case: str, payload, pipeline: str) -> dict:
     except ProvmapError as e:
         status, msg = "error", first_line(e, with_type=False)
     except Exception as e:
-        status, msg = ("crash" if pipeline in PROVMAP else "error"), first_line(e)
+        status, msg = ("crash" if pipeline in PROVMAP else "error"), first_line(e, with_type=True)
     return {"status": status, "message": msg[:300], "seconds": round(time.perf_counter() - t0, 3)}
 
 

@@ -64,14 +64,18 @@ def markdown(res: dict) -> str:
     if res["search"]:
         lines += _table(
             "Collage search: first compile (cold when the cache is fresh; includes the "
-            "end-to-end check) and a second compile on the same cache (search only).",
+            "end-to-end check), a second compile on the same cache (search only: every price a "
+            "cache hit), and the first compile's command again (end-to-end check on: the kept "
+            "plan comes from the cost cache; 'searched' if it did not).",
             ["model", "backends", "cache", "first compile s", "of it search s", "candidates",
              "after pruning", "measured", "skipped (budget)", "cache hits", "invalid",
-             "second compile s (measured)", "kept", "why"],
+             "second compile s (measured)", "same command again s", "kept", "why"],
             [[s["model"], s["strategy"].split(":", 1)[-1], s["cache"], f"{s['first_s']:.1f}",
               f"{s['first_search_only_s']:.1f}", s["candidates"], s["after_pruning"],
               s["measured"], s.get("skipped_budget", 0), s["cache_hits"], s["invalid"],
-              f"{s['warm_s']:.1f} ({s['warm_measured']})", s["kept"],
+              f"{s['warm_s']:.1f} ({s['warm_measured']})",
+              (_f(s.get("warm_e2e_s"), "{:.1f}") + ("" if s.get("warm_e2e_plan_reused", True)
+                                                   else " (searched)")), s["kept"],
               (s.get("e2e_why") or "-").replace("|", "/")] for s in res["search"]])
         levels = [s for s in res["search"] if s.get("level")]
         if levels:

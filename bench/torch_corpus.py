@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provmap.provenance.errors import first_line
+
 from .torch_models import EXPORTERS, MODELS, export
 
 RTOL, ATOL = 1e-3, 1e-4
@@ -85,16 +87,6 @@ def compare(got: dict, want: dict) -> tuple[bool, float | None, str]:
 
 
 # ---- the steps (each in a fresh worker process) -----------------------------------------------
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    # TVM errors put the message last, after a traceback; ours put it first.
-    pick = next((ln for ln in lines if not ln.startswith(("File ", "Traceback", "File\"")) and
-                 not ln.startswith(("#", "^", "~"))), "") if lines else ""
-    if lines and lines[0].startswith("Traceback"):
-        pick = lines[-1]
-    return f"{type(e).__name__}: {pick}"[:400]
-
-
 def _step_map(task: dict) -> dict:
     from provmap.provenance.build import compile_tvm
     from provmap.provenance.importer import import_onnx, mark_not_compilable
@@ -107,7 +99,8 @@ def _step_map(task: dict) -> dict:
     try:
         b = compile_tvm(imp)
     except Exception as e:  # noqa: BLE001  (keep what the import said: it explains the build)
-        return {"ok": False, "error": _first_line(e), "opaque": opaque_ops or opaque,
+        return {"ok": False, "error": first_line(e, with_type=True),
+                "opaque": opaque_ops or opaque,
                 "folded": len(imp.folded),
                 "trace": traceback.format_exc().strip().splitlines()[-12:]}
     mark_not_compilable(b.pmap, imp)
@@ -162,7 +155,7 @@ def _worker(task_path: str) -> None:
     try:
         res = _step_map(task) if task["step"] == "map" else _step_strategy(task)
     except BaseException as e:  # noqa: BLE001  (a step's failure is a result)
-        res = {"ok": False, "error": _first_line(e),
+        res = {"ok": False, "error": first_line(e, with_type=True),
                "trace": traceback.format_exc().strip().splitlines()[-12:]}
     res["seconds"] = round(time.perf_counter() - t0, 1)
     Path(task["result"]).write_text(json.dumps(res, default=str))
@@ -335,7 +328,7 @@ def main(argv=None) -> int:
             try:
                 info = export(spec, exporter, path, args.seed)
             except Exception as e:  # noqa: BLE001
-                rec["export"] = {"ok": False, "error": _first_line(e),
+                rec["export"] = {"ok": False, "error": first_line(e, with_type=True),
                                  "trace": traceback.format_exc().strip().splitlines()[-8:]}
                 print(f"    export failed: {rec['export']['error']}", flush=True)
                 continue
@@ -348,8 +341,8 @@ def main(argv=None) -> int:
                 ok, diff, note = compare(want, tw)
                 rec["export"]["ort_vs_torch"] = {"ok": ok, "max_abs_diff": diff, "note": note}
             except Exception as e:  # noqa: BLE001
-                rec["export"]["ort_error"] = _first_line(e)
-                print(f"    onnxruntime refused the export: {_first_line(e)}", flush=True)
+                rec["export"]["ort_error"] = first_line(e, with_type=True)
+                print(f"    onnxruntime refused the export: {first_line(e, with_type=True)}", flush=True)
                 want = {}
             fpath = work / f"{tag}.feeds.npz"
             np.savez(fpath, **{f"in:{k}": v for k, v in feeds.items()},

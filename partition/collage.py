@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
 from provmap.runtime_module.backend import Backend
-from provmap.runtime_module.interleave import measure_artifacts, pick_fastest
+from provmap.runtime_module.interleave import (break_tie, measure_artifacts, near_ties,
+                                                pick_fastest)
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
@@ -41,6 +42,8 @@ class CollageOptions:
     e2e_repeats: int = 10
     e2e_single_factor: float = 3.0  # measure single plans estimated within this factor of best
     e2e_margin: float = 0.03        # a plan with more partitions must win by this, every pass
+    e2e_tie_margin: float = 0.03    # equally simple plans this close are measured again, longer
+    e2e_tie_passes: int = 4         # ...in this many interleaved passes (0: no tie-break)
     isolate: bool = True
     measure_budget_s: float | None = None  # see MeasuredEstimator.budget_s
     refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
@@ -277,6 +280,22 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
     report["e2e"] = {"measured": measured, "winner": winner, "why": why,
                      "repeats": opts.e2e_repeats, "margin": opts.e2e_margin}
+    tied = near_ties(lat, parts, winner, margin=opts.e2e_tie_margin) if opts.e2e_tie_passes else []
+    if tied:
+        # A 1-2% gap between equally simple plans is often reversed by the next measurement:
+        # measure just those again, longer, before one is kept (see near_ties).
+        first = winner
+        _say(progress, f"collage: {winner} and {', '.join(tied)} within "
+                       f"{opts.e2e_tie_margin:.0%}: measuring them again to break the tie")
+        again = measure_artifacts({k: built[k] for k in [winner, *tied]},
+                                  repeats=2 * opts.e2e_repeats, passes=opts.e2e_tie_passes,
+                                  min_block_s=1.0, never_cap=tuple([winner, *tied]))
+        winner, why = break_tie(again)
+        report["e2e"]["tie_break"] = {
+            "first_pick": first, "tied": tied, "winner": winner, "why": why,
+            "passes": opts.e2e_tie_passes, "margin": opts.e2e_tie_margin,
+            "measured": {k: v.summary() for k, v in again.items()}}
+        report["e2e"].update(winner=winner, why=why)
     chosen_plan = order_plan(view, alternatives[winner])
     if winner != "collage":
         report["e2e"]["note"] = (f"{winner} measured faster end to end than the searched plan "
@@ -342,7 +361,8 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
     settings = {"backends": {n: list(backend_identity(b)) for n, b in backends.items()},
                 **{k: getattr(opts, k) for k in (
                     "max_depth", "max_size", "max_exits", "pins", "forbids", "cuts",
-                    "e2e_repeats", "e2e_single_factor", "e2e_margin", "measure_budget_s",
+                    "e2e_repeats", "e2e_single_factor", "e2e_margin", "e2e_tie_margin",
+                    "e2e_tie_passes", "measure_budget_s",
                     "refine_budget_s", "refine_margin", "in_context")}}
     search = hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(),
                              digest_size=16).hexdigest()

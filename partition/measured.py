@@ -51,14 +51,14 @@ import threading
 import weakref
 from typing import Callable, Mapping
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError, first_line
 from provmap.runtime_module.backend import Backend
 
 from .accuracy import RefCache
 from .cache import CostCache, backend_identity
 from .candidate import Candidate, Estimate
 from .cost import CostEstimator
-from .worker import Worker, WorkerDied, backend_spec, first_line, measure_once, resolve_backend
+from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
 
 
 def _label(view, ops) -> str:

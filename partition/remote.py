@@ -28,9 +28,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError, first_line
 
-from .worker import WorkerDied, first_line
+from .worker import WorkerDied
 
 FUNC_MEASURE = "provmap.rpc.measure"
 FUNC_IDENTITY = "provmap.rpc.identity"

@@ -15,17 +15,11 @@ import time
 
 import numpy as np
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError, first_line
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import backend_class, get_backend
 
 from .accuracy import RefCache, compare_outputs, make_inputs
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line or type(e).__name__
 
 
 def backend_spec(backend: Backend) -> str:

@@ -12,3 +12,25 @@ class ProvmapError(Exception):
 def describe_node(index: int, node) -> str:
     name = node.name or "<unnamed>"
     return f"ONNX node #{index} '{name}' ({node.op_type})"
+
+
+def first_line(e: BaseException, with_type: bool = False, limit: int = 400) -> str:
+    """The one line of a library's exception worth showing a user.
+
+    Libraries disagree on where the point is: ours and ONNX Runtime's put it first; TVM's FFI
+    errors start with a traceback and end with the message; OpenVINO (and some of TVM) write
+    "Exception from ...:" and the point on the next line.  Every layer that turns a backend's
+    failure into one line (the CLI, the measuring worker, the backends, the bench) uses this.
+    """
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        lines = lines[-1:]
+    if not lines:
+        msg = ""
+    elif len(lines) > 1 and lines[0].endswith(":"):
+        msg = f"{lines[0]} {lines[1]}"
+    else:
+        msg = lines[0]
+    if with_type:
+        msg = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    return (msg or type(e).__name__)[:limit]

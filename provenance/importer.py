@@ -23,7 +23,7 @@ import tvm
 from tvm import relax
 
 from . import ids as _ids
-from .errors import ProvmapError
+from .errors import ProvmapError, first_line
 from .fold import FOLD_REASON, fold_constants, infer_types
 from .model import ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr
 from .shapes import apply_input_shapes
@@ -43,8 +43,8 @@ def load_model(source, check: bool = True) -> tuple[onnx.ModelProto, str]:
         try:
             model = onnx.load(label)
         except Exception as e:  # DecodeError, truncated files, external-data problems
-            raise ProvmapError(f"{label}: not a readable ONNX model ({type(e).__name__}: "
-                               f"{str(e).splitlines()[0] if str(e) else 'parse error'})") from None
+            raise ProvmapError(f"{label}: not a readable ONNX model ("
+                               f"{first_line(e, with_type=True)})") from None
         if not model.graph.node and not model.graph.output:
             raise ProvmapError(f"{label}: not a readable ONNX model (empty graph)")
     if check:

@@ -151,3 +151,51 @@ def pick_fastest(lat: Mapping[str, Latency], complexity: Mapping[str, int],
     return simple, (f"{best} was {1 - med[best] / med[simple]:.1%} faster by median but not by "
                     f"more than {margin:.0%} in every pass: within noise, the simpler plan "
                     f"({simple}) is kept")
+
+
+def near_ties(lat: Mapping[str, Latency], complexity: Mapping[str, int], winner: str,
+              margin: float = 0.03) -> list[str]:
+    """Alternatives as simple as `winner` that one measurement cannot tell from it: their median
+    within `margin` of the winner's, or faster than it by minimum.
+
+    Why: between two equally simple plans `pick_fastest` keeps the lower median however small
+    the gap, and at a 1-2% gap the next measurement of the same two artifacts often orders them
+    the other way (MobileNet-v3 on ONNX Runtime and OpenVINO: 1.2% one way in the search, 2.0%
+    the other in the bench).  Those are worth a longer measurement before one is kept; a more
+    complex winner already had to win by a margin in every pass, so it is not re-examined.
+    """
+    if winner not in lat or lat[winner].capped:
+        return []
+    least = min(complexity[k] for k in lat)
+    if complexity[winner] != least:
+        return []
+    w = lat[winner]
+    w_med, w_min = statistics.median(w.samples_s), min(w.samples_s)
+    out = []
+    for k, v in lat.items():
+        if k == winner or complexity[k] != least or v.capped or not v.samples_s:
+            continue
+        med, low = statistics.median(v.samples_s), min(v.samples_s)
+        if med <= w_med * (1 + margin) or low < w_min:
+            out.append(k)
+    return sorted(out, key=lambda k: statistics.median(lat[k].samples_s))
+
+
+def break_tie(lat: Mapping[str, Latency]) -> tuple[str, str]:
+    """The alternative to keep among near-tied ones after a longer measurement (`lat` holds only
+    the tied alternatives, measured together): the lower median, and whether its minimum and
+    most of its passes agree -- said in the reason, so a coin toss is not reported as a win."""
+    med = {k: statistics.median(v.samples_s) for k, v in lat.items()}
+    best = min(med, key=med.get)
+    rest = [k for k in med if k != best]
+    if not rest:
+        return best, "only alternative"
+    second = min(rest, key=med.get)
+    a, b = lat[best], lat[second]
+    by_min = min(a.samples_s) <= min(b.samples_s)
+    passes = sum(x < y for x, y in zip(a.pass_medians_s, b.pass_medians_s))
+    gap = 1 - med[best] / med[second]
+    agree = "also" if by_min else "but not"
+    return best, (f"tie-break: {gap:.1%} under {second} by median over "
+                  f"{len(a.samples_s)} samples, {agree} by minimum, faster in {passes} of "
+                  f"{min(len(a.pass_medians_s), len(b.pass_medians_s))} passes")

@@ -148,7 +148,8 @@ class Subgraph:
         """The subgraph as a standalone ONNX model made of the original nodes and initializers."""
         v = self.view
         src = v.model
-        g = onnx.GraphProto()
+        m = onnx.ModelProto()
+        g = m.graph  # filled in place: a CopyFrom of a finished graph copies every weight again
         g.name = f"{src.graph.name or 'graph'}_sub"
         g.node.extend(v.nodes[i] for i in self.closure)
         used = {x for i in self.closure for x in v.node_inputs[i] if x in v.initializers}
@@ -157,12 +158,10 @@ class Subgraph:
             g.input.append(_value_info(t))
         for t in self.outputs:
             g.output.append(_value_info(t))
-        m = onnx.ModelProto()
         # IR >= 4 lets initializers stay out of graph.input, so consumers cannot override them.
         m.ir_version = max(src.ir_version, 4)
         m.opset_import.extend(src.opset_import)
         m.producer_name = "provmap"
-        m.graph.CopyFrom(g)
         return m
 
     # -- Relax view ------------------------------------------------------------------------

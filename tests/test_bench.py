@@ -94,6 +94,9 @@ def test_bench_search_cold_then_warm(small_run):
     assert s["measured"] > 0 and s["after_pruning"] <= s["candidates"]
     assert s["warm_measured"] == 0 and s["warm_cache_hits"] > 0
     assert s["kept"].startswith("collage")
+    # the first compile's command again: the kept plan from the cost cache, the same plan
+    assert s["warm_e2e_plan_reused"] is True and s["warm_e2e_same_plan"] is True
+    assert s["warm_e2e_s"] > 0
 
 
 def test_bench_artifacts_container_provenance(small_run):

@@ -92,6 +92,36 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     assert "plan_cache" not in art5.manifest["plan_info"]["collage"]
 
 
+def test_near_tied_simple_plans_are_measured_again_before_one_is_kept(transformer, tmp_path):
+    from provmap.workbench.explain import explain_artifact, format_explain
+
+    model, view = transformer
+    # A tie margin of 1000% makes every equally simple alternative a near tie of the first pick.
+    art = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "t.provmap",
+                        collage_options=CollageOptions(
+                            max_depth=2, max_size=2, cache_path=str(tmp_path / "k.sqlite"),
+                            e2e_repeats=4, refine_budget_s=0.0, in_context=False,
+                            e2e_tie_margin=10.0, e2e_tie_passes=2))
+    e2e = art.manifest["plan_info"]["collage"]["e2e"]
+    least = min(v["partitions"] for v in e2e["measured"].values())
+    simple = {k for k, v in e2e["measured"].items() if v["partitions"] == least}
+    assert len(simple) >= 2  # collage (or single:) and at least one other single plan
+    tb = e2e["tie_break"]
+    assert tb["first_pick"] in simple and set(tb["tied"]) == simple - {tb["first_pick"]}
+    assert set(tb["measured"]) == simple
+    assert all(len(v["pass_medians_ms"]) == 2 for v in tb["measured"].values())
+    # the kept plan is the tie-break's lower median, and the artifact is that plan
+    assert e2e["winner"] == tb["winner"] == min(tb["measured"], key=lambda k: tb["measured"][k]["median_ms"])
+    assert e2e["why"].startswith("tie-break:")
+    kept = art.manifest["strategy"]
+    assert kept == ("collage" if tb["winner"] == "collage" else f"collage->{tb['winner']}")
+    text = format_explain(explain_artifact(art.manifest))
+    assert "measured again (2 passes" in text and f"kept {tb['winner']}: tie-break" in text
+    feeds = zoo.random_inputs(model, 5)
+    np.testing.assert_allclose(load(tmp_path / "t.provmap").run(feeds)["y"], ort_ref(model, feeds)["y"],
+                               atol=1e-4, rtol=1e-3)
+
+
 @pytest.mark.slow
 def test_cli_collage_json_summary(tmp_path):
     out = tmp_path / "c.provmap"

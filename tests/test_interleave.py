@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from provmap.runtime_module.interleave import Latency, measure_interleaved, pick_fastest
+from provmap.runtime_module.interleave import (Latency, break_tie, measure_interleaved, near_ties,
+                                                pick_fastest)
 
 
 def _lat(passes, capped=False):
@@ -34,6 +35,29 @@ def test_simplest_alternative_is_the_fastest_single():
     assert pick_fastest(lat, {"collage": 2, "single:a": 1, "single:b": 1})[0] == "single:a"
     # Same complexity: the fastest median simply wins.
     assert pick_fastest(lat, {"collage": 1, "single:a": 1, "single:b": 1})[0] == "single:a"
+
+
+def test_near_ties_are_equally_simple_alternatives_one_measurement_cannot_order():
+    lat = {"single:a": _lat([[1.00] * 3, [1.00] * 3]), "single:b": _lat([[1.02] * 3, [1.02] * 3]),
+           "single:c": _lat([[1.20] * 3, [1.20] * 3]), "collage": _lat([[1.01] * 3, [1.01] * 3])}
+    parts = {"single:a": 1, "single:b": 1, "single:c": 1, "collage": 2}
+    # b is 2% behind (inside 3%); c is 20% behind; collage has more partitions: not a tie.
+    assert near_ties(lat, parts, "single:a") == ["single:b"]
+    # Slower by median but faster by minimum: one measurement cannot order them either.
+    lat["single:c"] = _lat([[0.9, 1.2, 1.3], [1.2] * 3])
+    assert near_ties(lat, parts, "single:a") == ["single:b", "single:c"]
+    # A more complex winner already won by a margin in every pass.
+    assert near_ties(lat, {**parts, "collage": 1, "single:a": 2}, "single:a") == []
+    assert near_ties(lat, parts, "single:a", margin=0.01) == ["single:c"]
+
+
+def test_break_tie_keeps_the_lower_median_and_says_whether_min_and_passes_agree():
+    lat = {"a": _lat([[1.0] * 4, [1.0] * 4, [1.1] * 4]), "b": _lat([[1.05] * 4, [0.9, 1.05, 1.05, 1.05], [1.0] * 4])}
+    win, why = break_tie(lat)
+    assert win == "a"
+    assert "but not by minimum" in why and "2 of 3 passes" in why
+    win, why = break_tie({"a": lat["a"], "b": _lat([[1.2] * 4] * 3)})
+    assert win == "a" and "also by minimum" in why and "3 of 3 passes" in why
 
 
 def test_measure_interleaved_blocks_and_caps_slow():

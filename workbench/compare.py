@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError, first_line
 
 
 @dataclass
@@ -120,7 +120,7 @@ def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str =
         raise
     except Exception as e:
         raise ProvmapError(f"reference {reference} failed on the model: "
-                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                           f"{first_line(e)}") from None
     tensors = []
     bad = set()
     for name, (m, a) in captured.items():

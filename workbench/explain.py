@@ -63,7 +63,8 @@ def explain_artifact(manifest: dict) -> dict:
                            "note": e2e.get("note"),
                            "measured_ms": {k: v.get("median_ms")
                                            for k, v in (e2e.get("measured") or {}).items()},
-                           "same_as_collage": info.get("e2e_same_as_collage")},
+                           "same_as_collage": info.get("e2e_same_as_collage"),
+                           "tie_break": e2e.get("tie_break")},
             "second_level": info.get("refine"),
             "in_context": info.get("in_context"),
             "measured_on": info.get("measured_on"),
@@ -100,6 +101,12 @@ def format_explain(x: dict) -> str:
     if e["measured_ms"]:
         lines.append("end-to-end check (measured, ms): " + ", ".join(
             f"{k} {v:.3f}" for k, v in e["measured_ms"].items()))
+        tb = e.get("tie_break")
+        if tb:
+            lines.append(f"  first pick {tb['first_pick']} was within {tb['margin']:.0%} of "
+                         f"{', '.join(tb['tied'])}; measured again ({tb['passes']} passes, ms): "
+                         + ", ".join(f"{k} {v['median_ms']:.3f} median / {v['min_ms']:.3f} min"
+                                     for k, v in tb["measured"].items()))
         lines.append(f"  kept {e['winner']}: {e['why']}")
         if e.get("note"):
             lines.append(f"  {e['note']}")

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError, first_line
 
 
 def _progress(msg: str) -> None:
@@ -58,7 +58,7 @@ def _load_inputs(path: str) -> dict:
                 raise ValueError("a single .npy array")
             return {k: z[k] for k in z.files}
     except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = first_line(e)
         if "pickle" in first:
             first = "it holds Python objects, not arrays"
         raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({first}); write one "

@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from provmap.provenance.dtypes import onnx_elem
+from provmap.provenance.errors import first_line
 
 from ..backend import Backend, BackendError, Blob, Runner, Support
 from .ort_kernels import map_kernels
@@ -52,11 +53,6 @@ def _ort():
     except ImportError as e:  # pragma: no cover - depends on the installation
         raise BackendError(f"onnxruntime backend: cannot import onnxruntime ({e})") from None
     return onnxruntime
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _norm_domain(d: str) -> str:
@@ -137,7 +133,7 @@ class OnnxRuntimeBackend(Backend):
             return ort.InferenceSession(model_bytes, so, providers=[_CPU])
         except Exception as e:
             raise BackendError(f"onnxruntime {ort.__version__}: cannot {what}: "
-                               f"{_first_line(e)}") from None
+                               f"{first_line(e)}") from None
 
     # -- support ---------------------------------------------------------------------------
     def supports(self, view: "GraphView") -> dict[int, Support]:
@@ -248,7 +244,7 @@ class OnnxRuntimeBackend(Backend):
         try:
             ort.InferenceSession(model.SerializeToString(), so, providers=[_CPU])
         except Exception as e:
-            msg = _first_line(e)
+            msg = first_line(e)
             if "NOT_IMPLEMENTED" in msg or "implementation" in msg or "kernel" in msg:
                 detail = msg.split(" : ")[-1]
                 return Support(False, f"no CPU kernel for {where}, nor for its ONNX function "
@@ -285,7 +281,7 @@ class OnnxRuntimeBackend(Backend):
             data = model.SerializeToString()
         except Exception as e:
             raise BackendError(f"onnxruntime: cannot serialize the cut model: "
-                               f"{_first_line(e)}") from None
+                               f"{first_line(e)}") from None
         so = self._session_options()
         with tempfile.TemporaryDirectory(prefix="provmap-ort-") as tmp:
             path = os.path.join(tmp, "optimized.onnx")
@@ -301,7 +297,7 @@ class OnnxRuntimeBackend(Backend):
                 optimized = onnx.load(path, load_external_data=False)
             except Exception as e:
                 raise BackendError(f"onnxruntime: cannot read back the optimized graph: "
-                                   f"{_first_line(e)}") from None
+                                   f"{first_line(e)}") from None
         kernels, source = map_kernels(model, optimized, sub)
         meta = {
             "backend_version": self.version(),
@@ -398,7 +394,7 @@ class OrtRunner(Runner):
                 return self._run(self.output_names, feed, None)
             return self.sess.run(self.output_names, feed)
         except Exception as e:
-            raise BackendError(f"onnxruntime: run failed: {_first_line(e)}") from None
+            raise BackendError(f"onnxruntime: run failed: {first_line(e)}") from None
 
     def _run_ortvalues(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         ov = _ort().OrtValue

@@ -30,6 +30,7 @@ inference; see `OpenVINORunner`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -39,7 +40,10 @@ from typing import TYPE_CHECKING, Sequence
 import ml_dtypes
 import numpy as np
 
+from provmap.provenance.errors import first_line
+
 from ..backend import Backend, BackendError, Blob, Runner, Support
+from ..onnx_external import external_data_file, weight_bytes
 from .ov_kernels import op_owners, runtime_kernels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +70,41 @@ def _get_core():
     if _core is None:
         _core = _ov().Core()
     return _core
+
+
+class _ConversionFailed(Exception):
+    """OpenVINO's ONNX frontend refused the model (the frontend's exception is the cause)."""
+
+
+# Past this many bytes of weights the ONNX model goes to OpenVINO as a file with external data.
+_EXTERNAL_MIN_BYTES = 16 << 20
+
+
+@contextlib.contextmanager
+def _read_onnx(model):
+    """`model` (an onnx.ModelProto) converted by OpenVINO's ONNX frontend, valid inside the block.
+
+    A large model goes as a file with external weights (see runtime_module/onnx_external.py: on
+    VGG-19, 6.8 s of serializing and parsing become well under a second); the frontend maps the
+    weights file, which must outlive the converted model's use, hence a context manager.
+    """
+    core = _get_core()
+    if weight_bytes(model) < _EXTERNAL_MIN_BYTES:
+        try:
+            converted = core.read_model(model.SerializeToString())
+        except Exception as e:
+            raise _ConversionFailed() from e
+        yield converted
+        return
+    with external_data_file(model, prefix="provmap-ov-onnx-") as path:
+        try:
+            converted = core.read_model(path)
+        except Exception as e:
+            raise _ConversionFailed() from e
+        try:
+            yield converted
+        finally:
+            del converted
 
 
 _NOISE = re.compile(r"^(Exception from |Check '.*' failed at |FrontEnd API failed with|"
@@ -126,13 +165,11 @@ class OpenVINOBackend(Backend):
         return dict(cached)
 
     def _supports(self, view: "GraphView") -> dict[int, Support]:
-        core = _get_core()
         try:
-            model = core.read_model(view.model.SerializeToString())
-        except Exception:
+            with _read_onnx(view.model) as model:
+                out = self._query(view, model, list(view.op_nodes), dict(view.producer))
+        except _ConversionFailed:
             out = self._supports_per_node(view)
-        else:
-            out = self._query(view, model, list(view.op_nodes), dict(view.producer))
         # The CPU plugin has no float64 kernels: it converts such nodes to float32 without a
         # word.  The model's precision is only ever lowered on request, so refuse them.
         for i in view.op_nodes:
@@ -172,7 +209,6 @@ class OpenVINOBackend(Backend):
 
     def _supports_per_node(self, view: "GraphView") -> dict[int, Support]:
         """The whole model did not convert: convert each op node alone (with its helpers)."""
-        core = _get_core()
         out: dict[int, Support] = {}
         for i in view.op_nodes:
             try:
@@ -180,41 +216,39 @@ class OpenVINOBackend(Backend):
                 cut = sub.onnx_model()
             except Exception as e:  # no static shapes around this node, say
                 out[i] = Support(False, f"cannot cut {view.describe(i)} alone to test it: "
-                                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}")
-                continue
-            try:
-                model = core.read_model(cut.SerializeToString())
-            except Exception as e:
-                out[i] = Support(False, f"OpenVINO ONNX frontend cannot convert "
-                                        f"{view.describe(i)}: {_ov_error(e)}")
+                                        f"{first_line(e)}")
                 continue
             producer = {o: sub.closure[p] for p, n in enumerate(cut.graph.node)
                         for o in n.output if o}
-            out[i] = self._query(view, model, [i], producer)[i]
+            try:
+                with _read_onnx(cut) as model:
+                    out[i] = self._query(view, model, [i], producer)[i]
+            except _ConversionFailed as e:
+                out[i] = Support(False, f"OpenVINO ONNX frontend cannot convert "
+                                        f"{view.describe(i)}: {_ov_error(e.__cause__)}")
         return out
 
     # -- build -----------------------------------------------------------------------------
     def build(self, sub: "Subgraph") -> Blob:
         ov = _ov()
-        core = _get_core()
         cut = sub.onnx_model()
         try:
-            converted = core.read_model(cut.SerializeToString())
-        except Exception as e:
+            with _read_onnx(cut) as converted, \
+                    tempfile.TemporaryDirectory(prefix="provmap-ov-") as tmp:
+                xml_path = os.path.join(tmp, "model.xml")
+                try:
+                    ov.save_model(converted, xml_path, compress_to_fp16=False)
+                except Exception as e:
+                    raise BackendError(f"OpenVINO: cannot serialize the converted model: "
+                                       f"{_ov_error(e)}") from None
+                with open(xml_path, "rb") as f:
+                    xml = f.read()
+                with open(os.path.join(tmp, "model.bin"), "rb") as f:
+                    weights = f.read()
+                del converted
+        except _ConversionFailed as e:
             raise BackendError(f"OpenVINO {self.version()}: ONNX frontend cannot convert "
-                               f"subgraph {sub.key[:12]}: {_ov_error(e)}") from None
-        with tempfile.TemporaryDirectory(prefix="provmap-ov-") as tmp:
-            xml_path = os.path.join(tmp, "model.xml")
-            try:
-                ov.save_model(converted, xml_path, compress_to_fp16=False)
-            except Exception as e:
-                raise BackendError(f"OpenVINO: cannot serialize the converted model: "
-                                   f"{_ov_error(e)}") from None
-            with open(xml_path, "rb") as f:
-                xml = f.read()
-            with open(os.path.join(tmp, "model.bin"), "rb") as f:
-                weights = f.read()
-        del converted
+                               f"subgraph {sub.key[:12]}: {_ov_error(e.__cause__)}") from None
         # Compile what load() will compile: the IR read back from its bytes.
         model = self._read_ir(xml, weights)
         compiled = self._compile(model, f"subgraph {sub.key[:12]}")
