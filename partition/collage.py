@@ -151,21 +151,8 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                        f"{st.get('measured', 0)}, from the cache {st.get('cache_hits', 0)}, "
                        f"left unpriced by the measuring budget {st.get('skipped_budget', 0)}, "
                        f"never needed by the search {max(len(kept) - asked, 0)})")
-        tun = st.get("tuning")
-        if tun and tun.get("up_front"):
-            up = tun["up_front"]
-            _say(progress, f"collage: tvm tuning up front: {up['tasks']} distinct task(s) of "
-                           f"{up['regions']} region(s), tuned {up['tuned']}, from the database "
-                           f"{up['reused']}, left untuned by the budget {up['untuned']} "
-                           f"({up['trials']} trials, {up['tuning_s']:.0f} s)")
-        if tun:
-            _say(progress, f"collage: tvm tuning in all: tuned {tun['tuned']} task(s) "
-                           f"({tun['trials']} trials); the {tun['regions']} measured region(s) "
-                           f"hold {tun['tasks']} task(s): from the database {tun['reused']}, "
-                           f"left untuned by the budget {tun['untuned']}"
-                           + (f"; {tun['foreign_records']} record(s) in {tun['db']}'s directory "
-                              "are for another host or TVM version and were not used"
-                              if tun["foreign_records"] else ""))
+        for line in tuning_summary(st.get("tuning")):
+            _say(progress, f"collage: {line}")
     finally:
         est.close()
     # Candidates are each convex, but two of them can still feed each other (a -> y, x -> b
@@ -344,6 +331,27 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         except Exception as e:  # a cache that cannot store must not lose the built plan
             report["plan_cache_error"] = f"{type(e).__name__}: {e}"
     return CollageResult(chosen_plan, art, report)
+
+
+def tuning_summary(tun: dict | None) -> list[str]:
+    """The search's TVM tuning in words (the stderr of a search and `provmap compile` both)."""
+    if not tun:
+        return []
+    lines = []
+    up = tun.get("up_front")
+    if up:
+        lines.append(f"tvm tuning up front: {up['tasks']} distinct task(s) of {up['regions']} "
+                     f"region(s), tuned {up['tuned']}, from the database {up['reused']}, left "
+                     f"untuned by the budget {up['untuned']} ({up['trials']} trials, "
+                     f"{up['tuning_s']:.0f} s)")
+    lines.append(f"tvm tuning in all: tuned {tun['tuned']} task(s) ({tun['trials']} trials, "
+                 f"{tun['tuning_s']:.0f} s); the {tun['regions']} measured region(s) hold "
+                 f"{tun['tasks']} task(s): from the database {tun['reused']}, left untuned by "
+                 f"the budget {tun['untuned']}"
+                 + (f"; {tun['foreign_records']} record(s) in {tun['db']}'s directory are for "
+                    "another host or TVM version and were not used"
+                    if tun.get("foreign_records") else ""))
+    return lines
 
 
 def plan_cache_keys(view: GraphView, backends: dict[str, Backend],

@@ -79,6 +79,8 @@ def cmd_compile(args) -> int:
             print(f"  tvm tuning of the artifact's partitions: {t['tasks']} task(s), from the "
                   f"database {t['reused']}, tuned now {t['tuned']}, untuned {t['untuned']}")
         if search is not None:
+            from provmap.partition.collage import tuning_summary
+
             if search.get("plan_cache"):
                 print(f"  plan reused from the cost cache: kept by the search of "
                       f"{search['plan_cache']['stored']}, whose numbers follow (nothing was "
@@ -92,17 +94,8 @@ def cmd_compile(args) -> int:
             if "e2e" in search:
                 meas = ", ".join(f"{k} {v['median_ms']:.2f}" for k, v in search["e2e"]["measured"].items())
                 print(f"  measured ms (end to end): {meas}; kept {search['e2e']['winner']}")
-            tun = e.get("tuning")
-            if tun:
-                up = tun.get("up_front")
-                if up:
-                    print(f"  tvm tuning up front: {up['tasks']} distinct task(s) of "
-                          f"{up['regions']} region(s), tuned {up['tuned']}, from the database "
-                          f"{up['reused']}, left untuned {up['untuned']}")
-                print(f"  tvm tuning in all: tuned {tun['tuned']} task(s) ({tun['trials']} "
-                      f"trials, {tun['tuning_s']:.0f} s); the {tun['regions']} measured "
-                      f"region(s) hold {tun['tasks']} task(s): from the database "
-                      f"{tun['reused']}, left untuned {tun['untuned']}")
+            for line in tuning_summary(e.get("tuning")):
+                print(f"  {line}")
             r2 = search.get("refine")
             if r2:
                 print(f"  second level: {r2['proposals']} change(s) proposed, {r2['kept']} kept "
