@@ -44,6 +44,10 @@ class CollageOptions:
     e2e_margin: float = 0.03        # a plan with more partitions must win by this, every pass
     e2e_tie_margin: float = 0.03    # equally simple plans this close are measured again, longer
     e2e_tie_passes: int = 4         # ...in this many interleaved passes (0: no tie-break)
+    # Options tried as whole-partition variants of each searched backend, in the end-to-end
+    # check (single plans) and the second level (moves), not priced by the first level; see
+    # e2e_variants.  (): none.
+    e2e_variants: tuple = ("threads=1",)
     isolate: bool = True
     measure_budget_s: float | None = None  # see MeasuredEstimator.budget_s
     refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
@@ -59,6 +63,42 @@ class CollageResult:
     plan: Plan
     artifact: object | None         # the chosen plan, already built (when the e2e check ran)
     report: dict
+    backends: dict | None = None    # every backend the plan may name (variants included)
+
+
+def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Backend]]:
+    """{variant name: (searched backend it derives from, backend)} for each spec ("threads=1",
+    "performance_hint=THROUGHPUT;threads=2") and each searched backend that takes those options
+    and does not set them itself (TVM takes no `threads`: skipped).
+
+    Why not as backends of the first level: a thread count is a property of a whole partition
+    (its intra-op pool), so pricing every small candidate on it doubles a cold search to learn
+    little, while end to end it is decisive: on a 2-core host a 0.13 ms tiny BERT runs in 0.06 ms
+    on OpenVINO with one thread (no fork/join per op), while a 1.6 ms SqueezeNet runs 1.8x slower.
+    Measured, never assumed: the end-to-end check runs the single plans on them, the second
+    level may move one partition onto them."""
+    from provmap.runtime_module.registry import get_backend, parse_variant, with_options
+
+    out: dict[str, tuple[str, Backend]] = {}
+    from provmap.runtime_module.backend import BackendError
+
+    for spec in specs or ():
+        try:
+            extra = parse_variant(f"variant[{spec}]")[1]
+        except BackendError:
+            raise ProvmapError(f"variant {spec!r}: expected OPTION=VALUE[;OPTION=VALUE...], "
+                               "e.g. threads=1") from None
+        for name, be in backends.items():
+            if (any(k not in be.option_names() for k in extra)
+                    or any(k in be.options() for k in extra)):
+                continue
+            vname = with_options(name, **extra)
+            if vname in backends or vname in out:
+                continue
+            own = parse_variant(name)[1]
+            rest = {k: v for k, v in be.options().items() if k not in own and k not in extra}
+            out[vname] = (name, get_backend(vname, **rest))
+    return out
 
 
 def _say(cb, msg):
@@ -109,12 +149,17 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         _say(progress, f"collage: {e}; searching without it (nothing is read from or saved to "
                        "it this time)")
         cache = CostCache(":memory:", host=host)
+    # Constraints name backends; a variant of a pinned or forbidden one is not tried.
+    variants = (e2e_variants(backends, opts.e2e_variants)
+                if opts.e2e_check and pool is None and not cons else {})
+    every = {**backends, **{v: be for v, (_o, be) in variants.items()}}
     plan_keys = None
     if opts.e2e_check and opts.reuse_plan and pool is None:
         plan_keys = plan_cache_keys(view, backends, opts)
         reused = _reuse_plan(view, cache, plan_keys, progress)
         if reused is not None:
             cache.close()
+            reused.backends = every
             return reused
     last = [0.0]
 
@@ -228,6 +273,12 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             for b, v in sorted(valid.items(), key=lambda kv: kv[1]):
                 if v <= best * opts.e2e_single_factor:
                     alternatives[f"single:{b}"] = Plan(f"single:{b}", [PartitionSpec(b, list(view.op_nodes), why=f"single:{b} (end-to-end check)")])
+        for v, (origin, _be) in variants.items():
+            if f"single:{origin}" in alternatives:
+                alternatives[f"single:{v}"] = Plan(f"single:{v}", [PartitionSpec(
+                    v, list(view.op_nodes), why=f"single:{v} (end-to-end check: a variant of "
+                                                f"{origin}, see e2e_variants)")])
+        report["e2e_variants"] = sorted(variants)
     if cyclic:
         del alternatives["collage"]
         if not alternatives:
@@ -254,7 +305,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     for label, p in alternatives.items():
         _say(progress, f"collage: building {label} for the end-to-end check")
         try:
-            built[label] = build_artifact(view, p, backends, blobs=blobs)
+            built[label] = build_artifact(view, p, every, blobs=blobs)
         except ProvmapError as e:
             report.setdefault("e2e_failed", {})[label] = str(e)
     if "collage" not in built:
@@ -295,8 +346,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         _say(progress, f"collage: second level, up to {opts.refine_budget_s:.0f} s of "
                        f"end-to-end measured changes to {winner}")
 
-        ref = refine(view, chosen_plan, art, winner, backends,
-                     supported_fn(view, verdicts, cons), dp_plan=None if cyclic else plan,
+        # A variant supports what its searched backend supports.
+        vverdicts = {**verdicts, **{v: verdicts[o] for v, (o, _be) in variants.items()}}
+        ref = refine(view, chosen_plan, art, winner, every,
+                     supported_fn(view, vverdicts, cons), dp_plan=None if cyclic else plan,
                      cuts=frozenset(cons.cuts) if cons else frozenset(),
                      budget_s=opts.refine_budget_s, margin=opts.refine_margin, blobs=blobs,
                      progress=lambda m: _say(progress, f"collage: {m}"),
@@ -315,7 +368,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         from .in_context import feed_back
 
         try:
-            report["in_context"] = feed_back(art, cache, backends,
+            report["in_context"] = feed_back(art, cache, every,
                                              f"{view.imported.label}: {winner}")
         except Exception as e:  # a measurement that fails must not lose the built plan
             report["in_context_error"] = f"{type(e).__name__}: {e}"
@@ -330,7 +383,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                            report)
         except Exception as e:  # a cache that cannot store must not lose the built plan
             report["plan_cache_error"] = f"{type(e).__name__}: {e}"
-    return CollageResult(chosen_plan, art, report)
+    return CollageResult(chosen_plan, art, report, every)
 
 
 def tuning_summary(tun: dict | None) -> list[str]:
@@ -370,7 +423,7 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
                 **{k: getattr(opts, k) for k in (
                     "max_depth", "max_size", "max_exits", "pins", "forbids", "cuts",
                     "e2e_repeats", "e2e_single_factor", "e2e_margin", "e2e_tie_margin",
-                    "e2e_tie_passes", "measure_budget_s",
+                    "e2e_tie_passes", "e2e_variants", "measure_budget_s",
                     "refine_budget_s", "refine_margin", "in_context")}}
     search = hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(),
                              digest_size=16).hexdigest()

@@ -50,7 +50,8 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
 
         _, backends = make_plan(view, strategy, backend_options)
         res = collage(view, backends, collage_options, progress=progress)
-        art = res.artifact or build_artifact(view, res.plan, backends, progress=progress)
+        art = res.artifact or build_artifact(view, res.plan, res.backends or backends,
+                                             progress=progress)
         if embed_model:
             embed_source_model(art, view.model)
         if out is not None:

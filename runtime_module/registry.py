@@ -81,6 +81,13 @@ def variant_name(spec: str) -> str:
     return _spell(*parse_variant(spec))
 
 
+def with_options(spec: str, **options) -> str:
+    """The variant of backend `spec` with `options` added (or overriding its own):
+    with_options("openvino[precision=f32]", threads=1) is "openvino[precision=f32;threads=1]"."""
+    base, own = parse_variant(spec)
+    return _spell(base, {**own, **{k: str(v) for k, v in options.items()}})
+
+
 def _spell(base: str, options: dict) -> str:
     return f"{base}[{';'.join(f'{k}={v}' for k, v in options.items())}]" if options else base
 

@@ -35,10 +35,16 @@ def _opts(cache, **kw):
     return CollageOptions(max_depth=3, max_size=4, cache_path=str(cache), e2e_repeats=5, **kw)
 
 
+_opts_all = _opts
+
+
 @pytest.mark.slow
 def test_collage_matches_reference_and_second_run_measures_nothing(transformer, tmp_path):
     model, view = transformer
     cache = tmp_path / "costs.sqlite"
+    # Without one-thread variants: a plan kept on one would store its in-context price under
+    # the variant, which this first-level search never asks about (checked below).
+    _opts = lambda cache, **kw: _opts_all(cache, e2e_variants=(), **kw)  # noqa: E731
     art_path = tmp_path / "c.provmap"
     art = compile_model(view, "collage:onnxruntime,openvino", out=art_path,
                         collage_options=_opts(cache))
@@ -120,6 +126,69 @@ def test_near_tied_simple_plans_are_measured_again_before_one_is_kept(transforme
     feeds = zoo.random_inputs(model, 5)
     np.testing.assert_allclose(load(tmp_path / "t.provmap").run(feeds)["y"], ort_ref(model, feeds)["y"],
                                atol=1e-4, rtol=1e-3)
+
+
+def test_e2e_variants_derive_from_the_searched_backends():
+    from provmap.partition.collage import e2e_variants
+    from provmap.runtime_module.registry import get_backend
+
+    backends = {"onnxruntime": get_backend("onnxruntime", optimization="basic"),
+                "openvino[precision=f32]": get_backend("openvino[precision=f32]"),
+                "onnxruntime[threads=2]": get_backend("onnxruntime[threads=2]"),
+                "tvm": get_backend("tvm")}
+    got = e2e_variants(backends, ("threads=1",))
+    # TVM takes no thread option; a backend that sets threads itself is the user's choice
+    assert sorted(got) == ["onnxruntime[threads=1]", "openvino[precision=f32;threads=1]"]
+    origin, be = got["onnxruntime[threads=1]"]
+    assert origin == "onnxruntime" and be.name == "onnxruntime[threads=1]"
+    assert be.options() == {"threads": "1", "optimization": "basic"}  # the searched one's options kept
+    assert got["openvino[precision=f32;threads=1]"][1].options() == {"precision": "f32", "threads": "1"}
+    assert e2e_variants(backends, ()) == {}
+
+
+def test_a_thread_variant_that_wins_end_to_end_is_kept_saved_and_reused(transformer, tmp_path,
+                                                                        monkeypatch):
+    """The plumbing of a variant win: built, kept, saved under its name, reloaded from the file
+    and rebuilt from the plan cache.  Measured for real; the variant's samples are then halved
+    (a host where one thread is twice as fast), so which plan wins does not depend on this one."""
+    import provmap.partition.collage as collage_mod
+
+    real = collage_mod.measure_artifacts
+
+    def one_thread_faster(arts, **kw):
+        lat = real(arts, **kw)
+        for k, v in lat.items():
+            if k.endswith("[threads=1]"):
+                v.samples_s = [x / 2 for x in v.samples_s]
+                v.pass_medians_s = [x / 2 for x in v.pass_medians_s]
+        return lat
+
+    monkeypatch.setattr(collage_mod, "measure_artifacts", one_thread_faster)
+    model, view = transformer
+    opts = _opts(tmp_path / "k.sqlite", e2e_single_factor=1e9)
+    art = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "v.provmap",
+                        collage_options=opts)
+    rep = art.manifest["plan_info"]["collage"]
+    assert rep["e2e_variants"] == ["onnxruntime[threads=1]", "openvino[threads=1]"]
+    assert {"single:onnxruntime[threads=1]", "single:openvino[threads=1]"} <= set(rep["e2e"]["measured"])
+    kept = rep["e2e"]["winner"]
+    assert kept.startswith("single:") and kept.endswith("[threads=1]")
+    assert rep["level"] == f"end-to-end check ({kept})"
+    variant = kept.split(":", 1)[1]
+    assert [p["backend"] for p in art.manifest["partitions"]] == [variant]
+    assert art.manifest["backends"][variant]["options"]["threads"] == "1"
+    # its time inside the running plan is stored under the variant, not the searched backend
+    assert [r["backend"] for r in rep["in_context"]] == [variant]
+    feeds = zoo.random_inputs(model, 3)
+    want = ort_ref(model, feeds)["y"]
+    np.testing.assert_allclose(load(tmp_path / "v.provmap").run(feeds)["y"], want, atol=1e-4, rtol=1e-3)
+    # the same compile again: the kept plan comes from the cost cache, built on the variant
+    monkeypatch.setattr(collage_mod, "measure_artifacts", real)
+    again = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "w.provmap",
+                          collage_options=opts)
+    assert again.manifest["plan_info"]["collage"]["plan_cache"]["reused"]
+    assert [p["backend"] for p in again.manifest["partitions"]] == [variant]
+    np.testing.assert_allclose(load(tmp_path / "w.provmap").run(feeds)["y"], want, atol=1e-4, rtol=1e-3)
 
 
 @pytest.mark.slow

@@ -40,7 +40,9 @@ def cmd_compile(args) -> int:
             forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
             e2e_check=not args.no_e2e_check, measure_budget_s=args.search_budget,
             refine_budget_s=0.0 if args.no_e2e_check else args.refine_budget,
-            measure_on=args.measure_on, reuse_plan=not args.research)
+            measure_on=args.measure_on, reuse_plan=not args.research,
+            **({"e2e_variants": ()} if args.no_variants else
+               {"e2e_variants": tuple(args.variant)} if args.variant else {}))
     elif args.pin or args.forbid or args.cut or args.backends or args.measure_on:
         raise ProvmapError("--pin/--forbid/--cut/--backends/--measure-on apply to --strategy "
                            "collage")
@@ -314,6 +316,12 @@ def add_artifact_commands(sub) -> None:
                    help="collage: time for the second level, which changes the kept plan "
                    "(moves, merges, boundary nodes) and keeps a change only if it measures "
                    "faster end to end in every pass (default %(default)s; 0: off)")
+    c.add_argument("--variant", action="append", metavar="OPTION=VALUE[;...]",
+                   help="collage: options tried as a whole-partition variant of each searched "
+                   "backend that takes them, in the end-to-end check (single plans) and the "
+                   "second level (moves); repeatable (default: threads=1)")
+    c.add_argument("--no-variants", action="store_true",
+                   help="collage: try no backend variants end to end")
     c.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY",
                    help="collage: measure candidates on the RPC servers registered under KEY "
                    "with that tracker (provmap rpc-server), in parallel; prices are keyed by "

@@ -79,7 +79,9 @@ def add_bench_command(sub) -> None:
     b.add_argument("-o", "--output", required=True, help="directory for the results")
     b.add_argument("--strategies", help="';'-separated, e.g. 'single:onnxruntime;"
                    "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: single: "
-                   "for each of --backends, greedy over them, collage over --search-backends)")
+                   "for each of --backends, single: for the one-thread variants of the searched "
+                   "backends as reference rows, greedy over --backends, collage over "
+                   "--search-backends)")
     b.add_argument("--backends", help="default onnxruntime,openvino,tvm")
     b.add_argument("--search-backends", help="collage's backends (default onnxruntime,openvino:"
                    " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
