@@ -75,10 +75,11 @@ def quick_options(**kw) -> SuiteOptions:
 def default_strategies(backends: list[str], search_backends: list[str]) -> list[str]:
     """single:<b> for each backend, then the one-thread single plans of the searched backends
     that take a thread count (what collage's end-to-end check may keep: see
-    partition.collage.e2e_variants), greedy, collage.  The one-thread rows are reference rows:
+    partition.variants.e2e_variants), greedy, collage.  The one-thread rows are reference rows:
     "best single" is the best of the backends as a user runs them by default, and the table
     shows whether a collage win came from a variant alone or from mixing."""
-    from provmap.partition.collage import CollageOptions, e2e_variants
+    from provmap.partition.collage import CollageOptions
+    from provmap.partition.variants import e2e_variants
     from provmap.runtime_module.registry import get_backend
 
     fast = [b for b in ("onnxruntime", "openvino") if b in backends]

@@ -27,6 +27,8 @@ from provmap.runtime_module.graph_view import GraphView
 
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
+from .measured import tuning_summary
+from .variants import e2e_variants
 
 
 @dataclass
@@ -64,41 +66,6 @@ class CollageResult:
     artifact: object | None         # the chosen plan, already built (when the e2e check ran)
     report: dict
     backends: dict | None = None    # every backend the plan may name (variants included)
-
-
-def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Backend]]:
-    """{variant name: (searched backend it derives from, backend)} for each spec ("threads=1",
-    "performance_hint=THROUGHPUT;threads=2") and each searched backend that takes those options
-    and does not set them itself (TVM takes no `threads`: skipped).
-
-    Why not as backends of the first level: a thread count is a property of a whole partition
-    (its intra-op pool), so pricing every small candidate on it doubles a cold search to learn
-    little, while end to end it is decisive: on a 2-core host a 0.13 ms tiny BERT runs in 0.06 ms
-    on OpenVINO with one thread (no fork/join per op), while a 1.6 ms SqueezeNet runs 1.8x slower.
-    Measured, never assumed: the end-to-end check runs the single plans on them, the second
-    level may move one partition onto them."""
-    from provmap.runtime_module.registry import get_backend, parse_variant, with_options
-
-    out: dict[str, tuple[str, Backend]] = {}
-    from provmap.runtime_module.backend import BackendError
-
-    for spec in specs or ():
-        try:
-            extra = parse_variant(f"variant[{spec}]")[1]
-        except BackendError:
-            raise ProvmapError(f"variant {spec!r}: expected OPTION=VALUE[;OPTION=VALUE...], "
-                               "e.g. threads=1") from None
-        for name, be in backends.items():
-            if (any(k not in be.option_names() for k in extra)
-                    or any(k in be.options() for k in extra)):
-                continue
-            vname = with_options(name, **extra)
-            if vname in backends or vname in out:
-                continue
-            own = parse_variant(name)[1]
-            rest = {k: v for k, v in be.options().items() if k not in own and k not in extra}
-            out[vname] = (name, get_backend(vname, **rest))
-    return out
 
 
 def _say(cb, msg):
@@ -277,7 +244,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             if f"single:{origin}" in alternatives:
                 alternatives[f"single:{v}"] = Plan(f"single:{v}", [PartitionSpec(
                     v, list(view.op_nodes), why=f"single:{v} (end-to-end check: a variant of "
-                                                f"{origin}, see e2e_variants)")])
+                                                f"{origin}, see partition/variants.py)")])
         report["e2e_variants"] = sorted(variants)
     if cyclic:
         del alternatives["collage"]
@@ -384,27 +351,6 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         except Exception as e:  # a cache that cannot store must not lose the built plan
             report["plan_cache_error"] = f"{type(e).__name__}: {e}"
     return CollageResult(chosen_plan, art, report, every)
-
-
-def tuning_summary(tun: dict | None) -> list[str]:
-    """The search's TVM tuning in words (the stderr of a search and `provmap compile` both)."""
-    if not tun:
-        return []
-    lines = []
-    up = tun.get("up_front")
-    if up:
-        lines.append(f"tvm tuning up front: {up['tasks']} distinct task(s) of {up['regions']} "
-                     f"region(s), tuned {up['tuned']}, from the database {up['reused']}, left "
-                     f"untuned by the budget {up['untuned']} ({up['trials']} trials, "
-                     f"{up['tuning_s']:.0f} s)")
-    lines.append(f"tvm tuning in all: tuned {tun['tuned']} task(s) ({tun['trials']} trials, "
-                 f"{tun['tuning_s']:.0f} s); the {tun['regions']} measured region(s) hold "
-                 f"{tun['tasks']} task(s): from the database {tun['reused']}, left untuned by "
-                 f"the budget {tun['untuned']}"
-                 + (f"; {tun['foreign_records']} record(s) in {tun['db']}'s directory are for "
-                    "another host or TVM version and were not used"
-                    if tun.get("foreign_records") else ""))
-    return lines
 
 
 def plan_cache_keys(view: GraphView, backends: dict[str, Backend],

@@ -419,3 +419,24 @@ class MeasuredEstimator(CostEstimator):
         if self._prepared:
             out["prepared"] = dict(self._prepared)
         return out
+
+
+def tuning_summary(tun: dict | None) -> list[str]:
+    """The search's TVM tuning in words (the stderr of a search and `provmap compile` both)."""
+    if not tun:
+        return []
+    lines = []
+    up = tun.get("up_front")
+    if up:
+        lines.append(f"tvm tuning up front: {up['tasks']} distinct task(s) of {up['regions']} "
+                     f"region(s), tuned {up['tuned']}, from the database {up['reused']}, left "
+                     f"untuned by the budget {up['untuned']} ({up['trials']} trials, "
+                     f"{up['tuning_s']:.0f} s)")
+    lines.append(f"tvm tuning in all: tuned {tun['tuned']} task(s) ({tun['trials']} trials, "
+                 f"{tun['tuning_s']:.0f} s); the {tun['regions']} measured region(s) hold "
+                 f"{tun['tasks']} task(s): from the database {tun['reused']}, left untuned by "
+                 f"the budget {tun['untuned']}"
+                 + (f"; {tun['foreign_records']} record(s) in {tun['db']}'s directory are for "
+                    "another host or TVM version and were not used"
+                    if tun.get("foreign_records") else ""))
+    return lines

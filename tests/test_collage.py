@@ -129,7 +129,7 @@ def test_near_tied_simple_plans_are_measured_again_before_one_is_kept(transforme
 
 
 def test_e2e_variants_derive_from_the_searched_backends():
-    from provmap.partition.collage import e2e_variants
+    from provmap.partition.variants import e2e_variants
     from provmap.runtime_module.registry import get_backend
 
     backends = {"onnxruntime": get_backend("onnxruntime", optimization="basic"),

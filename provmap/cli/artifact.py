@@ -81,7 +81,7 @@ def cmd_compile(args) -> int:
             print(f"  tvm tuning of the artifact's partitions: {t['tasks']} task(s), from the "
                   f"database {t['reused']}, tuned now {t['tuned']}, untuned {t['untuned']}")
         if search is not None:
-            from provmap.partition.collage import tuning_summary
+            from provmap.partition.measured import tuning_summary
 
             if search.get("plan_cache"):
                 print(f"  plan reused from the cost cache: kept by the search of "
