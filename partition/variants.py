@@ -4,7 +4,8 @@ level's moves, never the first level's candidate prices (see e2e_variants)."""
 from __future__ import annotations
 
 from provmap.provenance.errors import ProvmapError
-from provmap.runtime_module.backend import Backend
+from provmap.runtime_module.backend import Backend, BackendError
+from provmap.runtime_module.registry import get_backend, parse_variant, with_options
 
 
 def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Backend]]:
@@ -18,11 +19,7 @@ def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Ba
     on OpenVINO with one thread (no fork/join per op), while a 1.6 ms SqueezeNet runs 1.8x slower.
     Measured, never assumed: the end-to-end check runs the single plans on them, the second
     level may move one partition onto them."""
-    from provmap.runtime_module.registry import get_backend, parse_variant, with_options
-
     out: dict[str, tuple[str, Backend]] = {}
-    from provmap.runtime_module.backend import BackendError
-
     for spec in specs or ():
         try:
             extra = parse_variant(f"variant[{spec}]")[1]

@@ -35,19 +35,15 @@ def _opts(cache, **kw):
     return CollageOptions(max_depth=3, max_size=4, cache_path=str(cache), e2e_repeats=5, **kw)
 
 
-_opts_all = _opts
-
-
 @pytest.mark.slow
 def test_collage_matches_reference_and_second_run_measures_nothing(transformer, tmp_path):
     model, view = transformer
     cache = tmp_path / "costs.sqlite"
     # Without one-thread variants: a plan kept on one would store its in-context price under
     # the variant, which this first-level search never asks about (checked below).
-    _opts = lambda cache, **kw: _opts_all(cache, e2e_variants=(), **kw)  # noqa: E731
     art_path = tmp_path / "c.provmap"
     art = compile_model(view, "collage:onnxruntime,openvino", out=art_path,
-                        collage_options=_opts(cache))
+                        collage_options=_opts(cache, e2e_variants=()))
     rep = art.manifest["plan_info"]["collage"]
     assert rep["estimator"]["measured"] > 0
     assert rep["candidates"]["generated"] >= rep["candidates"]["after_pruning"] > 0
@@ -69,7 +65,7 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     # Without the in-context prices the first run fed back, the second search asks the same
     # questions and every answer is in the cache.
     art2 = compile_model(view, "collage:onnxruntime,openvino",
-                         collage_options=_opts(cache, in_context=False))
+                         collage_options=_opts(cache, e2e_variants=(), in_context=False))
     rep2 = art2.manifest["plan_info"]["collage"]
     assert rep2["estimator"]["measured"] == 0
     assert rep2["estimator"]["cache_hits"] == rep["estimator"]["measured"] + rep["estimator"]["cache_hits"]
@@ -79,12 +75,12 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     # ...and a search that uses them prices those regions from it (new prices may lead the
     # search to ask about candidates the first run never needed: those are measured).
     art3 = compile_model(view, "collage:onnxruntime,openvino",
-                         collage_options=_opts(cache, reuse_plan=False))
+                         collage_options=_opts(cache, e2e_variants=(), reuse_plan=False))
     assert art3.manifest["plan_info"]["collage"]["estimator"]["in_context"] >= 1
     # The same search again reuses the plan the last search (art3, --research) kept and
     # stored: nothing is measured, same plan.
     art4 = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "c4.provmap",
-                         collage_options=_opts(cache))
+                         collage_options=_opts(cache, e2e_variants=()))
     rep4 = art4.manifest["plan_info"]["collage"]
     assert rep4["plan_cache"]["reused"] is True
     assert art4.manifest["strategy"] == art3.manifest["strategy"]
@@ -94,7 +90,7 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
                                atol=1e-6)
     # Other search settings are another key: searched, not reused.
     art5 = compile_model(view, "collage:onnxruntime,openvino",
-                         collage_options=_opts(cache, e2e_margin=0.05))
+                         collage_options=_opts(cache, e2e_variants=(), e2e_margin=0.05))
     assert "plan_cache" not in art5.manifest["plan_info"]["collage"]
 
 
