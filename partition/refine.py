@@ -53,10 +53,17 @@ class Proposal:
     plan: Plan
 
 
+def _span(view: GraphView, ops) -> str:
+    """"N op(s) from <first> to <last>": two regions starting at one node (Inception's carves
+    of one branch at several depths) read apart in the trail."""
+    ops = sorted(ops)
+    if len(ops) == 1:
+        return f"1 op {view.describe(ops[0])}"
+    return f"{len(ops)} op(s) from {view.describe(ops[0])} to {view.describe(ops[-1])}"
+
+
 def _describe_part(view: GraphView, p: PartitionSpec) -> str:
-    ops = sorted(p.ops)
-    first = view.describe(ops[0])
-    return f"{p.backend} [{len(ops)} op(s) from {first}]"
+    return f"{p.backend} [{_span(view, p.ops)}]"
 
 
 def _neighbours(view: GraphView, plan: Plan) -> set[tuple[int, int]]:
@@ -173,7 +180,7 @@ def propose(view: GraphView, plan: Plan, backends: list[str], supported, dp_plan
         new = copy()
         new[k:k + 1] = _carve(view, new[k], region, sg["backend"])
         before = len(out)
-        add("carve", f"carve {len(region)} op(s) from {view.describe(min(region))} out of "
+        add("carve", f"carve {_span(view, region)} out of "
                      f"{parts[k].backend} onto {sg['backend']} (first level: "
                      f"{sg['saving_ms']:.3f} ms cheaper there in isolation)", new)
         carves += len(out) > before

@@ -332,7 +332,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "host": host_info(),
         "model": {
             "name": imp.label,
-            "sha256": model_sha256(model),
+            "sha256": view.model_sha256,
             "inputs": [view.spec(n).to_dict() for n in view.graph_inputs],
             "outputs": [view.spec(n).to_dict() for n in view.graph_outputs],
             "onnx_nodes": len(view.nodes),
