@@ -137,6 +137,10 @@ class _Busy(Exception):
     """A lock error while opening: `CostCache._open` retries until its deadline."""
 
 
+def _is_lock_error(e: sqlite3.Error) -> bool:
+    return "locked" in str(e) or "busy" in str(e)
+
+
 class CostCache:
     """Measurements on disk.  `get`/`put` by (structural key, backend); see the module doc.
 
@@ -199,7 +203,7 @@ class CostCache:
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as e:
             conn.close()
-            if "locked" in str(e) or "busy" in str(e):
+            if _is_lock_error(e):
                 raise _Busy() from None
             raise ProvmapError(f"cost cache {self._where()} is not a provmap cost cache "
                                f"(not an SQLite database: {e})") from None
@@ -217,7 +221,7 @@ class CostCache:
             self._init_schema(conn)
         except sqlite3.OperationalError as e:
             conn.close()
-            if "locked" in str(e) or "busy" in str(e):
+            if _is_lock_error(e):
                 raise _Busy() from None
             raise ProvmapError(f"cost cache {self._where()}: {e}") from None
         except BaseException:
