@@ -107,6 +107,36 @@ def test_a_carve_from_the_middle_splits_the_rest_around_it(squeeze):
         "onnxruntime", "openvino", "onnxruntime"]
 
 
+def test_carves_starting_at_one_node_name_where_they_end(squeeze):
+    """Inception's trail listed carves of one branch at several depths as the same
+    "carve 9 op(s) from #38": each label names the region's first and last node."""
+    view, backends, verdicts, plan = squeeze
+    ops = sorted(plan.partitions[0].ops)
+    sg = [{"ops": ops[:n], "backend": "onnxruntime", "vs": "openvino", "saving_ms": 1.0}
+          for n in (3, 2)]
+    carves = [p for p in propose(view, plan, list(backends), supported_fn(view, verdicts),
+                                 suggestions=sg) if p.kind == "carve"]
+    assert len(carves) == 2
+    for pr, n in zip(carves, (3, 2)):
+        assert f"{n} op(s) from {view.describe(ops[0])} to {view.describe(ops[n - 1])}" in pr.what
+
+
+def test_artifacts_built_from_one_view_hash_the_model_once(squeeze, monkeypatch):
+    """The second level builds an artifact per proposal; VGG-19's weights took 1.1 s to hash."""
+    import provmap.runtime_module.graph_view as gv
+
+    view = load_view(zoo.with_random_weights(zoo.load_light("squeezenet"), seed=0), "squeezenet")
+    calls = []
+    real = gv.model_sha256
+    monkeypatch.setattr(gv, "model_sha256", lambda m: calls.append(1) or real(m))
+    be = {"onnxruntime": get_backend("onnxruntime")}
+    arts = [build_artifact(view, order_plan(view, greedy(view, [be["onnxruntime"]])), be)
+            for _ in range(2)]
+    assert len(calls) == 1
+    assert arts[0].manifest["model"]["sha256"] == arts[1].manifest["model"]["sha256"] == real(
+        view.model)
+
+
 def test_a_change_wins_only_beyond_noise_in_every_pass_and_by_minimum():
     def lat(passes):
         return Latency(samples_s=[x for p in passes for x in p],
