@@ -120,9 +120,9 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     variants = (e2e_variants(backends, opts.e2e_variants)
                 if opts.e2e_check and pool is None and not cons else {})
     every = {**backends, **{v: be for v, (_o, be) in variants.items()}}
-    plan_keys = None
-    if opts.e2e_check and opts.reuse_plan and pool is None:
-        plan_keys = plan_cache_keys(view, backends, opts)
+    # --research (reuse_plan=False) skips the stored plan but still stores what it keeps.
+    plan_keys = plan_cache_keys(view, backends, opts) if opts.e2e_check and pool is None else None
+    if plan_keys is not None and opts.reuse_plan:
         reused = _reuse_plan(view, cache, plan_keys, progress)
         if reused is not None:
             cache.close()

@@ -5,8 +5,10 @@ The whole-model claims (every test model no slower than its best single backend)
 """
 
 import json
+import sqlite3
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -74,9 +76,16 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     assert all(r["in_context_ms"] > 0 for r in rep["in_context"])
     # ...and a search that uses them prices those regions from it (new prices may lead the
     # search to ask about candidates the first run never needed: those are measured).
+    before3 = time.time()
     art3 = compile_model(view, "collage:onnxruntime,openvino",
                          collage_options=_opts(cache, e2e_variants=(), reuse_plan=False))
     assert art3.manifest["plan_info"]["collage"]["estimator"]["in_context"] >= 1
+    # --research stores what it kept (it replaces the first search's plan under the same key)
+    con = sqlite3.connect(cache)
+    stored = [json.loads(p)["strategy"] for p, in con.execute(
+        "SELECT plan FROM plans WHERE created >= ?", (before3,))]
+    con.close()
+    assert stored == [art3.manifest["strategy"]]
     # The same search again reuses the plan the last search (art3, --research) kept and
     # stored: nothing is measured, same plan.
     art4 = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "c4.provmap",
