@@ -4,7 +4,9 @@ transformers with random weights, exported to ONNX the two ways users do.
 Only the parent process of `torch_corpus` imports this (and torch): the steps run in workers
 that read the exported files.  Random weights need care or comparisons prove nothing: all-zero
 parameters are re-drawn and BatchNorm statistics are estimated from a seeded batch (else
-outputs are ~0)."""
+outputs are ~0).  torch, torchvision and transformers come from the optional `[torch]` extra, so
+their imports carry `pyright: ignore[reportMissingImports]`: the static import check
+(tests/test_static_imports.py) runs in the `[dev]` environment, which lacks them on purpose."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def _text_inputs():
 def _hf(model, outputs):
     """Wrap a transformers model: named tensors in (no *args: torch.export matches dynamic_shapes
     to the signature), a tuple of tensors out."""
-    import torch
+    import torch  # pyright: ignore[reportMissingImports]
 
     class _Base(torch.nn.Module):
         def __init__(self, inner):
@@ -81,28 +83,28 @@ def _hf(model, outputs):
 
 
 def _bert():
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertModel  # pyright: ignore[reportMissingImports]
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=128, max_position_embeddings=64)
     return _hf(BertModel(cfg), ["last_hidden_state", "pooler_output"])
 
 
 def _distilbert():
-    from transformers import DistilBertConfig, DistilBertModel
+    from transformers import DistilBertConfig, DistilBertModel  # pyright: ignore[reportMissingImports]
     cfg = DistilBertConfig(vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
                            max_position_embeddings=64)
     return _hf(DistilBertModel(cfg), ["last_hidden_state"])
 
 
 def _gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel  # pyright: ignore[reportMissingImports]
     cfg = GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64,
                      use_cache=False, bos_token_id=0, eos_token_id=0)
     return _hf(GPT2LMHeadModel(cfg), ["logits"])
 
 
 def _vit():
-    from transformers import ViTConfig, ViTModel
+    from transformers import ViTConfig, ViTModel  # pyright: ignore[reportMissingImports]
     cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=64,
                     num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
     return _hf(ViTModel(cfg), ["last_hidden_state", "pooler_output"])
@@ -110,7 +112,7 @@ def _vit():
 
 def _tv(name):
     def build():
-        import torchvision
+        import torchvision  # pyright: ignore[reportMissingImports]
         return getattr(torchvision.models, name)(weights=None)
     return build
 
@@ -164,7 +166,7 @@ def make_feeds(spec: Spec, batch: int = 1, seed: int = 0) -> dict[str, np.ndarra
 
 def realistic_weights(model, spec: Spec, seed: int = 0) -> None:
     """Re-draw all-zero parameters; estimate BatchNorm statistics from a seeded batch."""
-    import torch
+    import torch  # pyright: ignore[reportMissingImports]
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -187,7 +189,7 @@ def realistic_weights(model, spec: Spec, seed: int = 0) -> None:
 def export(spec: Spec, exporter: str, path: Path, seed: int = 0) -> dict:
     """Build, export and save one model; return facts about the file."""
     import onnx
-    import torch
+    import torch  # pyright: ignore[reportMissingImports]
 
     torch.manual_seed(seed)
     model = spec.build()

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def compile_once(model: str, out: Path, cache: Path, db: Path, args) -> dict:
@@ -64,7 +65,7 @@ def check_against_ort(model: str, artifact: Path) -> float:
     got = provmap.load(str(artifact)).run(feed)
     view = load_view(onnx_model, model)
     ort = get_backend("onnxruntime")
-    r = ort.load(ort.build(view.subgraph(view.op_nodes)))
+    r = ort.load(ort.build(Subgraph(view, view.op_nodes)))
     want = r([feed[n] for n in r.input_names])
     return max(float(np.abs(np.asarray(got[n]) - w).max())
                for n, w in zip(r.output_names, want))

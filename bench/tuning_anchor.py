@@ -39,6 +39,7 @@ from provmap.runtime_module.registry import get_backend
 
 from provmap.runtime_module.artifact import host_info
 from provmap.runtime_module.backends.tvm_tuning import system_cpu
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def _nodes_by(model, pick):
@@ -110,7 +111,7 @@ def anchor_model(view, anchor: int) -> onnx.ModelProto:
     bias, or the MatMul; constant operands stay initializers (the same TIR workload)."""
     node = view.nodes[anchor]
     keep = list(node.input[:2])
-    sub = view.subgraph([anchor])
+    sub = Subgraph(view, [anchor])
     info = {t.name: t for t in sub.inputs}
     inits = {t.name: t for t in view.model.graph.initializer}
     inputs, initializers = [], []
@@ -168,7 +169,7 @@ def run_region(name: str, trials: int, passes: int, log) -> dict:
     model = zoo.with_random_weights(zoo.resolve(f"bundled:{bundled}")[0], seed=0)
     label, ops, anchor = pick(model)
     view = load_view(model, name)
-    sub = view.subgraph(ops)
+    sub = Subgraph(view, ops)
     target = make_target("native", os.cpu_count())
     tvm_be = get_backend("tvm", mcpu="native")
     row = {"region": label, "onnx_nodes": [view.describe(i) for i in ops], "trials": trials,
@@ -180,7 +181,7 @@ def run_region(name: str, trials: int, passes: int, log) -> dict:
         row["skipped"] = f"the region fuses into {len(tasks)} TIR functions, not one"
         return row
     aview = load_view(anchor_model(view, anchor), f"{name}-anchor")
-    anchor_mod = tvm_be.region(aview.subgraph(aview.op_nodes))[0]
+    anchor_mod = tvm_be.region(Subgraph(aview, aview.op_nodes))[0]
     atasks = _only_task(anchor_mod, target)
     row["anchor_task"] = atasks[0].task_name
 

@@ -13,6 +13,7 @@ from typing import Mapping
 import numpy as np
 
 from provmap.runtime_module.backend import Backend
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def _relu_model(shape):
@@ -45,7 +46,7 @@ def calibrate_boundary(backends: Mapping[str, Backend] | list, min_time_s: float
     if not isinstance(backends, Mapping):
         backends = {b.name: b for b in backends}
     view = load_view(_relu_model((1, 16)), "calibrate-relu")
-    sub = view.subgraph(view.op_nodes)
+    sub = Subgraph(view, view.op_nodes)
     x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
     fixed = {}
     for name, b in backends.items():

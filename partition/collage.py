@@ -29,6 +29,7 @@ from .search import coalesce, search
 from .strategies import greedy as greedy_plan
 from .measured import tuning_summary
 from .variants import e2e_variants
+from provmap.runtime_module.subgraph import Subgraph
 
 
 @dataclass
@@ -364,7 +365,7 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
 
     from .cache import backend_identity
 
-    model = view.subgraph(view.op_nodes).key
+    model = Subgraph(view, view.op_nodes).key
     settings = {"backends": {n: list(backend_identity(b)) for n, b in backends.items()},
                 **{k: getattr(opts, k) for k in (
                     "max_depth", "max_size", "max_exits", "pins", "forbids", "cuts",

@@ -24,7 +24,7 @@ Design
 * Isolation (`isolate=True`, the default).  Measurements run in one persistent worker process
   started with "spawn" (TVM, OpenVINO and ORT start thread pools; fork after that is unsafe).
   The view is not picklable, so the worker gets the cut ONNX model bytes of the region
-  (`Subgraph.onnx_model()`), re-imports it (`load_view`) and builds `view.subgraph(op_nodes)`,
+  (`Subgraph.onnx_model()`), re-imports it (`load_view`) and builds `Subgraph(view, op_nodes)`,
   the same region.  A worker that dies (segfault, abort, OOM kill) prices the candidate invalid
   ("backend crashed (signal 6: SIGABRT)") and is restarted for the next candidate; one that
   does not answer within `timeout_s` is killed ("timed out").  Backends are re-created in the
@@ -59,6 +59,7 @@ from .cache import CostCache, backend_identity
 from .candidate import Candidate, Estimate
 from .cost import CostEstimator
 from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def _label(view, ops) -> str:
@@ -187,7 +188,7 @@ class MeasuredEstimator(CostEstimator):
             return self._invalid_est(candidate, "", f"no backend named {name!r} in this "
                                                     f"estimator ({', '.join(self.backends)})")
         try:
-            sub = view.subgraph(candidate.ops)
+            sub = Subgraph(view, candidate.ops)
             key = sub.key
             label = _label(view, candidate.ops)
         except (ProvmapError, ValueError) as e:
@@ -284,7 +285,7 @@ class MeasuredEstimator(CostEstimator):
             if c.backend not in self.backends:
                 continue
             try:
-                sub = view.subgraph(c.ops)
+                sub = Subgraph(view, c.ops)
                 key = sub.key
             except (ProvmapError, ValueError):
                 continue

@@ -17,7 +17,7 @@ never part of a candidate):
   single-backend candidate).
 * **exits**: distinct tensors an op of the candidate produces that are read outside it (by an op
   node, directly or through helper nodes) or are graph outputs: exactly
-  ``view.subgraph(ops).outputs``, counted without building a Subgraph.  Collage's **taps** (an
+  ``Subgraph(view, ops).outputs``, counted without building a Subgraph.  Collage's **taps** (an
   inner value that is consumed inside *and* outside) are exits too, and are counted; `boundary`
   reports them separately.  **entries** are the mirror image: distinct tensors the candidate
   (with its copied helpers) reads from other op nodes or graph inputs; weights do not count.

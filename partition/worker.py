@@ -20,6 +20,7 @@ from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import backend_class, get_backend
 
 from .accuracy import RefCache, compare_outputs, make_inputs
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def backend_spec(backend: Backend) -> str:
@@ -168,7 +169,7 @@ def handle_prepare(req: dict, state: RequestState) -> dict:
                 view = load_view(onnx.load_from_string(model), f"region{i}", check=False)
             except Exception:
                 continue  # measuring that candidate will say why
-            subs.append(view.subgraph(view.op_nodes))
+            subs.append(Subgraph(view, view.op_nodes))
         return {"prepared": backend.prepare(subs)}
     except BaseException as e:  # keep the process alive whatever happens in Python
         return {"reason": first_line(e) if isinstance(e, BackendError)
@@ -199,7 +200,7 @@ def handle_request(req: dict, state: RequestState) -> dict:
             cut = onnx.load_from_string(req["model"])
             if backend.needs_relax or (ref is not None and ref.needs_relax):
                 view = load_view(cut, req["label"], check=False)  # cut from a checked model
-                sub = view.subgraph(view.op_nodes)
+                sub = Subgraph(view, view.op_nodes)
             else:  # ONNX in, ONNX built: no Relax import (Backend.needs_relax)
                 sub = OnnxRegion(cut, req["key"])
         except Exception as e:

@@ -43,6 +43,7 @@ from .backend import Backend, BackendError, Blob, KernelInfo
 from .partitioned import partitioned_module
 from .plan import Plan, order_plan
 from .graph_view import GraphView
+from .subgraph import Subgraph
 
 FORMAT = "provmap-artifact"
 SOURCE_MODEL = "source/model.onnx"  # optional: the compiled ONNX model (compile --embed-model)
@@ -245,7 +246,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         be = backends.get(p.backend)
         if be is None:
             raise ProvmapError(f"plan {plan.strategy}: backend {p.backend!r} was not configured")
-        sub = view.subgraph(p.ops)
+        sub = Subgraph(view, p.ops)
         _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op nodes)")
         bkey = (tuple(sorted(p.ops)), p.backend, json.dumps(be.options(), sort_keys=True,
                                                           default=str))

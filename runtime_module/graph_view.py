@@ -5,7 +5,8 @@ Partitioning happens on ONNX nodes that compute something at run time ("op nodes
 only make constants or shapes (Constant, ConstantOfShape weights, a Shape of a static tensor:
 "helper nodes") are not partitioned on their own; each subgraph carries a private copy of the
 helpers its op nodes need (see `subgraph`).  A `GraphView` is computed once per model and shared
-by every strategy, rule and candidate; `GraphView.subgraph(ops)` cuts one region."""
+by every strategy, rule and candidate; `Subgraph(view, ops)` (in `subgraph`) cuts one region.
+A region depends on its view, never the other way round."""
 
 from __future__ import annotations
 
@@ -22,8 +23,6 @@ from provmap.provenance.errors import ProvmapError, describe_node
 from provmap.provenance.ids import node_inputs
 from provmap.provenance.importer import Imported
 from provmap.provenance.model import ROLE_PRODUCED
-
-from .subgraph import Subgraph
 
 
 @dataclass(frozen=True)
@@ -241,6 +240,3 @@ class GraphView:
                                    f"that onnx.reference could not evaluate: {e}") from None
             values.update({o: np.asarray(v) for o, v in zip(rest, res)})
         return values
-
-    def subgraph(self, ops: Iterable[int], expose: Iterable[str] = ()) -> "Subgraph":
-        return Subgraph(self, ops, expose)

@@ -38,7 +38,7 @@ def partitioned_module(view: GraphView, plan: Plan) -> tvm.IRModule:
     bb = relax.BlockBuilder()
     gvars, subs = [], []
     for p in plan.partitions:
-        sub = view.subgraph(p.ops)
+        sub = Subgraph(view, p.ops)
         subs.append(sub)
         gvars.append(bb.add_func(partition_function(sub, p.id, p.backend), p.id))
     by_name = {}

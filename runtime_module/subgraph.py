@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import onnx
 import tvm
@@ -21,8 +21,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from provmap.provenance.dtypes import onnx_elem
 from provmap.provenance.errors import ProvmapError
 
-if TYPE_CHECKING:  # pragma: no cover  (graph_view builds Subgraphs: types only here)
-    from .graph_view import GraphView, TensorSpec
+from .graph_view import GraphView, TensorSpec
 
 
 @mutator

@@ -8,6 +8,7 @@ from provmap.provenance import zoo
 from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.graph_view import GraphView
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def bundled_model(name: str):
@@ -36,7 +37,7 @@ def run_parts(backend: Backend, view: GraphView, parts, feeds):
     values = dict(feeds)
     built = []
     for ops in parts:
-        sub = view.subgraph(ops)
+        sub = Subgraph(view, ops)
         blob = backend.build(sub)
         runner = backend.load(blob)
         outs = runner([values[n] for n in runner.input_names])

@@ -21,6 +21,7 @@ from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
 from backend_cases import bundled_model, load_case, run_parts
 from unsupported_models import ERF_DOUBLE_NODE, erf_double_model, maxunpool_model
+from provmap.runtime_module.subgraph import Subgraph
 
 RTOL = ATOL = 1e-4
 
@@ -88,7 +89,7 @@ def test_split_in_two_matches_ort(case, backend):
 
 def test_fresh_load_from_bytes(case, backend):
     name, view, feeds, ref = case
-    sub = view.subgraph(view.op_nodes)
+    sub = Subgraph(view, view.op_nodes)
     blob = backend.build(sub)
     stored = Blob(backend=blob.backend, files={k: bytes(v) for k, v in blob.files.items()},
                   meta=json.loads(json.dumps(blob.meta)))
@@ -102,7 +103,7 @@ def test_fresh_load_from_bytes(case, backend):
 
 def test_outputs_survive_later_calls(case, backend):
     name, view, feeds, ref = case
-    runner = backend.load(backend.build(view.subgraph(view.op_nodes)))
+    runner = backend.load(backend.build(Subgraph(view, view.op_nodes)))
     first = runner([feeds[n] for n in runner.input_names])
     kept = [a.copy() for a in first]
     runner([feeds[n] * 0.5 for n in runner.input_names])
@@ -114,7 +115,7 @@ def test_kernels_follow_fusion():
     """Conv+Relu is one ORT kernel (FusedConv, or an NCHWc Conv with activation)."""
     model = bundled_model("squeezenet")
     view = GraphView(import_onnx(model))
-    sub = view.subgraph(view.op_nodes)
+    sub = Subgraph(view, view.op_nodes)
     blob = OnnxRuntimeBackend().build(sub)
     nodes = [view.nodes[i] for i in sub.closure]
     conv = next(p for p, n in enumerate(nodes) if n.op_type == "Conv")
@@ -142,10 +143,10 @@ def test_supports_rejects_erf_on_double(backend):
     assert "no CPU kernel for Erf" in bad[ERF_DOUBLE_NODE] and "double" in bad[ERF_DOUBLE_NODE]
     # and building it fails with ORT's own reason
     with pytest.raises(BackendError, match="Erf"):
-        backend.build(view.subgraph(view.op_nodes))
+        backend.build(Subgraph(view, view.op_nodes))
     # without the Erf the rest builds and runs
     ok = [i for i in view.op_nodes if view.nodes[i].name != ERF_DOUBLE_NODE]
-    head = view.subgraph(ok[:2])
+    head = Subgraph(view, ok[:2])
     backend.load(backend.build(head))
 
 
@@ -166,7 +167,7 @@ def test_supports_function_ops_via_their_body(backend):
     (verdict,) = backend.supports(view).values()
     assert verdict.ok and "function" in verdict.reason
     x = np.linspace(-4, 4, 16, dtype=np.float32).reshape(2, 8)
-    sub = view.subgraph(view.op_nodes)
+    sub = Subgraph(view, view.op_nodes)
     blob = backend.build(sub)
     (y,) = backend.load(blob)([x])
     np.testing.assert_allclose(y, x * np.clip(x / 6 + 0.5, 0, 1), rtol=1e-6, atol=1e-6)

@@ -24,6 +24,7 @@ from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
 from backend_cases import bundled_model, load_case, run_parts
 from unsupported_models import MAXUNPOOL_NODE, erf_double_model, maxunpool_model
+from provmap.runtime_module.subgraph import Subgraph
 
 RTOL = ATOL = 1e-3
 
@@ -98,7 +99,7 @@ def test_split_in_two_matches_ort(case, backend):
 
 def test_fresh_load_from_bytes(case, backend):
     name, view, feeds, ref = case
-    blob = backend.build(view.subgraph(view.op_nodes))
+    blob = backend.build(Subgraph(view, view.op_nodes))
     stored = Blob(backend=blob.backend, files={k: bytes(v) for k, v in blob.files.items()},
                   meta=json.loads(json.dumps(blob.meta)))
     runner = OpenVINOBackend().load(stored)
@@ -112,7 +113,7 @@ def test_fresh_load_from_bytes(case, backend):
 
 def test_outputs_survive_later_calls(case, backend):
     name, view, feeds, ref = case
-    runner = backend.load(backend.build(view.subgraph(view.op_nodes)))
+    runner = backend.load(backend.build(Subgraph(view, view.op_nodes)))
     inputs = [feeds[n] for n in runner.input_names]
     first = runner(inputs)
     kept = [a.copy() for a in first]
@@ -132,7 +133,7 @@ def test_kernels_follow_fusion():
     """The FullyConnected layer OpenVINO makes of MatMul+Add carries both ONNX nodes (it is
     named after the Add only; the MatMul reaches it through the consumer fallback)."""
     view = GraphView(import_onnx(bundled_model("transformer")))
-    sub = view.subgraph(view.op_nodes)
+    sub = Subgraph(view, view.op_nodes)
     blob = OpenVINOBackend().build(sub)
     names = [view.nodes[i].name for i in sub.closure]
     mm = names.index("attn/q_proj/MatMul")
@@ -144,7 +145,7 @@ def test_kernels_follow_fusion():
 
 def test_explicit_bf16_is_recorded():
     view = GraphView(import_onnx(bundled_model("transformer")))
-    blob = OpenVINOBackend(precision="bf16").build(view.subgraph(view.op_nodes[:4]))
+    blob = OpenVINOBackend(precision="bf16").build(Subgraph(view, view.op_nodes[:4]))
     assert blob.meta["precision"] == "bf16"
     assert blob.meta["config"]["INFERENCE_PRECISION_HINT"] == "bf16"
     # loading with a default (f32) backend still compiles it as it was built
@@ -169,10 +170,10 @@ def test_supports_rejects_maxunpool(backend):
     assert list(bad) == [MAXUNPOOL_NODE]
     assert "MaxUnpool" in bad[MAXUNPOOL_NODE]
     with pytest.raises(BackendError, match="MaxUnpool"):
-        backend.build(view.subgraph(view.op_nodes))
+        backend.build(Subgraph(view, view.op_nodes))
     # the supported part before it builds and runs
     head = [i for i in view.op_nodes if view.nodes[i].name in ("relu_in", "pool")]
-    runner = backend.load(backend.build(view.subgraph(head)))
+    runner = backend.load(backend.build(Subgraph(view, head)))
     x = zoo.random_inputs(view.model, seed=0)["x"]
     (pooled,) = runner([x])
     assert pooled.shape == (1, 2, 2, 2)

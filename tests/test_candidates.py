@@ -24,6 +24,7 @@ from provmap.partition.rules import candidates_for_backend
 from provmap.provenance import zoo
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.backend import Support
+from provmap.runtime_module.subgraph import Subgraph
 
 SHAPE = [1, 8]
 BACKENDS = ["tvm", "onnxruntime", "openvino"]
@@ -180,7 +181,7 @@ def brute_combine(view, sup, max_depth, max_size, max_exits, max_entries):
                 continue
             if brute_depth(view, ops) > max_depth:
                 continue
-            sub = view.subgraph(ops)
+            sub = Subgraph(view, ops)
             if len(sub.outputs) > max_exits or len(sub.inputs) > max_entries:
                 continue
             out.add(ops)
@@ -204,7 +205,7 @@ def test_combine_is_exactly_the_valid_sets(views, name, limits):
         if c.rule != "whole-model":
             assert brute_connected(view, c.ops), c
         # The cheap boundary counts agree with the real Subgraph's.
-        sub = view.subgraph(c.ops)
+        sub = Subgraph(view, c.ops)
         assert g.exit_count(mask_of(c.ops)) == len(sub.outputs)
         assert g.entry_count(mask_of(c.ops)) == len(sub.inputs)
 

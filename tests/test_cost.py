@@ -22,6 +22,7 @@ from provmap.partition.boundary import calibrate_boundary, crossing_s
 from provmap.partition.accuracy import make_inputs
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.registry import get_backend
+from provmap.runtime_module.subgraph import Subgraph
 
 
 # ------------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def test_mock_estimator(view):
 
 
 def test_inputs_are_deterministic(view):
-    sub = view.subgraph(view.op_nodes)
+    sub = Subgraph(view, view.op_nodes)
     a, b = make_inputs(sub.inputs, sub.key), make_inputs(sub.inputs, sub.key)
     assert np.array_equal(a["x"], b["x"]) and a["x"].dtype == np.float32
     from provmap.runtime_module.graph_view import TensorSpec
@@ -260,7 +261,7 @@ def test_measured_on_real_backends_then_cache_hits(tmp_path, view, real_backends
 def test_repeated_blocks_share_one_entry(tmp_path):
     v = load_view(two_blocks_model(), "two_blocks")
     b1, b2 = frozenset(v.op_nodes[:2]), frozenset(v.op_nodes[2:])
-    assert v.subgraph(b1).key == v.subgraph(b2).key
+    assert Subgraph(v, b1).key == Subgraph(v, b2).key
     with MeasuredEstimator({"tvm": get_backend("tvm")}, CostCache(tmp_path / "c.sqlite"),
                            repeats=3, min_time_s=0.0, isolate=False) as est:
         e1 = est.estimate(v, Candidate("tvm", b1))

@@ -4,7 +4,7 @@ Floors, lowest first: provenance -> runtime_module -> partition -> workbench -> 
 beside cli (it may use every floor below, and cli may start it, but nothing below imports
 either).  Every import counts, including the ones inside functions: a lazy import upward is
 still a dependency upward, and a lazy circle still means two modules that cannot be understood
-apart.  The check reads the source with `ast`, so it needs no backend installed."""
+apart.  Imports under `if TYPE_CHECKING:` count too: a reader and a static analyzer follow them.  The check reads the source with `ast`, so it needs no backend installed."""
 
 from __future__ import annotations
 
@@ -39,25 +39,12 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def _walk_runtime(tree):
-    """ast.walk, minus `if TYPE_CHECKING:` blocks: imports for annotations never run."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                todo.extend(child.orelse)
-            else:
-                todo.append(child)
-
-
 def imports_of(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
     """Every provmap module `name` imports (absolute or relative), with the line."""
     is_pkg = path.name == "__init__.py"
     base = name.split(".") if is_pkg else name.split(".")[:-1]
     found = []
-    for node in _walk_runtime(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -155,14 +142,14 @@ def test_the_checker_finds_circles():
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     """The check would be worthless if it missed the imports that caused the circles it was
-    written for (lazy imports inside functions, relative imports)."""
+    written for (lazy imports inside functions, relative imports, type-only imports)."""
     p = tmp_path / "cost.py"
     p.write_text("def f():\n    from .compile import load_view\n")
     known = {"provmap.partition.compile", "provmap.partition.cost"}
     assert ("provmap.partition.compile", 2) in imports_of("provmap.partition.cost", p, known)
     r = tmp_path / "y.py"
     r.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cost import A\n")
-    assert imports_of("provmap.partition.y", r, known) == [("typing", 1)]
+    assert imports_of("provmap.partition.y", r, known) == [("typing", 1), ("provmap.partition.cost", 3)]
     q = tmp_path / "x.py"
     q.write_text("from ..runtime_module import module\nimport provmap.workbench.compare\n")
     known |= {"provmap.runtime_module.module", "provmap.workbench.compare"}
@@ -182,8 +169,10 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for folder in ("provmap", "provenance", "runtime_module", "partition", "workbench", "bench"):
-        shutil.copytree(ROOT / folder, src / folder,
+    # As the checkout has them: src/provmap and the floors under provmap/ are links.
+    for folder in ("src", "provmap", "provenance", "runtime_module", "partition", "workbench",
+                   "bench"):
+        shutil.copytree(ROOT / folder, src / folder, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__", "out"))
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                         "-q", "-w", str(tmp_path / "dist"), str(src)],

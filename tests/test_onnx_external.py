@@ -16,6 +16,7 @@ from provmap.runtime_module.backends.openvino import OpenVINOBackend
 from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.onnx_external import external_data_file, weight_bytes
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def _big_model() -> onnx.ModelProto:
@@ -62,7 +63,7 @@ def test_openvino_support_and_build_of_a_model_past_the_threshold():
     be = OpenVINOBackend()
     verdicts = be.supports(view)
     assert all(verdicts[i].ok for i in view.op_nodes)
-    r = be.load(be.build(view.subgraph(view.op_nodes)))
+    r = be.load(be.build(Subgraph(view, view.op_nodes)))
     x = np.random.default_rng(1).standard_normal((2, 1024)).astype(np.float32)
     try:
         (got,) = r([x])

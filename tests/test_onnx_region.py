@@ -11,13 +11,14 @@ from provmap.partition.view import load_view
 from provmap.provenance import zoo
 from provmap.runtime_module.onnx_region import OnnxRegion
 from provmap.runtime_module.registry import get_backend
+from provmap.runtime_module.subgraph import Subgraph
 
 
 @pytest.fixture(scope="module")
 def region():
     view = load_view(zoo.with_random_weights(zoo.load_light("squeezenet"), seed=0), "squeezenet")
     ops = sorted(view.op_nodes)[5:14]   # a few fire-module nodes: several inputs and outputs
-    sub = view.subgraph(ops)
+    sub = Subgraph(view, ops)
     return sub, OnnxRegion(sub.onnx_model(), sub.key)
 
 

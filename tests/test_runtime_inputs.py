@@ -31,6 +31,7 @@ from provmap.runtime_module.backend import BackendError
 from provmap.runtime_module.backends.tvm import TVMBackend
 from provmap.runtime_module.module import load
 from provmap.runtime_module.registry import get_backend
+from provmap.runtime_module.subgraph import Subgraph
 
 BACKENDS = ["tvm", "onnxruntime", "openvino"]
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -364,7 +365,7 @@ def test_tvm_refuses_nodes_the_importer_left_opaque():
         assert verdicts[i].reason == f"not compilable by TVM: {reason}"
     assert all(v.ok for i, v in verdicts.items() if i not in opaque)
     with pytest.raises(BackendError, match="not compilable by TVM"):
-        TVMBackend().build(view.subgraph(list(opaque)))
+        TVMBackend().build(Subgraph(view, list(opaque)))
 
 
 @pytest.mark.parametrize("name,node,inputs,output", [

@@ -10,6 +10,7 @@ from provmap.partition.compile import load_view
 from provmap.partition.search import coalesce, search
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.plan import order_plan
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def _model(nodes, inputs, outputs):
@@ -120,7 +121,7 @@ def test_multi_output_partition_and_intermediate_tuple():
              ("ort", rs): 5.0}
     res = search(v, [Candidate(b, o) for b, o in table], pricer(table))
     plan = order_plan(v, res.plan)
-    first = v.subgraph(plan.partitions[0].ops)
+    first = Subgraph(v, plan.partitions[0].ops)
     assert plan.partitions[0].backend == "tvm" and len(first.outputs) == 2
 
 

@@ -20,6 +20,7 @@ from provmap.partition.cache import backend_identity
 from provmap.partition.view import load_view
 from provmap.runtime_module.backends.tvm_tuning import TuningDatabase, make_target
 from provmap.runtime_module.registry import get_backend
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def _two_task_model(path) -> None:
@@ -58,7 +59,7 @@ _BUILD = textwrap.dedent("""
     from provmap.runtime_module.registry import get_backend
     model, db, trials, budget = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     view = load_view(model)
-    sub = view.subgraph(view.op_nodes)
+    sub = Subgraph(view, view.op_nodes)
     tvm = get_backend("tvm", tune="metaschedule", trials=trials, tune_budget=budget,
                       tuning_db=db)
     blob = tvm.build(sub)
@@ -109,7 +110,7 @@ def test_budget_zero_builds_untuned(model_path, tmp_path):
     view = load_view(model_path)
     be = get_backend("tvm", tune="metaschedule", trials=4, tune_budget=0,
                      tuning_db=str(tmp_path / "db"))
-    blob = be.build(view.subgraph(view.op_nodes))
+    blob = be.build(Subgraph(view, view.op_nodes))
     t = blob.meta["tuning"]
     assert t["trials"] == 0 and t["untuned"] == 2 and t["tuned"] == 0
     # Still a working build, with provenance: every kernel maps to expressions.
@@ -167,7 +168,7 @@ def test_compiled_artifact_rebuilds_from_records_in_a_fresh_process(model_path, 
     got = mod.run({"x": x})
     view = load_view(model_path)
     ort = get_backend("onnxruntime")
-    want = ort.load(ort.build(view.subgraph(view.op_nodes)))([x])[0]
+    want = ort.load(ort.build(Subgraph(view, view.op_nodes)))([x])[0]
     np.testing.assert_allclose(list(got.values())[0], want, rtol=1e-4, atol=1e-4)
 
 
@@ -210,5 +211,5 @@ def test_collage_search_tunes_tvm_candidates_and_a_second_search_tunes_nothing(
     got = list(provmap.load(str(tmp_path / "a1.provmap")).run({"x": x}).values())[0]
     view = load_view(model_path)
     ort = get_backend("onnxruntime")
-    want = ort.load(ort.build(view.subgraph(view.op_nodes)))([x])[0]
+    want = ort.load(ort.build(Subgraph(view, view.op_nodes)))([x])[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -24,12 +24,13 @@ from provmap.provenance.atomic import save_npz_atomic, write_bytes_atomic
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.workbench.compare import Tolerance, metrics, reference_run
 from provmap.runtime_module.graph_view import GraphView
+from provmap.runtime_module.subgraph import Subgraph
 
 
 def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,
                 expose_all: bool = False) -> dict:
     expose = [o for i in ops for o in view.nodes[i].output if o] if expose_all else ()
-    sub = view.subgraph(ops, expose)
+    sub = Subgraph(view, ops, expose)
     blob = backend.build(sub)
     runner = backend.load(blob)
     try:
@@ -91,7 +92,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
            "node_id": view.node_ids[node], "op_type": view.nodes[node].op_type,
            "position": lo, "atol": tol.atol, "rtol": tol.rtol}
     # The reproducer: the node alone, its inputs from the reference run.
-    sub = view.subgraph([node])
+    sub = Subgraph(view, [node])
     model = sub.onnx_model()
     feeds = {t.name: np.asarray(values[t.name]) for t in sub.inputs}
     got = _run_region(view, [node], backend, values)

@@ -44,11 +44,11 @@ from provmap.provenance.errors import first_line
 
 from ..backend import Backend, BackendError, Blob, Runner, Support
 from ..onnx_external import external_data_file, weight_bytes
+from ..subgraph import Subgraph
 from .ov_kernels import op_owners, runtime_kernels
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
-    from ..subgraph import Subgraph
 
 _DEVICE = "CPU"
 _PRECISIONS = ("f32", "bf16", "f16")
@@ -212,7 +212,7 @@ class OpenVINOBackend(Backend):
         out: dict[int, Support] = {}
         for i in view.op_nodes:
             try:
-                sub = view.subgraph([i])
+                sub = Subgraph(view, [i])
                 cut = sub.onnx_model()
             except Exception as e:  # no static shapes around this node, say
                 out[i] = Support(False, f"cannot cut {view.describe(i)} alone to test it: "
