@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 
+import onnx
+
+from provmap.provenance import zoo
 from provmap.runtime_module.artifact import Artifact, build_artifact, embed_source_model
 from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend
@@ -18,6 +21,16 @@ DEFAULT_STRATEGY = "collage"
 #: or `--backends`): untuned, it never won a subgraph in any search here, and pricing its
 #: candidates adds 5-20 minutes to a cold search.
 DEFAULT_COLLAGE_BACKENDS = ["onnxruntime", "openvino"]
+
+
+def _given_model(model, view: GraphView):
+    """The model as the user gave it, to embed: read again from its path (the view holds only
+    the derived copy, and keeping both in memory would double the weights for every compile)."""
+    if isinstance(model, GraphView):
+        return view.model  # no other copy exists; embedded, it is named the derived one
+    if isinstance(model, onnx.ModelProto):
+        return model
+    return zoo.resolve(str(model))[0]
 
 
 def make_plan(view: GraphView, strategy: str, backend_options: dict | None = None):
@@ -36,12 +49,14 @@ def make_plan(view: GraphView, strategy: str, backend_options: dict | None = Non
 def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
                   collage_options=None, embed_model: bool = False,
-                  input_shapes: dict | None = None) -> Artifact:
+                  input_shapes: dict | None = None, source=None) -> Artifact:
     """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
 
     `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...]
     (DEFAULT_COLLAGE_BACKENDS by default); `collage_options` is a provmap.partition.collage.CollageOptions.  `embed_model` stores
-    the ONNX model in the artifact (for compare/annotate/bisect without the model file).
+    the user's ONNX model, as given, in the artifact (for compare/annotate without the file);
+    when `model` is an already loaded GraphView, `source` names that model (path, bundled:NAME
+    or ModelProto), else the view's derived copy is embedded.
     """
     view = model if isinstance(model, GraphView) else load_view(model, input_shapes=input_shapes)
     kind, _ = parse_strategy(strategy)
@@ -53,7 +68,7 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         art = res.artifact or build_artifact(view, res.plan, res.backends or backends,
                                              progress=progress)
         if embed_model:
-            embed_source_model(art, view.model)
+            embed_source_model(art, _given_model(source or model, view))
         if out is not None:
             art.save(out)
         return art
@@ -62,7 +77,9 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
     else:  # every output is a constant: nothing to partition, search or build
         plan, backends = Plan(strategy=strategy, partitions=[],
                               info={"note": "no node computes at run time"}), {}
-    art = build_artifact(view, plan, backends, progress=progress, embed_model=embed_model)
+    art = build_artifact(view, plan, backends, progress=progress)
+    if embed_model:
+        embed_source_model(art, _given_model(source or model, view))
     if out is not None:
         art.save(out)
     return art

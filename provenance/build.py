@@ -8,7 +8,6 @@ the passes that run are exactly the ones a plain build runs.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -145,6 +144,3 @@ def _explain_unmapped(pmap: ProvenanceMap, tracker: ProvenanceTracker) -> None:
                 "computes nothing at run time" if w.startswith("import") else
                 f"removed by {w} (its result is unused)" for w in why)
 
-
-def model_sha256(model) -> str:
-    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()

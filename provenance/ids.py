@@ -54,6 +54,12 @@ def tensor_digest(t: onnx.TensorProto) -> bytes:
     return _h("tensor", str(t.data_type), list(map(str, t.dims)), arr.tobytes())
 
 
+def model_sha256(model: onnx.ModelProto) -> str:
+    """A whole model's identity (graph, weights, metadata), the one artifacts record: the same
+    bytes whichever process serializes it, unlike the file, which tools may re-encode."""
+    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+
+
 def outer_references(graph: onnx.GraphProto) -> list[str]:
     """Names a subgraph (If/Loop/Scan body) reads from the enclosing scope, in first-use order.
 

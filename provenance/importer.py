@@ -79,6 +79,12 @@ class Imported:
     onnx_types: dict = field(default_factory=dict)
     #: Input shapes the user fixed (NAME -> dims), recorded in artifacts.
     input_shapes: dict = field(default_factory=dict)
+    #: The model as the user gave it is the reference (compare, annotate, --embed-model), not
+    #: `model`, which provmap derived from it.  What was derived, in words (empty: `model` is the
+    #: given model), and the given model's SHA-256 (provmap.provenance.ids.model_sha256), taken
+    #: before anything changed it; None when nothing did (then it is `model`'s own).
+    derived: list = field(default_factory=list)
+    source_sha256: str | None = None
 
 
 def _expr_op(value) -> str:
@@ -143,14 +149,24 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     itself from a checked one (the checker serializes the whole model).
     """
     model, default_label = load_model(source, check=check)
+    given = model
     label = label or default_label
+    derived = []
     model = apply_input_shapes(model, shape_dict, label, require_static=require_static)
+    if model is not given:
+        derived.append("input shapes fixed (" + ", ".join(
+            f"{k}={'x'.join(map(str, v))}" for k, v in (shape_dict or {}).items()) + ")")
+    shaped = model
     model, nid = _sorted(model, label)
+    if model is not shaped:
+        derived.append("nodes sorted into topological order")
     original = model.graph
     folded: dict[int, str] = {}
     if fold:
         res = fold_constants(model)
         model, folded = res.model, res.folded
+    if folded:
+        derived.append(f"{len(folded)} node(s) folded to constants")
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 1)
     onnx_types = infer_types(model)
@@ -174,6 +190,9 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.onnx_types = onnx_types
     imported.folded = folded
     imported.input_shapes = {k: list(v) for k, v in (shape_dict or {}).items()}
+    imported.derived = derived
+    if model is not given:
+        imported.source_sha256 = _ids.model_sha256(given)
     return imported
 
 

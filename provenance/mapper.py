@@ -35,7 +35,8 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
 
     Nodes TVM cannot convert stay in the map, marked "not compilable by TVM: <reason>"."""
     from . import store, zoo
-    from .build import compile_tvm, model_sha256
+    from .build import compile_tvm
+    from .ids import model_sha256
     from .debugify import DebugifyReport
     from .importer import import_onnx, load_model, mark_not_compilable
 

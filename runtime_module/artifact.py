@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from provmap.provenance.build import model_sha256
+from provmap.provenance.ids import model_sha256
 from provmap.provenance.errors import ProvmapError
 from provmap.provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
 from provmap.provenance import atomic, store
@@ -46,7 +46,7 @@ from .graph_view import GraphView
 from .subgraph import Subgraph
 
 FORMAT = "provmap-artifact"
-SOURCE_MODEL = "source/model.onnx"  # optional: the compiled ONNX model (compile --embed-model)
+SOURCE_MODEL = "source/model.onnx"  # optional: the user's ONNX model (compile --embed-model)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
@@ -94,28 +94,43 @@ class Artifact:
         return Blob(backend=p["backend"], files=files, meta=p["blob_meta"], kernels=kernels)
 
     def source_model(self, given=None):
-        """The ONNX model this artifact was compiled from: the embedded one, or `given` (a path,
-        bundled:NAME or ModelProto) after checking its SHA-256 against the manifest."""
+        """The ONNX model to compare against and annotate: see `resolve_model`."""
+        return self.resolve_model(given)[0]
+
+    def resolve_model(self, given=None) -> tuple:
+        """(model, which): the embedded model, or `given` (a path, bundled:NAME or ModelProto)
+        after checking its SHA-256.  `which` is "original" for the model as the user gave it to
+        compile, "derived" for provmap's own derived copy (input shapes fixed, nodes sorted,
+        shape arithmetic folded), which is accepted too and named as such by the callers."""
         import onnx
 
         from provmap.provenance import zoo
 
-        want = self.manifest["model"].get("sha256")
+        info = self.manifest["model"]
         if given is None:
-            member = self.manifest["model"].get("member")
+            member = info.get("member")
             if not member:
                 raise ProvmapError("the artifact does not embed its ONNX model (compile with "
                                    "--embed-model) and no --model was given")
-            return onnx.load_from_string(self.members[member])
-        model = given
-        label = "the given model"
-        if not isinstance(given, onnx.ModelProto):
-            model, _ = zoo.resolve(str(given))
-            label = str(given)
-        if want and model_sha256(model) != want:
-            raise ProvmapError(f"{label} is not the model this artifact was compiled from "
-                               f"(SHA-256 differs from the manifest's {want[:12]}...)")
-        return model
+            model = onnx.load_from_string(self.members[member])
+            label = "the embedded model"
+        else:
+            model, label = given, "the given model"
+            if not isinstance(given, onnx.ModelProto):
+                model, _ = zoo.resolve(str(given))
+                label = str(given)
+        got = model_sha256(model)
+        # Artifacts before the original/derived split recorded only the compiled model's hash.
+        original = info.get("sha256")
+        derived = info.get("derived_sha256", original)
+        if got == original or not original:
+            return model, "original"
+        if got == derived:
+            return model, "derived"
+        raise ProvmapError(f"{label} is not the model this artifact was compiled from "
+                           f"(SHA-256 {got[:12]}... differs from the manifest's {original[:12]}..."
+                           + (f" and its derived copy's {derived[:12]}..." if derived != original
+                              else "") + ")")
 
     def provenance_map(self) -> ProvenanceMap:
         return ProvenanceMap.from_dict(json.loads(self.members["map.json"]))
@@ -222,20 +237,19 @@ def _quiet_spinning(plan: Plan, backends: dict[str, Backend]) -> dict[str, Backe
 
 
 def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
-                   progress=None, blobs: dict | None = None, embed_model: bool = False) -> Artifact:
+                   progress=None, blobs: dict | None = None) -> Artifact:
     """Build every partition of `plan` with its backend and assemble the artifact in memory.
 
     `blobs` may hold blobs already built for this view, keyed by (sorted op node indices,
     backend name, backend options as JSON); what is built here is added to it, so plans that share partitions (the
     second-level search's proposals) build each once.  Not the structural key: that one
-    ignores weight values, and two identical blocks with different weights must not share code.  `embed_model` stores the
-    compiled ONNX model as `source/model.onnx`, so compare/annotate/bisect work from the
-    artifact alone (it roughly doubles the file: weights are stored twice).
+    ignores weight values, and two identical blocks with different weights must not share code.
+    The ONNX model itself is embedded afterwards, by `embed_source_model`: the view holds only
+    the derived model, and the one to embed is the user's.
     """
     plan = order_plan(view, plan)
     backends = _quiet_spinning(plan, backends)
     imp = view.imported
-    model = view.model
     members: dict[str, bytes] = {}
     parts = []
     kernels: list[Kernel] = []
@@ -333,7 +347,11 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "host": host_info(),
         "model": {
             "name": imp.label,
-            "sha256": view.model_sha256,
+            # The model as the user gave it, and the one provmap compiled (the same unless
+            # `derived` says what changed): compare and annotate accept both, by these hashes.
+            "sha256": view.source_sha256,
+            "derived_sha256": view.model_sha256,
+            "derived": list(imp.derived),
             "inputs": [view.spec(n).to_dict() for n in view.graph_inputs],
             "outputs": [view.spec(n).to_dict() for n in view.graph_outputs],
             "onnx_nodes": len(view.nodes),
@@ -349,15 +367,18 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "constant_outputs": constants,
         "coverage": pmap.coverage(),
     }
-    art = Artifact(manifest=manifest, members=members)
-    if embed_model:
-        embed_source_model(art, model)
-    return art
+    return Artifact(manifest=manifest, members=members)
 
 
 def embed_source_model(art: Artifact, model) -> None:
-    """Store the compiled ONNX model in the artifact (see build_artifact's `embed_model`)."""
-    if model_sha256(model) != art.manifest["model"]["sha256"]:
+    """Store the ONNX model in the artifact (compile --embed-model), so compare, annotate and
+    bisect work from the artifact alone; it roughly doubles the file (weights stored twice).
+    The user's model as given, or, when only the derived one is at hand, that (named so by its
+    hash)."""
+    info = art.manifest["model"]
+    digest = model_sha256(model)
+    if digest not in (info["sha256"], info.get("derived_sha256")):
         raise ProvmapError("embed_source_model: not the model this artifact was compiled from")
     art.members[SOURCE_MODEL] = model.SerializeToString()
-    art.manifest["model"]["member"] = SOURCE_MODEL
+    info["member"] = SOURCE_MODEL
+    info["member_is"] = "original" if digest == info["sha256"] else "derived"

@@ -17,10 +17,9 @@ from typing import Iterable
 import numpy as np
 import onnx
 
-from provmap.provenance.build import model_sha256
 from provmap.provenance.dtypes import itemsize, onnx_dtype
 from provmap.provenance.errors import ProvmapError, describe_node
-from provmap.provenance.ids import node_inputs
+from provmap.provenance.ids import model_sha256, node_inputs
 from provmap.provenance.importer import Imported
 from provmap.provenance.model import ROLE_PRODUCED
 
@@ -115,6 +114,12 @@ class GraphView:
         """The manifest's model hash, once per view: the second level builds an artifact per
         proposal, and hashing VGG-19's 548 MB of weights took 1.1 s each time."""
         return model_sha256(self.model)
+
+    @property
+    def source_sha256(self) -> str:
+        """The SHA-256 of the model as the user gave it, before input shapes, sorting and
+        folding: the file compare and annotate accept as the user's."""
+        return self.imported.source_sha256 or self.model_sha256
 
     def describe(self, i: int) -> str:
         # The node as the user wrote it (provmap.provenance.fold may have replaced it by a Constant).

@@ -65,3 +65,28 @@ def unsupported_op() -> onnx.ModelProto:
         [helper.make_node("Relu", ["x"], ["r"], name="relu"),
          helper.make_node("DFT", ["r"], ["y"], name="my_dft", onesided=0)],
         [_t("x", [1, 8, 1])], [_t("y", [1, 8, 2])])
+
+
+def dynamic_batch_flatten() -> onnx.ModelProto:
+    """What the TorchScript exporter writes for `x.view(x.size(0), -1)` under a dynamic batch
+    axis: Conv -> Relu, then Shape -> Gather -> Unsqueeze -> Concat -> Reshape, then a Gemm.
+    With --input-shape the shape chain folds to a constant, so provmap compiles a derived copy
+    (static input, Constant nodes in place of the chain)."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b")
+    fw = numpy_helper.from_array(rng.standard_normal((256, 10)).astype(np.float32) * 0.06, "fw")
+    fb = numpy_helper.from_array(rng.standard_normal(10).astype(np.float32) * 0.1, "fb")
+    idx = numpy_helper.from_array(np.array(0, np.int64), "idx")
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    m1 = numpy_helper.from_array(np.array([-1], np.int64), "m1")
+    return _model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"], name="/relu/Relu"),
+         helper.make_node("Shape", ["r"], ["s"], name="/Shape"),
+         helper.make_node("Gather", ["s", "idx"], ["n"], name="/Gather", axis=0),
+         helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="/Unsqueeze"),
+         helper.make_node("Concat", ["n1", "m1"], ["shape"], name="/Concat", axis=0),
+         helper.make_node("Reshape", ["r", "shape"], ["flat"], name="/Reshape"),
+         helper.make_node("Gemm", ["flat", "fw", "fb"], ["y"], name="/fc/Gemm")],
+        [_t("x", ["N", 3, 8, 8])], [_t("y", ["N", 10])], [w, b, fw, fb, idx, axes, m1])

@@ -52,7 +52,7 @@ def cmd_compile(args) -> int:
     art = compile_model(view, strategy, out=args.output,
                         backend_options=backend_options,
                         progress=_progress, collage_options=collage_options,
-                        embed_model=args.embed_model)
+                        embed_model=args.embed_model, source=args.model)
     t2 = time.perf_counter()
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
@@ -225,6 +225,9 @@ def cmd_inspect(args) -> int:
     m = info["model"]
     print(f"{info['artifact']}: model {m['name']} (sha256 {m['sha256'][:12]}), strategy "
           f"{info['strategy']}, {len(info['partitions'])} partition(s)")
+    if m.get("derived"):
+        print(f"  compiled provmap's derived copy (sha256 {m['derived_sha256'][:12]}): "
+              f"{'; '.join(m['derived'])}")
     for name, b in info["backends"].items():
         print(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
     for p in info["partitions"]:

@@ -26,6 +26,17 @@ def _inputs(args, mod=None, view=None) -> dict:
     return zoo.random_inputs(view.model, seed=args.seed)
 
 
+def _reference_model(mod, given):
+    """The model the artifact was compiled from (`given`, or the embedded one).  The user's
+    own file is the reference; provmap's derived copy is accepted too, and said to be."""
+    model, which = mod.artifact.resolve_model(given)
+    if which == "derived":
+        what = "; ".join(mod.manifest["model"].get("derived") or []) or "derived by provmap"
+        _progress(f"note: {given or 'the embedded model'} is provmap's derived copy of the "
+                  f"model ({what}), not the model as given to compile; using it")
+    return model
+
+
 def _tol(args):
     from provmap.workbench.compare import Tolerance
 
@@ -37,7 +48,7 @@ def cmd_compare(args) -> int:
     from provmap.runtime_module.module import load
 
     mod = load(args.artifact, trust=args.trust)
-    model = mod.artifact.source_model(args.model)
+    model = _reference_model(mod, args.model)
     inputs = _inputs(args, mod=mod)
     res = compare_artifact(mod, model, inputs, args.reference, _tol(args))
     if args.json:
@@ -147,17 +158,18 @@ def cmd_report(args) -> int:
 
 
 def cmd_annotate(args) -> int:
-    from provmap.workbench.annotate import annotate_model
+    from provmap.workbench.annotate import annotate_model, coverage
     from provmap.runtime_module.module import load
 
     mod = load(args.artifact, runnable=False)
-    model = annotate_model(mod.artifact.source_model(args.model), mod)
+    model = annotate_model(_reference_model(mod, args.model), mod)
     write_bytes_atomic(args.output, model.SerializeToString())
-    n = sum(1 for node in model.graph.node
-            if any(p.key == "provmap.backend" for p in node.metadata_props))
-    summary = {"annotated": args.output, "nodes": len(model.graph.node), "with_backend": n}
+    cov = coverage(model)
+    summary = {"annotated": args.output, "nodes": cov["nodes"], "with_backend": cov["placed"],
+               "with_reason": cov["with_reason"], "unannotated": cov["unannotated"]}
     print(json.dumps(summary) if args.json else
-          f"wrote {args.output}: {n} of {len(model.graph.node)} nodes annotated "
+          f"wrote {args.output}: {cov['nodes']} nodes annotated, {cov['placed']} with their "
+          f"backend, {cov['with_reason']} with the reason they run in no partition "
           "(metadata_props provmap.*; open in Netron)")
     return 0
 

@@ -1,0 +1,110 @@
+"""The user's model is the reference (issue 25): an artifact records the model as given, and
+compare, annotate and --embed-model work with that file, although provmap compiled a derived
+copy (input shapes fixed, shape arithmetic folded).  Through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import onnx
+import pytest
+import small_models as sm
+
+from provmap.provenance.ids import model_sha256
+from provmap.runtime_module.artifact import read_artifact
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+def _strip(model: onnx.ModelProto) -> bytes:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.metadata_props[:]
+    for n in m.graph.node:
+        del n.metadata_props[:]
+    return m.SerializeToString(deterministic=True)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A TorchScript-style dynamic-batch model compiled with --input-shape: provmap folds its
+    Shape -> Gather -> Unsqueeze -> Concat chain and fixes the batch, so it compiles a copy."""
+    d = tmp_path_factory.mktemp("user_model")
+    onnx.save(sm.dynamic_batch_flatten(), d / "model.onnx")
+    r = cli("compile", str(d / "model.onnx"), "-o", str(d / "a.provmap"), "--strategy",
+            "greedy:openvino,onnxruntime", "--input-shape", "x=2x3x8x8", "--embed-model")
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def test_the_manifest_records_the_given_model_and_the_derived_one(built):
+    info = read_artifact(built / "a.provmap").manifest["model"]
+    given = model_sha256(onnx.load(built / "model.onnx"))
+    assert info["sha256"] == given
+    assert info["derived_sha256"] != given
+    assert info["input_shapes_given"] == {"x": [2, 3, 8, 8]}
+    assert info["derived"] == ["input shapes fixed (x=2x3x8x8)", "4 node(s) folded to constants"]
+    assert info["member_is"] == "original"  # --embed-model stored the user's file, not the copy
+    r = cli("inspect", str(built / "a.provmap"))
+    assert "derived copy" in r.stdout and "input shapes fixed (x=2x3x8x8)" in r.stdout
+
+
+def test_compare_takes_the_users_file(built):
+    r = cli("compare", str(built / "a.provmap"), "--model", str(built / "model.onnx"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "match"
+    assert "derived copy" not in r.stderr
+
+
+def test_annotate_writes_onto_the_users_file_and_covers_every_node(built):
+    src = built / "model.onnx"
+    r = cli("annotate", str(built / "a.provmap"), "--model", str(src), "-o",
+            str(built / "ann.onnx"), "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["nodes"] == 8 and summary["unannotated"] == 0, summary
+    ann, orig = onnx.load(built / "ann.onnx"), onnx.load(src)
+    # Only metadata_props differ: the same nodes in the same order, symbolic batch kept.
+    assert _strip(ann) == _strip(orig)
+    assert ann.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    props = {n.name: {p.key: p.value for p in n.metadata_props} for n in ann.graph.node}
+    assert props["/conv/Conv"]["provmap.backend"] == "openvino"
+    assert props["/fc/Gemm"]["provmap.partition"] == "p0"
+    for folded in ("/Shape", "/Gather", "/Unsqueeze"):
+        assert "folded to a constant before import" in props[folded]["provmap.reason"]
+        assert "provmap.backend" not in props[folded]
+    # The embedded model is the user's too: annotate needs no --model.
+    r = cli("annotate", str(built / "a.provmap"), "-o", str(built / "ann2.onnx"))
+    assert r.returncode == 0, r.stderr
+    assert _strip(onnx.load(built / "ann2.onnx")) == _strip(orig)
+
+
+def test_the_derived_copy_is_accepted_and_named(built, tmp_path):
+    from provmap.partition.compile import compile_model
+    from provmap.partition.view import load_view
+
+    view = load_view(built / "model.onnx", input_shapes={"x": (2, 3, 8, 8)})
+    onnx.save(view.model, tmp_path / "derived.onnx")
+    r = cli("compare", str(built / "a.provmap"), "--model", str(tmp_path / "derived.onnx"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "is provmap's derived copy of the model (input shapes fixed (x=2x3x8x8)" in r.stderr
+    # A view alone has no other copy: embedded, it is recorded as the derived one.
+    art = compile_model(view, "single:onnxruntime", out=tmp_path / "v.provmap", embed_model=True)
+    assert art.manifest["model"]["member_is"] == "derived"
+
+
+def test_another_model_is_refused_naming_both_hashes(built, tmp_path):
+    other = sm.dynamic_batch_flatten()
+    other.graph.initializer[0].float_data[:] = []
+    other.graph.initializer[0].raw_data = bytes(len(other.graph.initializer[0].raw_data))
+    onnx.save(other, tmp_path / "other.onnx")
+    r = cli("compare", str(built / "a.provmap"), "--model", str(tmp_path / "other.onnx"))
+    assert r.returncode == 2
+    line = r.stderr.strip().splitlines()[-1]
+    assert "is not the model this artifact was compiled from" in line
+    assert "its derived copy's" in line and "Traceback" not in r.stderr
