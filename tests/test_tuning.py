@@ -57,6 +57,7 @@ _BUILD = textwrap.dedent("""
     import numpy as np
     from provmap.partition.view import load_view
     from provmap.runtime_module.registry import get_backend
+    from provmap.runtime_module.subgraph import Subgraph
     model, db, trials, budget = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     view = load_view(model)
     sub = Subgraph(view, view.op_nodes)
