@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 import crashing_backend as cb
+import small_models
 from provmap.workbench.bisect import bisect, check_reproducer
 from provmap.cli.main import main as cli_main
 from provmap.partition.compile import compile_model, load_view
@@ -131,6 +132,40 @@ def test_bisect_clean_backend_reports_no_divergence(transformer):
     view = load_view(transformer, "transformer")
     res = bisect(view, get_backend("openvino"), zoo.random_inputs(transformer, seed=0))
     assert not res["diverges"] and res["runs"] == 1
+
+
+@pytest.mark.parametrize("backend", ["openvino", "tvm"])
+def test_bisect_cli_ignores_a_tensor_nothing_reads(tmp_path, capsys, backend):
+    """Dropout's mask differs on OpenVINO and TVM (ONNX Runtime's opset-9 mask is float zeros)
+    but nothing reads it: bisect once named SqueezeNet's Dropout for it (issue 25)."""
+    path = tmp_path / "drop.onnx"
+    onnx.save(small_models.conv_dropout(read_mask=False), str(path))
+    assert cli_main(["bisect", str(path), "--backend", backend, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["diverges"] is False
+
+
+def test_bisect_cli_names_the_diverging_tensor(tmp_path, capsys):
+    """When the mask is read, the Dropout is the culprit for that tensor, not its data output:
+    bisect names it and the reproducer checks it, and it fails alone."""
+    path = tmp_path / "drop.onnx"
+    onnx.save(small_models.conv_dropout(read_mask=True), str(path))
+    repro = tmp_path / "repro"
+    assert cli_main(["bisect", str(path), "--backend", "openvino", "-o", str(repro)]) == 1
+    out = capsys.readouterr().out
+    assert "first diverging node: drop (Dropout" in out
+    assert "diverging tensor mask: bool[1, 4, 8, 8] vs reference float32[1, 4, 8, 8]" in out
+    assert "checks mask; fails alone: True" in out
+    assert cli_main(["bisect", str(path), "--backend", "openvino", "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert res["node"] == "drop" and res["tensor"] == "mask"
+    assert [t["tensor"] for t in res["tensors"]] == ["mask"]
+    assert [t["tensor"] for t in res["reproducer_tensors"]] == ["mask"]
+    assert res["reproducer_diverges"]
+    r = {k: str(repro / f"reproducer{s}") for k, s in
+         (("model", ".onnx"), ("inputs", "_inputs.npz"), ("expected", "_expected.npz"))}
+    assert list(np.load(r["expected"])) == ["mask"]
+    assert check_reproducer(r["model"], r["inputs"], r["expected"], get_backend("openvino")) \
+        == ["mask"]
 
 
 @pytest.mark.slow
