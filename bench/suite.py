@@ -15,9 +15,9 @@ For each model, in one process:
 Then a scaling run on synthetic graphs (bench/scaling.py).  Results: DIR/results.json (keys in
 docs/bench.md), DIR/results.md (the tables README shows) and DIR/latency.png.
 
-Bundled light models carry all-equal ConstantOfShape weights; like every other provmap bench
-and test, the suite substitutes seeded random weights (`--keep-weights` to disable), so fast
-paths for constant data cannot flatter anyone.
+Bundled light models ship all-equal ConstantOfShape weights; `bundled:NAME` already gives them
+seeded random ones (provenance/zoo.py), so fast paths for constant data cannot flatter anyone;
+`--keep-weights` benches the constant originals (`bundled:NAME:original`).
 """
 
 from __future__ import annotations
@@ -113,12 +113,9 @@ def _load_model(spec: str, keep_weights: bool):
     from provmap.provenance import zoo
 
     spec = spec if spec.startswith("bundled:") or os.path.exists(spec) else f"bundled:{spec}"
-    model, name = zoo.resolve(spec)
-    if not keep_weights and spec.startswith("bundled:"):
-        # the bundled light models ship ConstantOfShape weights (every logit equal); a file the
-        # user gives keeps its own weights
-        model = zoo.with_random_weights(model, seed=0)
-    return model, name
+    if keep_weights and spec.removeprefix("bundled:") in zoo.LIGHT_MODELS:
+        spec += zoo.ORIGINAL_SUFFIX  # the constant weights onnx ships; a file keeps its own
+    return zoo.resolve(spec)
 
 
 # -- per-model sections ------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def _best_record(db: TuningDatabase, task, target):
 
 def run_region(name: str, trials: int, passes: int, log) -> dict:
     bundled, pick = REGIONS[name]
-    model = zoo.with_random_weights(zoo.resolve(f"bundled:{bundled}")[0], seed=0)
+    model = zoo.resolve(f"bundled:{bundled}")[0]  # seeded random weights
     label, ops, anchor = pick(model)
     view = load_view(model, name)
     sub = Subgraph(view, ops)

@@ -4,9 +4,12 @@ synthetic transformer encoder block.
 Nothing here downloads anything.  The light models live in the installed onnx package
 (``onnx/backend/test/data/light``); they are real network topologies (ResNet-50, SqueezeNet,
 VGG-19, Inception-v1, AlexNet) whose weights were replaced by ``ConstantOfShape`` nodes, so all
-weights of one tensor are equal and every output class gets the same score.  That is fine for
-import/partition tests, but useless for numerical comparisons, so :func:`with_random_weights`
-materialises those weights as seeded random initializers.
+weights of one tensor are equal and every output class gets the same score (SqueezeNet's logits
+are all about 6.8e9).  That is fine for import/partition tests, but it makes numerical
+comparisons meaningless: a correct backend fails ``compare`` on rounding noise at 1e9, and every
+example in the docs would show it.  So ``bundled:NAME`` is the light model with
+:func:`with_random_weights` applied, seeded from the model's name (:func:`bundled_seed`), the same
+in every process; ``bundled:NAME:original`` is the file as onnx ships it.
 
 Quirks of the light models worth knowing (they are IR version 3, opset 9):
 
@@ -21,6 +24,7 @@ Quirks of the light models worth knowing (they are IR version 3, opset 9):
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -28,10 +32,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .random_weights import is_float, with_random_weights
+
 __all__ = [
     "LIGHT_DIR",
     "LIGHT_MODELS",
     "BUNDLED",
+    "ORIGINAL_SUFFIX",
+    "bundled_seed",
     "light_model_path",
     "load_light",
     "light_reference_output",
@@ -47,6 +55,8 @@ LIGHT_MODELS = ("resnet50", "squeezenet", "vgg19", "inception_v1", "bvlc_alexnet
 BUNDLED = LIGHT_MODELS + ("transformer",)
 
 _BUNDLED_PREFIX = "bundled:"
+#: ``bundled:NAME:original``: a light model with its constant ``ConstantOfShape`` weights.
+ORIGINAL_SUFFIX = ":original"
 
 
 # --------------------------------------------------------------------------------------------
@@ -70,7 +80,7 @@ def light_model_path(name: str) -> Path:
 
 
 def load_light(name: str) -> onnx.ModelProto:
-    """Load a light model (weights are all-equal ``ConstantOfShape`` nodes)."""
+    """Load a light model as onnx ships it (weights are all-equal ``ConstantOfShape`` nodes)."""
     return onnx.load(str(light_model_path(name)))
 
 
@@ -81,23 +91,38 @@ def light_reference_output(name: str) -> np.ndarray:
     return numpy_helper.to_array(tensor)
 
 
+def bundled_seed(name: str) -> int:
+    """The weight seed of ``bundled:NAME``: from the name's SHA-256, not Python's ``hash`` (salted
+    per process), so every process, and an artifact's ``--model bundled:NAME``, sees the same
+    model and its SHA-256 matches the manifest."""
+    return int.from_bytes(hashlib.sha256(f"provmap.bundled:{name}".encode()).digest()[:8], "little")
+
+
 def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
     """Turn a model spec into ``(model, display_name)``.
 
-    ``bundled:NAME`` names a light model (see ``LIGHT_MODELS``) or ``transformer``; anything else
-    is a path to an ``.onnx`` file; a missing, empty or unreadable file is a ProvmapError naming
-    it (importer.load_model), like every other user-input error.
+    ``bundled:NAME`` names a light model (see ``LIGHT_MODELS``) with seeded random weights, or
+    ``transformer``; ``bundled:NAME:original`` a light model with the constant weights onnx ships
+    (the transformer has no other form);
+    anything else is a path to an ``.onnx`` file; a missing, empty or unreadable file is a
+    ProvmapError naming it (importer.load_model), like every other user-input error.
     """
     if spec.startswith(_BUNDLED_PREFIX):
-        name = spec[len(_BUNDLED_PREFIX):]
-        if name == "transformer":
-            return transformer_block(), name
-        if name in LIGHT_MODELS:
-            return load_light(name), name
         from .errors import ProvmapError
 
+        name = spec[len(_BUNDLED_PREFIX):]
+        original = name.endswith(ORIGINAL_SUFFIX)
+        if original:
+            name = name[: -len(ORIGINAL_SUFFIX)]
+        if name == "transformer":  # built with its own seeded weights: the original itself
+            return transformer_block(), name
+        if name in LIGHT_MODELS:
+            if original:
+                return load_light(name), f"{name}-original"
+            return with_random_weights(load_light(name), seed=bundled_seed(name)), name
         raise ProvmapError(f"{spec}: unknown bundled model {name!r}; expected one of "
-                           f"{', '.join(BUNDLED)}")
+                           f"{', '.join(BUNDLED)} (a light model with {ORIGINAL_SUFFIX} appended "
+                           "for its constant weights)")
     from .importer import load_model  # the importer needs TVM: only when a file is given
 
     model, _ = load_model(spec, check=False)  # import_onnx runs the checker
@@ -221,198 +246,6 @@ def transformer_block(
 
 
 # --------------------------------------------------------------------------------------------
-# Random weights for the light models
-# --------------------------------------------------------------------------------------------
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    """numpy floats plus ml_dtypes' (bfloat16, float8_*), which numpy does not class as floating."""
-    return dtype.kind == "f" or "float" in dtype.name
-
-
-def _constant_values(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, np.ndarray]:
-    """Values of the `wanted` names that are initializers or plain-tensor Constant outputs.
-
-    Only the wanted tensors are converted, so big weight initializers are never copied out.
-    """
-    values: dict[str, np.ndarray] = {}
-    for t in graph.initializer:
-        if t.name in wanted:
-            values[t.name] = numpy_helper.to_array(t)
-    for n in graph.node:
-        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
-            continue
-        if n.output[0] not in wanted:
-            continue
-        for a in n.attribute:
-            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                values[n.output[0]] = numpy_helper.to_array(a.t)
-            elif a.name == "value_ints":
-                values[n.output[0]] = np.array(list(a.ints), dtype=np.int64)
-            elif a.name == "value_int":
-                values[n.output[0]] = np.array(a.i, dtype=np.int64)
-    return values
-
-
-def _fan_in(shape: tuple[int, ...], uses: list[tuple[onnx.NodeProto, int]]) -> int:
-    """Fan-in of a weight tensor, from how it is consumed."""
-    for consumer, idx in uses:
-        if idx != 1:
-            continue
-        if consumer.op_type in ("Conv", "ConvTranspose") and len(shape) >= 2:
-            return max(1, int(np.prod(shape[1:])))
-        if consumer.op_type == "Gemm" and len(shape) == 2:
-            trans_b = next((a.i for a in consumer.attribute if a.name == "transB"), 0)
-            return max(1, shape[1] if trans_b else shape[0])
-        if consumer.op_type == "MatMul" and len(shape) >= 2:
-            return max(1, shape[-2])
-    if len(shape) >= 2:
-        return max(1, int(np.prod(shape[1:])))
-    return max(1, int(np.prod(shape)) if shape else 1)
-
-
-def _random_fill(
-    rng: np.random.Generator,
-    shape: tuple[int, ...],
-    dtype: np.dtype,
-    uses: list[tuple[onnx.NodeProto, int]],
-    residual: set[str],
-) -> np.ndarray:
-    roles = {(c.op_type, i) for c, i in uses}
-    f32 = np.float32
-
-    def uniform(lo: float, hi: float) -> np.ndarray:
-        values = rng.random(shape, dtype=f32)
-        values *= hi - lo
-        values += lo
-        return values
-
-    def normal(std: float) -> np.ndarray:
-        values = rng.standard_normal(shape, dtype=f32)
-        values *= std
-        return values
-
-    bn_scale_of = [c for c, i in uses if c.op_type == "BatchNormalization" and i == 1]
-    if any(c.output[0] in residual for c in bn_scale_of):
-        # Scale of a BN that feeds a residual join: damped, in the spirit of the "zero-gamma"
-        # ResNet init.  With random running statistics BN does not normalise, so at O(1) scales
-        # ResNet-50's activations grow ~1.6x per block (logits ~1e5, one-hot softmax); (0.2, 0.4)
-        # keeps its logits O(1) (checked for seed 0; the result is not very sensitive to it).
-        values = uniform(0.2, 0.4)
-    elif roles & {("BatchNormalization", 1), ("BatchNormalization", 4),
-                  ("InstanceNormalization", 1), ("LayerNormalization", 1)}:
-        # BN scale and variance: positive and O(1), so normalisation neither explodes nor
-        # divides by ~0.
-        values = uniform(0.5, 1.5)
-    elif roles & {("BatchNormalization", 2), ("BatchNormalization", 3)}:
-        values = normal(0.1)
-    elif len(shape) >= 2:
-        # He-style scale (~1/sqrt(fan_in)) keeps ReLU-network activations O(1) even through
-        # ResNet-50 and VGG-19, so the final logits differ and the softmax is not uniform.
-        values = normal(math.sqrt(2.0 / _fan_in(shape, uses)))
-    else:
-        values = normal(0.01)
-    return values.astype(dtype, copy=False)
-
-
-def _add_initializer(graph: onnx.GraphProto, name: str, array: np.ndarray) -> None:
-    """Append `array` as an initializer, writing it in place (appending a built TensorProto
-    copies it, which is noticeable for VGG-19's 400 MB fc6 weight)."""
-    if array.dtype.kind == "f" and array.dtype.name in ("float16", "float32", "float64"):
-        t = graph.initializer.add()
-        t.name = name
-        t.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-        t.dims.extend(array.shape)
-        t.raw_data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
-    else:
-        graph.initializer.append(numpy_helper.from_array(array, name))
-
-
-def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
-    """Copy of `model` whose constant-shaped ``ConstantOfShape`` weights are random initializers.
-
-    Every ``ConstantOfShape`` node whose shape input is constant (an initializer or a ``Constant``
-    node output) becomes an initializer with the node's output name, shape and dtype.  Floating
-    tensors get seeded random values: He-scaled (~1/sqrt(fan_in)) for weights, small for biases
-    and BatchNorm means/offsets, uniform (0.5, 1.5) for BatchNorm scales and variances and
-    (0.2, 0.4) for the scale of a BatchNorm feeding a residual Sum/Add.  Non-floating tensors keep
-    the node's fill value, since random integers could change semantics (indices, shapes).  Shape
-    producers that become unused (initializers, their IR<4 graph-input entries, Constant nodes)
-    are removed.  Other nodes, their order and all names are kept; subgraphs are not visited.
-    """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    rng = np.random.default_rng(seed)
-    def is_cos(n: onnx.NodeProto) -> bool:
-        return n.op_type == "ConstantOfShape" and n.domain in ("", "ai.onnx") and bool(n.input)
-
-    constants = _constant_values(graph, {n.input[0] for n in graph.node if is_cos(n)})
-
-    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for n in graph.node:
-        for i, name in enumerate(n.input):
-            if name:
-                uses.setdefault(name, []).append((n, i))
-
-    graph_outputs = {o.name for o in graph.output}
-    # Tensors that feed a Sum / Add, i.e. possibly a residual join.
-    residual = {name for n in graph.node if n.op_type in ("Sum", "Add") for name in n.input}
-    keep_nodes: list[onnx.NodeProto] = []
-    new_inits: list[tuple[str, np.ndarray]] = []
-    maybe_unused: set[str] = set()
-    for n in graph.node:
-        if not is_cos(n) or n.input[0] not in constants:
-            keep_nodes.append(n)
-            continue
-        shape = tuple(int(d) for d in constants[n.input[0]].reshape(-1))
-        fill = np.zeros(1, dtype=np.float32)
-        for a in n.attribute:
-            if a.name == "value":
-                fill = numpy_helper.to_array(a.t)
-        dtype = fill.dtype
-        name = n.output[0]
-        if _is_float(dtype):
-            array = _random_fill(rng, shape, dtype, uses.get(name, []), residual)
-        else:
-            array = np.full(shape, fill.reshape(-1)[0], dtype=dtype)
-        new_inits.append((name, array))
-        maybe_unused.add(n.input[0])
-
-    still_used = {i for n in keep_nodes for i in n.input} | graph_outputs
-    dead = maybe_unused - still_used
-    keep_nodes = [
-        n for n in keep_nodes
-        if not (n.op_type == "Constant" and len(n.output) == 1 and n.output[0] in dead)
-    ]
-
-    new_names = {name for name, _ in new_inits}
-    del graph.node[:]
-    graph.node.extend(keep_nodes)
-    # Edit the initializer list in place: copying VGG-19's ~570 MB of weights again is slow.
-    for i in reversed(range(len(graph.initializer))):
-        if graph.initializer[i].name in dead or graph.initializer[i].name in new_names:
-            del graph.initializer[i]
-    for name, array in new_inits:
-        _add_initializer(graph, name, array)
-
-    # Before IR 4 every initializer must also be a graph input.
-    old_inputs = [i for i in graph.input if i.name not in dead and i.name not in new_names]
-    del graph.input[:]
-    graph.input.extend(old_inputs)
-    if out.ir_version < 4:
-        for name, array in new_inits:
-            elem = helper.np_dtype_to_tensor_dtype(array.dtype)
-            graph.input.append(helper.make_tensor_value_info(name, elem, list(array.shape)))
-
-    # Drop value_info for names that are now initializers (their type is on the tensor).
-    vis = [vi for vi in graph.value_info if vi.name not in new_names and vi.name not in dead]
-    del graph.value_info[:]
-    graph.value_info.extend(vis)
-    return out
-
-
-# --------------------------------------------------------------------------------------------
 # Inputs
 # --------------------------------------------------------------------------------------------
 
@@ -436,7 +269,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
             d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
             for d in tt.shape.dim
         )
-        if _is_float(dtype):
+        if is_float(dtype):
             feeds[vi.name] = rng.standard_normal(shape).astype(np.float32).astype(dtype)
         else:
             feeds[vi.name] = np.zeros(shape, dtype=dtype)

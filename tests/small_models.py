@@ -90,3 +90,18 @@ def dynamic_batch_flatten() -> onnx.ModelProto:
          helper.make_node("Reshape", ["r", "shape"], ["flat"], name="/Reshape"),
          helper.make_node("Gemm", ["flat", "fw", "fb"], ["y"], name="/fc/Gemm")],
         [_t("x", ["N", 3, 8, 8])], [_t("y", ["N", 10])], [w, b, fw, fb, idx, axes, m1])
+
+
+def conv_dropout(read_mask: bool) -> onnx.ModelProto:
+    """Conv -> Dropout (opset 9, as SqueezeNet's) -> Relu, with the Dropout's mask output unread
+    or, with `read_mask`, cast and added to the result.  Backends disagree on that mask (ONNX
+    Runtime: float zeros; OpenVINO: boolean ones) and agree on everything else."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Dropout", ["c"], ["d", "mask"], name="drop"),
+             helper.make_node("Relu", ["d"], ["r" if read_mask else "y"], name="relu")]
+    if read_mask:
+        nodes += [helper.make_node("Cast", ["mask"], ["m"], name="cast", to=TensorProto.FLOAT),
+                  helper.make_node("Add", ["r", "m"], ["y"], name="add")]
+    return _model(nodes, [_t("x", [1, 3, 8, 8])], [_t("y", [1, 4, 8, 8])], [w], opset=9)

@@ -46,7 +46,7 @@ ATOL, RTOL = 1e-4, 1e-3
 @pytest.fixture(scope="module", params=MODELS)
 def case(request, tmp_path_factory):
     name = request.param
-    model = zoo.with_random_weights(zoo.resolve(f"bundled:{name}")[0], seed=7)
+    model = zoo.with_random_weights(zoo.resolve(f"bundled:{name}:original")[0], seed=7)
     feeds = zoo.random_inputs(model, seed=7)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
@@ -120,7 +120,7 @@ def test_shape_inference_without_weight_data_gives_the_same_types():
 
     from provmap.provenance.fold import weightless as _weightless
 
-    model = zoo.with_random_weights(zoo.resolve("bundled:bvlc_alexnet")[0], seed=0)
+    model = zoo.with_random_weights(zoo.load_light("bvlc_alexnet"), seed=0)
     light = _weightless(model)
     assert light.ByteSize() < model.ByteSize() / 100
     assert {t.name for t in light.graph.initializer} < {t.name for t in model.graph.initializer}

@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 import crashing_backend as cb
+import small_models
 from provmap.workbench.bisect import bisect, check_reproducer
 from provmap.cli.main import main as cli_main
 from provmap.partition.compile import compile_model, load_view
@@ -133,13 +134,63 @@ def test_bisect_clean_backend_reports_no_divergence(transformer):
     assert not res["diverges"] and res["runs"] == 1
 
 
+@pytest.mark.parametrize("backend", ["openvino", "tvm"])
+def test_bisect_cli_ignores_a_tensor_nothing_reads(tmp_path, capsys, backend):
+    """Dropout's mask differs on OpenVINO and TVM (ONNX Runtime's opset-9 mask is float zeros)
+    but nothing reads it: bisect once named SqueezeNet's Dropout for it (issue 25)."""
+    path = tmp_path / "drop.onnx"
+    onnx.save(small_models.conv_dropout(read_mask=False), str(path))
+    assert cli_main(["bisect", str(path), "--backend", backend, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["diverges"] is False
+
+
+def test_bisect_cli_names_the_diverging_tensor(tmp_path, capsys):
+    """When the mask is read, the Dropout is the culprit for that tensor, not its data output:
+    bisect names it and the reproducer checks it, and it fails alone."""
+    path = tmp_path / "drop.onnx"
+    onnx.save(small_models.conv_dropout(read_mask=True), str(path))
+    repro = tmp_path / "repro"
+    assert cli_main(["bisect", str(path), "--backend", "openvino", "-o", str(repro)]) == 1
+    out = capsys.readouterr().out
+    assert "first diverging node: drop (Dropout" in out
+    assert "diverging tensor mask: bool[1, 4, 8, 8] vs reference float32[1, 4, 8, 8]" in out
+    assert "checks mask; fails alone: True" in out
+    assert cli_main(["bisect", str(path), "--backend", "openvino", "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert res["node"] == "drop" and res["tensor"] == "mask"
+    assert [t["tensor"] for t in res["tensors"]] == ["mask"]
+    assert [t["tensor"] for t in res["reproducer_tensors"]] == ["mask"]
+    assert res["reproducer_diverges"]
+    r = {k: str(repro / f"reproducer{s}") for k, s in
+         (("model", ".onnx"), ("inputs", "_inputs.npz"), ("expected", "_expected.npz"))}
+    assert list(np.load(r["expected"])) == ["mask"]
+    assert check_reproducer(r["model"], r["inputs"], r["expected"], get_backend("openvino")) \
+        == ["mask"]
+
+
+def test_compare_cli_single_openvino_passes_on_bundled_squeezenet(tmp_path, capsys):
+    """bundled: models carry seeded random weights: the constant originals' logits (~6.8e9)
+    made a correct OpenVINO fail compare on rounding noise (issue 25)."""
+    art = tmp_path / "sq.provmap"
+    assert cli_main(["compile", "bundled:squeezenet", "-o", str(art), "--strategy",
+                     "single:openvino", "--embed-model"]) == 0
+    capsys.readouterr()
+    assert cli_main(["compare", str(art), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["match"] and len(res["tensors"]) == 1
+    [t] = res["tensors"]
+    assert t["backend"] == "openvino" and t["model_output"] and t["cosine"] > 0.999999
+    # The model given again by its spec is the same model (same SHA-256) in this process too.
+    assert cli_main(["compare", str(art), "--model", "bundled:squeezenet"]) == 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet", "inception_v1", "resnet50",
                                   pytest.param("vgg19", marks=pytest.mark.heavy)])
 def test_profile_sums_to_end_to_end(tmp_path, name):
     from provmap.workbench.profile import profile_artifact
 
-    model = zoo.with_random_weights(zoo.resolve(f"bundled:{name}")[0], seed=0)
+    model = zoo.with_random_weights(zoo.load_light(name), seed=0)
     art = compile_model(model, "greedy:onnxruntime,openvino",
                         backend_options={"onnxruntime": {"exclude_ops": ["MaxPool"]}})
     art.save(tmp_path / "a.provmap")
@@ -275,12 +326,13 @@ def test_explain_collage_artifact(tmp_path, transformer, capsys):
 
 
 def test_profile_gives_time_only_to_nodes_that_compute(tmp_path):
-    """SqueezeNet's ConstantOfShape weights are folded into the convolutions that read them:
-    a profile must not split a convolution's time with them (issue 16)."""
+    """SqueezeNet's ConstantOfShape weights (the constant original's) are folded into the
+    convolutions that read them: a profile must not split a convolution's time with them
+    (issue 16)."""
     from provmap.workbench.profile import profile_artifact
 
     path = tmp_path / "sq.provmap"
-    compile_model("bundled:squeezenet", "greedy:openvino,onnxruntime", out=path,
+    compile_model("bundled:squeezenet:original", "greedy:openvino,onnxruntime", out=path,
                   backend_options={"openvino": {"exclude_ops": ["Concat"]}})
     mod = load(path)
     res = profile_artifact(mod, mod.random_inputs(0), repeats=2, kernel_repeats=1)

@@ -132,6 +132,58 @@ def test_resolve_bundled_and_path(tmp_path):
         zoo.resolve(str(tmp_path / "missing.onnx"))
 
 
+_HEAVY_VGG = [pytest.param(n, marks=pytest.mark.heavy) if n == "vgg19" else n
+              for n in zoo.LIGHT_MODELS]
+
+
+@pytest.mark.parametrize("name", _HEAVY_VGG)
+def test_bundled_light_models_carry_seeded_random_weights(name):
+    """bundled:NAME is the light model with random weights seeded by its name, its logits in a
+    range where a backend's rounding is small (the constant originals' are 1e9 to 1e31);
+    bundled:NAME:original is the file onnx ships (issue 25)."""
+    model, label = zoo.resolve(f"bundled:{name}")
+    assert label == name
+    base = zoo.load_light(name)
+    want = zoo.with_random_weights(base, seed=zoo.bundled_seed(name))
+    assert model.SerializeToString() == want.SerializeToString()
+    assert [n.name for n in model.graph.node] == \
+        [n.name for n in base.graph.node if n.op_type != "ConstantOfShape"]
+    softmax = [n for n in model.graph.node if n.op_type == "Softmax"][-1]
+    model.graph.output.append(onnx.helper.make_empty_tensor_value_info(softmax.input[0]))
+    logits = _session(model).run([softmax.input[0]], zoo.random_inputs(model, seed=0))[0]
+    assert 0.1 < logits.std() and np.abs(logits).max() < 100, (logits.std(), logits.max())
+    original, label = zoo.resolve(f"bundled:{name}:original")
+    assert label == f"{name}-original"
+    assert original.SerializeToString() == base.SerializeToString()
+
+
+def test_bundled_weights_are_the_same_in_every_process():
+    """Seeded from the name's SHA-256, not Python's salted hash: an artifact compiled from
+    bundled:squeezenet in one process matches `--model bundled:squeezenet` in another."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib; from provmap.provenance import zoo; "
+            "print(hashlib.sha256(zoo.resolve('bundled:squeezenet')[0]"
+            ".SerializeToString()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+               for seed in ("1", "2")}
+    want = zoo.with_random_weights(zoo.load_light("squeezenet"),
+                                   seed=zoo.bundled_seed("squeezenet"))
+    assert digests == {hashlib.sha256(want.SerializeToString()).hexdigest()}
+
+
+def test_transformer_has_one_form():
+    a, name = zoo.resolve("bundled:transformer:original")
+    assert name == "transformer"
+    assert a.SerializeToString() == zoo.resolve("bundled:transformer")[0].SerializeToString()
+    with pytest.raises(ProvmapError, match="bundled:nope:original: unknown bundled model 'nope'"):
+        zoo.resolve("bundled:nope:original")
+
+
 # --- transformer block ------------------------------------------------------------------------
 
 

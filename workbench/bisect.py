@@ -9,6 +9,13 @@ O(log n) builds.  The culprit is re-checked: the reproducer must fail on its own
 divergence is upstream error amplified at that node.  The reproducer is the divergent node alone, cut with the
 original node and initializers, its inputs saved from the reference run: a vendor can run it
 without the model.
+
+Only tensors that some node reads, or graph outputs, are judged.  A tensor nothing reads
+(Dropout's mask, an unused second output of any multi-output node) cannot change what the model
+computes, and backends legitimately disagree on it (ONNX Runtime's opset-9 Dropout mask is float
+zeros, OpenVINO's is boolean ones): judging it blamed SqueezeNet's Dropout, then found the
+reproducer's one read output clean ("fails alone: False").  The result names the diverging
+tensors, and the reproducer is judged on those same tensors.
 """
 
 from __future__ import annotations
@@ -27,10 +34,17 @@ from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.subgraph import Subgraph
 
 
+def judged_tensors(view: GraphView) -> set[str]:
+    """Tensors whose value matters: read by some node (subgraph outer-scope reads included),
+    or a graph output."""
+    return set(view.consumers) | set(view.graph_outputs)
+
+
 def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,
-                expose_all: bool = False) -> dict:
-    expose = [o for i in ops for o in view.nodes[i].output if o] if expose_all else ()
-    sub = Subgraph(view, ops, expose)
+                expose: set[str] | None = None) -> dict:
+    """Run `ops` on `backend`; `expose`: intermediates to return as well (bisect's prefixes)."""
+    shown = [o for i in ops for o in view.nodes[i].output if o and o in expose] if expose else ()
+    sub = Subgraph(view, ops, shown)
     blob = backend.build(sub)
     runner = backend.load(blob)
     try:
@@ -40,10 +54,10 @@ def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,
     return dict(zip(runner.output_names, outs))
 
 
-def _diverging(got: dict, ref: dict, tol: Tolerance) -> list[tuple[str, dict]]:
+def _diverging(got: dict, ref: dict, tol: Tolerance, judged: set[str]) -> list[tuple[str, dict]]:
     bad = []
     for n, a in got.items():
-        if n in ref:
+        if n in ref and n in judged:
             m = metrics(a, ref[n], tol)
             if not m["ok"]:
                 bad.append((n, m))
@@ -56,20 +70,23 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
     tol = tol or Tolerance()
     say = progress or (lambda m: None)
     order = list(view.op_nodes)
-    produced = [o for i in order for o in view.nodes[i].output if o]
+    judged = judged_tensors(view)
+    produced = [o for i in order for o in view.nodes[i].output if o in judged]
     ref = reference_run(view.model, inputs, produced, reference)
     values = {**inputs, **ref}
     runs = 0
+    found: dict[int, list[tuple[str, dict]]] = {}  # prefix end -> its diverging tensors
 
     def prefix_diverges(k: int):
         nonlocal runs
         runs += 1
         try:
-            got = _run_region(view, order[: k + 1], backend, values, expose_all=True)
+            got = _run_region(view, order[: k + 1], backend, values, expose=judged)
         except BackendError as e:
             raise ProvmapError(f"bisect: {backend.name} cannot build the prefix ending at "
                                f"{view.describe(order[k])}: {e}") from None
-        return _diverging(got, ref, tol)
+        found[k] = _diverging(got, ref, tol, judged)
+        return found[k]
 
     say(f"bisect: {len(order)} op nodes, reference {reference}")
     last = prefix_diverges(len(order) - 1)
@@ -87,24 +104,31 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
         else:
             lo = mid + 1
     node = order[lo]
+    # The shortest diverging prefix's tensors; the node's own outputs first (an earlier tensor
+    # differs there only if the backend computed it differently inside the longer prefix).
+    mine = set(view.nodes[node].output)
+    diverged = sorted(found[lo], key=lambda t: t[0] not in mine)
     res = {"backend": backend.name, "diverges": True, "runs": runs, "op_nodes": len(order),
            "reference": reference, "node": view.nodes[node].name or view.describe(node),
            "node_id": view.node_ids[node], "op_type": view.nodes[node].op_type,
-           "position": lo, "atol": tol.atol, "rtol": tol.rtol}
-    # The reproducer: the node alone, its inputs from the reference run.
+           "position": lo, "atol": tol.atol, "rtol": tol.rtol, "tensor": diverged[0][0],
+           "tensors": [{"tensor": n, **m} for n, m in diverged]}
+    # The reproducer: the node alone, its inputs from the reference run, judged on the tensors
+    # that diverged in the prefix (each read downstream or a graph output, so an output of it).
     sub = Subgraph(view, [node])
     model = sub.onnx_model()
     feeds = {t.name: np.asarray(values[t.name]) for t in sub.inputs}
     got = _run_region(view, [node], backend, values)
-    alone = _diverging(got, ref, tol)
-    res["reproducer_diverges"] = bool(alone)
-    res["tensors"] = [{"tensor": n, **m} for n, m in alone]
+    names = {n for n, _m in diverged}
+    res["reproducer_tensors"] = [{"tensor": n, **metrics(got[n], ref[n], tol)}
+                                 for n in got if n in names]
+    res["reproducer_diverges"] = any(not t["ok"] for t in res["reproducer_tensors"])
     if out_dir is not None:
         d = Path(out_dir)
         write_bytes_atomic(d / "reproducer.onnx", model.SerializeToString())
         save_npz_atomic(d / "reproducer_inputs.npz", feeds)
         save_npz_atomic(d / "reproducer_expected.npz",
-                        {n: np.asarray(ref[n]) for n in got if n in ref})
+                        {n: np.asarray(ref[n]) for n in got if n in names})
         res["reproducer"] = {"model": str(d / "reproducer.onnx"),
                              "inputs": str(d / "reproducer_inputs.npz"),
                              "expected": str(d / "reproducer_expected.npz")}
@@ -113,7 +137,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
 
 def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,
                      tol: Tolerance | None = None) -> list[str]:
-    """Run a reproducer on `backend`: names of outputs that still diverge from the expected."""
+    """Run a reproducer on `backend`: names of the expected tensors that still diverge."""
     from provmap.partition.compile import load_view
 
     tol = tol or Tolerance()
@@ -121,4 +145,4 @@ def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,
     feeds = dict(np.load(inputs_path))
     want = dict(np.load(expected_path))
     got = _run_region(view, list(view.op_nodes), backend, feeds)
-    return [n for n, _m in _diverging(got, want, tol)]
+    return [n for n, _m in _diverging(got, want, tol, set(want))]

@@ -100,7 +100,8 @@ def add_bench_command(sub) -> None:
     b.add_argument("--scaling-sizes", help="synthetic graph sizes, e.g. 100,1000,10000 "
                    "('' to skip the scaling run)")
     b.add_argument("--keep-weights", action="store_true",
-                   help="keep ConstantOfShape weights instead of seeded random ones")
+                   help="bundled light models with the constant ConstantOfShape weights onnx "
+                   "ships (bundled:NAME:original) instead of bundled:NAME's seeded random ones")
     b.add_argument("--quick", action="store_true", help="two small models, fewer repeats, "
                    "scaling to 1,000 nodes: under 5 minutes")
     b.add_argument("--readme", metavar="README.md", help="also put the tables into this file, "

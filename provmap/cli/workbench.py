@@ -43,6 +43,15 @@ def _tol(args):
     return Tolerance(atol=args.atol, rtol=args.rtol)
 
 
+def _metrics_text(t: dict) -> str:
+    """One tensor's comparison; a dtype or shape mismatch has no numbers, only its problem."""
+    if t["max_abs"] is None:
+        return t["problem"]
+    text = (f"max abs {t['max_abs']:.3g}, max rel {t['max_rel']:.3g}, cosine "
+            f"{t['cosine']:.6f}")
+    return f"{text} ({t['problem']})" if t["problem"] else text
+
+
 def cmd_compare(args) -> int:
     from provmap.workbench.compare import compare_artifact
     from provmap.runtime_module.module import load
@@ -56,10 +65,8 @@ def cmd_compare(args) -> int:
     else:
         for t in res["tensors"]:
             flag = "ok  " if t["ok"] else "FAIL"
-            met = (f"max abs {t['max_abs']:.3g}, max rel {t['max_rel']:.3g}, cosine "
-                   f"{t['cosine']:.6f}" if t["max_abs"] is not None else t["problem"])
             print(f"{flag} {t['partition']} {t['backend']:12} {t['tensor']} (from "
-                  f"{t['onnx_node']}): {met}")
+                  f"{t['onnx_node']}): {_metrics_text(t)}")
         c = res["first_divergent_partition"]
         if c:
             print(f"first divergent partition: {c['partition']} ({c['backend']}), ONNX nodes "
@@ -91,15 +98,20 @@ def cmd_bisect(args) -> int:
         print(f"first diverging node: {res['node']} ({res['op_type']}, {res['node_id']}), "
               f"position {res['position']} of {res['op_nodes']}, found in {res['runs']} runs")
         for t in res["tensors"]:
-            print(f"  {t['tensor']}: max abs {t['max_abs']:.3g}, cosine {t['cosine']:.6f}")
+            print(f"  diverging tensor {t['tensor']}: {_metrics_text(t)}")
+        for t in res["reproducer_tensors"]:
+            print(f"  the node alone, {t['tensor']}: {'FAIL' if not t['ok'] else 'ok'}, "
+                  f"{_metrics_text(t)}")
         if not res["reproducer_diverges"]:
             print("  the node alone, fed the reference's inputs, matches: the divergence is "
                   "small upstream differences amplified here (accumulated error), not a wrong "
                   "kernel for this node")
         if "reproducer" in res:
+            checks = ", ".join(t["tensor"] for t in res["reproducer_tensors"]) or \
+                "none of them (not outputs of this node)"
             print(f"reproducer: {res['reproducer']['model']} (inputs "
                   f"{res['reproducer']['inputs']}, expected {res['reproducer']['expected']}); "
-                  f"fails alone: {res['reproducer_diverges']}")
+                  f"checks {checks}; fails alone: {res['reproducer_diverges']}")
     return 1 if res["diverges"] else 0  # as compare: 0 match, 1 divergence, 2 error
 
 
