@@ -26,12 +26,14 @@ from . import ids as _ids
 from .errors import ProvmapError, first_line
 from .fold import FOLD_REASON, fold_constants, infer_types
 from .model import ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr
-from .shapes import apply_input_shapes
+from .normalize import for_checker, normalize, reconcile_outputs
+from .shapes import apply_input_shapes, failure_hint
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
 
 
 def load_model(source, check: bool = True) -> tuple[onnx.ModelProto, str]:
-    """Read and validate an ONNX model; every failure is a ProvmapError naming the file."""
+    """Read, normalize as ONNX Runtime would (provmap.provenance.normalize) and validate an ONNX
+    model; every failure is a ProvmapError naming the file."""
     if isinstance(source, onnx.ModelProto):
         model, label = source, source.graph.name or "<model>"
     else:
@@ -47,9 +49,10 @@ def load_model(source, check: bool = True) -> tuple[onnx.ModelProto, str]:
                                f"{first_line(e, with_type=True)})") from None
         if not model.graph.node and not model.graph.output:
             raise ProvmapError(f"{label}: not a readable ONNX model (empty graph)")
+    model = normalize(model)
     if check:
         try:
-            onnx.checker.check_model(model)
+            onnx.checker.check_model(for_checker(model))
         except onnx.checker.ValidationError as e:
             first = next((ln for ln in str(e).splitlines() if ln.strip()), str(e))
             raise ProvmapError(f"{label}: fails onnx.checker: {first}") from None
@@ -79,6 +82,9 @@ class Imported:
     onnx_types: dict = field(default_factory=dict)
     #: Input shapes the user fixed (NAME -> dims), recorded in artifacts.
     input_shapes: dict = field(default_factory=dict)
+    #: What the user should hear once about the model (a graph output declared with a shape
+    #: it does not compute: provmap.provenance.normalize.reconcile_outputs).
+    warnings: list = field(default_factory=list)
 
 
 def _expr_op(value) -> str:
@@ -151,9 +157,9 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     if fold:
         res = fold_constants(model)
         model, folded = res.model, res.folded
+    model, onnx_types, notes = reconcile_outputs(model, infer_types(model))
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 1)
-    onnx_types = infer_types(model)
     imp = TrackingImporter(graph, label, {}, onnx_types)
     try:
         with warnings.catch_warnings():
@@ -163,7 +169,8 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
         raise
     except Exception as e:
         msg = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise ProvmapError(f"{label}: import failed: {type(e).__name__}: {msg[-1] if msg else ''}") from None
+        raise ProvmapError(f"{label}: import failed: {type(e).__name__}: {msg[-1] if msg else ''}"
+                           f"{failure_hint(model)}") from None
     imported = _build_map(mod, imp, original, nid, label)
     for i, why in folded.items():
         if why == FOLD_REASON:
@@ -174,6 +181,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.onnx_types = onnx_types
     imported.folded = folded
     imported.input_shapes = {k: list(v) for k, v in (shape_dict or {}).items()}
+    imported.warnings = [f"{label}: {w}" for w in notes]
     return imported
 
 
