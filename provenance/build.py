@@ -20,6 +20,7 @@ from .importer import Imported
 from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap
 from .relax_keys import PLUMBING_PACKED
 from .propagate import ProvenanceTracker
+from .shapes import failure_hint
 
 _FUNC_RE = re.compile(r"^@(\S+):\s*$")
 _CALL_RE = re.compile(r"^\s+call\s+(\S+)\s+in:")
@@ -74,7 +75,8 @@ def compile_tvm(imported: Imported, target=None, track: bool = True) -> Build:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
         first = next((ln for ln in lines if "Check failed" in ln or "Error" in ln),
                      lines[0] if lines else type(e).__name__)
-        raise ProvmapError(f"{imported.label}: TVM build failed: {first.strip()}") from None
+        hint = failure_hint(imported.model) if imported.model is not None else ""
+        raise ProvmapError(f"{imported.label}: TVM build failed: {first.strip()}{hint}") from None
     if tracker is None:
         return Build(ex, imported.pmap, None, imported.mod)
     pmap = join_executable(imported, tracker, ex, target)

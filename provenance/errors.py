@@ -10,8 +10,12 @@ class ProvmapError(Exception):
 
 
 def describe_node(index: int, node) -> str:
+    """`ONNX node #3 'fc' (Gemm)`; an op outside the onnx domains names its domain too
+    (`(com.microsoft QGemm)`): the same op name can mean different ops in two domains."""
     name = node.name or "<unnamed>"
-    return f"ONNX node #{index} '{name}' ({node.op_type})"
+    domain = getattr(node, "domain", "") or ""
+    op = node.op_type if domain in ("", "ai.onnx") else f"{domain} {node.op_type}"
+    return f"ONNX node #{index} '{name}' ({op})"
 
 
 def first_line(e: BaseException, with_type: bool = False, limit: int = 400) -> str:

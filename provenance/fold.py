@@ -32,6 +32,11 @@ _WEIGHT_BYTES = 1 << 16
 #: Never evaluated ahead of time: their value changes from run to run.
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                     "Multinomial", "Bernoulli", "Dropout"}
+#: Never folded: the quantization structure of a QDQ model.  Backends match DequantizeLinear of
+#: an integer weight to run the op on integer kernels (ONNX Runtime's QDQ fusions, OpenVINO's low
+#: precision transformations); a weight folded to float defeats that, and changed ONNX Runtime's
+#: output by 7.8e-3 on a small `quantize_static` QDQ conv net.
+QUANTIZATION = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 FOLD_REASON = "folded to a constant before import (evaluated by onnx.reference)"
 
 
@@ -72,17 +77,56 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def _undeclared_outputs(model: onnx.ModelProto, copy: bool) -> onnx.ModelProto:
+    """`model` (or a copy) with its graph outputs' declared shapes dropped (element types
+    kept), so that inference computes them rather than merging with a declaration that may be
+    wrong."""
+    if not any(o.type.tensor_type.HasField("shape") for o in model.graph.output
+               if o.type.HasField("tensor_type")):
+        return model
+    out = model
+    if copy:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+    for o in out.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    return out
+
+
+def _has_shape(tp) -> bool:
+    return tp is not None and tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
+
+
 def infer_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """Every tensor's inferred type (with data propagation, which resolves Shape chains)."""
+    """Every tensor's type as computed (with data propagation, which resolves Shape chains).
+
+    Graph outputs are inferred, not read from their declaration: a published model may declare
+    a wrong output shape, which ONNX Runtime overrides (provmap.provenance.normalize
+    reconciles the two and keeps the declaration only where nothing computed the output).
+    Tensors downstream of operators onnx has no schema for (com.microsoft) are typed by ONNX
+    Runtime's own inference (provmap.provenance.ort_types).
+    """
+    light = weightless(model)
+    light = _undeclared_outputs(light, copy=light is model)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            inferred = onnx.shape_inference.infer_shapes(weightless(model), strict_mode=False,
-                                                         data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
         vis = list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)
     except Exception:
-        vis = list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output)
-    return {vi.name: vi.type for vi in vis if vi.name}
+        vis = list(model.graph.input) + list(model.graph.value_info)
+    types = {vi.name: vi.type for vi in vis if vi.name}
+    missing = [o for n in model.graph.node for o in n.output if o and not _has_shape(types.get(o))]
+    if missing:
+        from .ort_types import ort_types, unknown_domains
+
+        if unknown_domains(model):
+            types.update(ort_types(light, missing))
+    for o in model.graph.output:  # nothing computed it: the declaration is all there is
+        if not _has_shape(types.get(o.name)) and (o.name not in types or _has_shape(o.type)):
+            types[o.name] = o.type
+    return types
 
 
 def static_shape(tp: onnx.TypeProto | None) -> tuple[int, ...] | None:
@@ -181,7 +225,8 @@ def _fold_once(model: onnx.ModelProto) -> FoldResult:
     for i, node in enumerate(graph.node):
         if node.domain not in ("", "ai.onnx") or _has_subgraph(node):
             continue
-        if node.op_type in NONDETERMINISTIC or len([o for o in node.output if o]) != 1:
+        if node.op_type in NONDETERMINISTIC or node.op_type in QUANTIZATION \
+                or len([o for o in node.output if o]) != 1:
             continue
         if node.output[0] in conditions and node.op_type != "Constant":
             continue

@@ -150,25 +150,17 @@ class NodeIds:
     topo_order: list[int]          # node indices in a deterministic topological order
 
 
-def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = None) -> NodeIds:
-    inits = {t.name for t in graph.initializer}
-    tensor_key: dict[str, bytes] = dict(outer or {})
-    pos = 0
-    for vi in graph.input:
-        if vi.name in inits:
-            continue
-        tensor_key[vi.name] = _h("input", pos, _type_sig(vi))
-        pos += 1
-    for t in graph.initializer:
-        tensor_key[t.name] = tensor_digest(t)
-    tensor_key[""] = b""
+def topological_order(graph: onnx.GraphProto, known) -> list[int]:
+    """Node indices in a deterministic topological order, robust to files that are not sorted.
 
+    `known` holds the names defined before any node runs (graph inputs, initializers, outer
+    scope).  Depth-first from each node in file order: a sorted file keeps its order.
+    """
     producers = {}
     for i, n in enumerate(graph.node):
         for o in n.output:
             if o:
                 producers[o] = i
-    # Topological order, robust to files that are not sorted.
     nodes = list(graph.node)
     order: list[int] = []
     state = [0] * len(nodes)
@@ -189,7 +181,7 @@ def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = No
             state[i] = 1
             stack.append((i, True))
             for name in node_inputs(nodes[i]):
-                if name in tensor_key:
+                if not name or name in known:
                     continue
                 if name not in producers:
                     raise GraphOrderError(
@@ -201,6 +193,24 @@ def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = No
                         f"ONNX node #{i} '{nodes[i].name}' ({nodes[i].op_type}) is on a cycle")
                 if state[j] == 0:
                     stack.append((j, False))
+    return order
+
+
+def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = None) -> NodeIds:
+    inits = {t.name for t in graph.initializer}
+    tensor_key: dict[str, bytes] = dict(outer or {})
+    pos = 0
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        tensor_key[vi.name] = _h("input", pos, _type_sig(vi))
+        pos += 1
+    for t in graph.initializer:
+        tensor_key[t.name] = tensor_digest(t)
+    tensor_key[""] = b""
+
+    nodes = list(graph.node)
+    order = topological_order(graph, tensor_key)
 
     digest: list[bytes] = [b""] * len(nodes)
     for i in order:

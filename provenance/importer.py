@@ -26,34 +26,49 @@ from . import ids as _ids
 from .errors import ProvmapError, first_line
 from .fold import FOLD_REASON, fold_constants, infer_types
 from .model import ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr
-from .shapes import apply_input_shapes
+from .normalize import for_checker, normalize, reconcile_outputs
+from .shapes import apply_input_shapes, failure_hint
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
 
 
-def load_model(source, check: bool = True) -> tuple[onnx.ModelProto, str]:
-    """Read and validate an ONNX model; every failure is a ProvmapError naming the file."""
+def read_model(source) -> tuple[onnx.ModelProto, str]:
+    """The model as the user gave it (a path or a ModelProto), unchanged: its hash is the one
+    artifacts record as the user's.  Every failure is a ProvmapError naming the file."""
     if isinstance(source, onnx.ModelProto):
-        model, label = source, source.graph.name or "<model>"
-    else:
-        label = os.fspath(source)
-        if not os.path.exists(label):
-            raise ProvmapError(f"{label}: no such file")
-        if os.path.isdir(label):
-            raise ProvmapError(f"{label}: is a directory, not an ONNX file")
-        try:
-            model = onnx.load(label)
-        except Exception as e:  # DecodeError, truncated files, external-data problems
-            raise ProvmapError(f"{label}: not a readable ONNX model ("
-                               f"{first_line(e, with_type=True)})") from None
-        if not model.graph.node and not model.graph.output:
-            raise ProvmapError(f"{label}: not a readable ONNX model (empty graph)")
+        return source, source.graph.name or "<model>"
+    label = os.fspath(source)
+    if not os.path.exists(label):
+        raise ProvmapError(f"{label}: no such file")
+    if os.path.isdir(label):
+        raise ProvmapError(f"{label}: is a directory, not an ONNX file")
+    try:
+        model = onnx.load(label)
+    except Exception as e:  # DecodeError, truncated files, external-data problems
+        raise ProvmapError(f"{label}: not a readable ONNX model ("
+                           f"{first_line(e, with_type=True)})") from None
+    if not model.graph.node and not model.graph.output:
+        raise ProvmapError(f"{label}: not a readable ONNX model (empty graph)")
+    return model, label
+
+
+def checked(model: onnx.ModelProto, label: str, check: bool = True) -> onnx.ModelProto:
+    """`model` normalized as ONNX Runtime would read it (provmap.provenance.normalize; the same
+    object when nothing needed it), then validated with onnx.checker unless `check` is False."""
+    model = normalize(model)
     if check:
         try:
-            onnx.checker.check_model(model)
+            onnx.checker.check_model(for_checker(model))
         except onnx.checker.ValidationError as e:
             first = next((ln for ln in str(e).splitlines() if ln.strip()), str(e))
             raise ProvmapError(f"{label}: fails onnx.checker: {first}") from None
-    return model, label
+    return model
+
+
+def load_model(source, check: bool = True) -> tuple[onnx.ModelProto, str]:
+    """Read, normalize as ONNX Runtime would (provmap.provenance.normalize) and validate an ONNX
+    model; every failure is a ProvmapError naming the file."""
+    model, label = read_model(source)
+    return checked(model, label, check), label
 
 
 @dataclass
@@ -85,6 +100,9 @@ class Imported:
     #: before anything changed it; None when nothing did (then it is `model`'s own).
     derived: list = field(default_factory=list)
     source_sha256: str | None = None
+    #: What the user should hear once about the model (a graph output declared with a shape
+    #: it does not compute: provmap.provenance.normalize.reconcile_outputs).
+    warnings: list = field(default_factory=list)
 
 
 def _expr_op(value) -> str:
@@ -148,12 +166,14 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     graph first (provmap.provenance.fold).  `check=False` skips onnx.checker, for models provmap cut
     itself from a checked one (the checker serializes the whole model).
     """
-    model, default_label = load_model(source, check=check)
-    given = model
+    given, default_label = read_model(source)
     label = label or default_label
-    derived = []
+    model = checked(given, label, check)
+    derived = ["normalized as ONNX Runtime reads it (provmap.provenance.normalize)"] \
+        if model is not given else []
+    normalized = model
     model = apply_input_shapes(model, shape_dict, label, require_static=require_static)
-    if model is not given:
+    if model is not normalized:
         derived.append("input shapes fixed (" + ", ".join(
             f"{k}={'x'.join(map(str, v))}" for k, v in (shape_dict or {}).items()) + ")")
     shaped = model
@@ -167,9 +187,12 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
         model, folded = res.model, res.folded
     if folded:
         derived.append(f"{len(folded)} node(s) folded to constants")
+    reconciled = model
+    model, onnx_types, notes = reconcile_outputs(model, infer_types(model))
+    if model is not reconciled:
+        derived.append("graph output shapes as computed, not as declared")
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 1)
-    onnx_types = infer_types(model)
     imp = TrackingImporter(graph, label, {}, onnx_types)
     try:
         with warnings.catch_warnings():
@@ -179,7 +202,8 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
         raise
     except Exception as e:
         msg = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise ProvmapError(f"{label}: import failed: {type(e).__name__}: {msg[-1] if msg else ''}") from None
+        raise ProvmapError(f"{label}: import failed: {type(e).__name__}: {msg[-1] if msg else ''}"
+                           f"{failure_hint(model)}") from None
     imported = _build_map(mod, imp, original, nid, label)
     for i, why in folded.items():
         if why == FOLD_REASON:
@@ -193,6 +217,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.derived = derived
     if model is not given:
         imported.source_sha256 = _ids.model_sha256(given)
+    imported.warnings = [f"{label}: {w}" for w in notes]
     return imported
 
 

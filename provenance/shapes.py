@@ -32,7 +32,8 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be integers separated by 'x'") from None
     if any(d < 0 for d in shape):
-        raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be >= 0")
+        raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be sizes >= 0 (a model's -1 is a "
+                           "dynamic dimension; give the size to run it with)")
     return name, shape
 
 
@@ -51,9 +52,60 @@ def runtime_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     return [i for i in graph.input if i.name not in inits]
 
 
+def _fixed(d) -> bool:
+    """A dimension with a size (a negative dim_value is a dynamic one, as ONNX Runtime reads it;
+    provmap.provenance.normalize clears those on load)."""
+    return d.HasField("dim_value") and d.dim_value >= 0
+
+
 def _dims_text(tt) -> str:
-    return "x".join(d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
-                    for d in tt.shape.dim)
+    return "x".join(str(d.dim_value) if _fixed(d) else d.dim_param or "?" for d in tt.shape.dim)
+
+
+def _open_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Runtime tensor inputs with a dimension (or the rank) still open."""
+    out = []
+    for vi in runtime_inputs(model.graph):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or not all(_fixed(d) for d in tt.shape.dim):
+            out.append(vi)
+    return out
+
+
+def _example(vi: onnx.ValueInfoProto) -> str:
+    """`--input-shape NAME=...` from the input's own rank and fixed sizes, open ones as 1."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return f"{FLAG} {vi.name}=DIMxDIM... (the model does not declare its rank)"
+    dims = "x".join(str(d.dim_value) if _fixed(d) else "1" for d in tt.shape.dim)
+    return f"{FLAG} {vi.name}={dims or 'scalar'}"
+
+
+def shape_hint(model: onnx.ModelProto) -> str:
+    """The flags that would fix every open input of `model`, open sizes shown as 1; "" when
+    every input is static."""
+    open_inputs = _open_inputs(model)
+    if not open_inputs:
+        return ""
+    shown = " ".join(_example(vi) for vi in open_inputs)
+    if any(vi.type.tensor_type.HasField("shape") for vi in open_inputs):
+        shown += " (open dimensions shown as 1: give the sizes you will run)"
+    return shown
+
+
+def failure_hint(model: onnx.ModelProto) -> str:
+    """For a failure of a model with open input dimensions: what `--input-shape` would fix them
+    (TVM's legalization fails on symbolic sizes in places, e.g. "emit_te now only supports
+    Tensor that has ShapeExpr shape" on a CRNN with a symbolic width).  "" when all are static."""
+    hint = shape_hint(model)
+    if not hint:
+        return ""
+    names = ", ".join(f"{vi.name!r} [{_dims_text(vi.type.tensor_type)}]"
+                      if vi.type.tensor_type.HasField("shape") else f"{vi.name!r} [rank unknown]"
+                      for vi in _open_inputs(model))
+    return f"; inputs with open dimensions: {names}; fixing them may help, e.g. {hint}"
 
 
 def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
@@ -88,7 +140,7 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                                    f"({_dims_text(tt)}), {FLAG} gives {len(want)} dimensions")
             if tt.HasField("shape"):
                 for k, (d, w) in enumerate(zip(tt.shape.dim, want)):
-                    if d.HasField("dim_value") and d.dim_value != w:
+                    if _fixed(d) and d.dim_value != w:
                         raise ProvmapError(f"{label}: input {vi.name!r} dimension {k} is fixed "
                                            f"at {d.dim_value} in the model, {FLAG} gives {w}")
             tt.ClearField("shape")
@@ -97,23 +149,18 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                 tt.shape.dim.add().dim_value = w
     if require_static:
         open_dims = []
-        for vi in runtime_inputs(out.graph):
-            if not vi.type.HasField("tensor_type"):
-                continue
+        for vi in _open_inputs(out):
             tt = vi.type.tensor_type
             if not tt.HasField("shape"):
                 open_dims.append(f"{vi.name!r} (rank unknown)")
                 continue
             bad = [f"{k} ('{d.dim_param}')" if d.dim_param else str(k)
-                   for k, d in enumerate(tt.shape.dim) if not d.HasField("dim_value")]
-            if bad:
-                open_dims.append(f"{vi.name!r} [{_dims_text(tt)}] dimension{'s' * (len(bad) > 1)} "
-                                 f"{', '.join(bad)}")
+                   for k, d in enumerate(tt.shape.dim) if not _fixed(d)]
+            open_dims.append(f"{vi.name!r} [{_dims_text(tt)}] dimension{'s' * (len(bad) > 1)} "
+                             f"{', '.join(bad)}")
         if open_dims:
-            example = next(iter(runtime_inputs(out.graph))).name
             raise ProvmapError(f"{label}: input shapes are not static: {'; '.join(open_dims)}; "
-                               f"give them with {FLAG} NAME=DIMxDIM... (e.g. {FLAG} "
-                               f"{example}=1x3x224x224)")
+                               f"give them, e.g. {shape_hint(out)}")
     return out
 
 
@@ -122,6 +169,6 @@ def input_shapes_of(model: onnx.ModelProto) -> dict[str, list]:
     out = {}
     for vi in runtime_inputs(model.graph):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            out[vi.name] = [d.dim_value if d.HasField("dim_value") else None
+            out[vi.name] = [d.dim_value if _fixed(d) else None
                             for d in vi.type.tensor_type.shape.dim]
     return out

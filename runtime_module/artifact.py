@@ -366,6 +366,9 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "partitions": parts,
         "constant_outputs": constants,
         "coverage": pmap.coverage(),
+        # Said once at compile, and by inspect/compare from here (a wrong declared output
+        # shape: provmap.provenance.normalize.reconcile_outputs).
+        "warnings": list(imp.warnings),
     }
     return Artifact(manifest=manifest, members=members)
 

@@ -17,7 +17,7 @@ from provmap.provenance.shapes import parse_input_shapes
 from provmap.provenance.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
-                     add_input_shape_option, add_trust_option, output_stats)
+                     add_input_shape_option, add_trust_option, output_stats, warn)
 
 
 def cmd_compile(args) -> int:
@@ -27,6 +27,7 @@ def cmd_compile(args) -> int:
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
               f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s")
+    warn(view.imported.warnings)
     t1 = time.perf_counter()
     strategy = args.strategy
     collage_options = None
@@ -58,7 +59,8 @@ def cmd_compile(args) -> int:
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
                "coverage": art.manifest["coverage"], "compile_s": round(t2 - t1, 3),
-               "size_bytes": os.path.getsize(args.output)}
+               "size_bytes": os.path.getsize(args.output),
+               "warnings": art.manifest.get("warnings", [])}
     built_tuning = [p["blob_meta"]["tuning"] for p in art.manifest["partitions"]
                     if (p.get("blob_meta") or {}).get("tuning")]
     if built_tuning:  # what the artifact's own TVM builds tuned (normally all from the database)
@@ -210,7 +212,8 @@ def inspect_artifact(path: str) -> dict:
         })
     return {"artifact": path, "format_version": man["format_version"], "model": man["model"],
             "strategy": man["strategy"], "backends": man["backends"], "host": man["host"],
-            "created_utc": man["created_utc"], "coverage": man["coverage"], "partitions": parts}
+            "created_utc": man["created_utc"], "coverage": man["coverage"], "partitions": parts,
+            "warnings": man.get("warnings", [])}
 
 
 def cmd_inspect(args) -> int:
@@ -230,6 +233,8 @@ def cmd_inspect(args) -> int:
               f"{'; '.join(m['derived'])}")
     for name, b in info["backends"].items():
         print(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
+    for w in info["warnings"]:
+        print(f"  warning: {w}")
     for p in info["partitions"]:
         ops = [n for n in p["onnx_nodes"] if not n["helper"]]
         print(f"\n{p['id']}  {p['backend']}  {len(ops)} op node(s), {len(p['kernels'])} kernel(s)"

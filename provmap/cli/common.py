@@ -20,6 +20,12 @@ def _progress(msg: str) -> None:
     print(f"provmap: {msg}", file=sys.stderr, flush=True)
 
 
+def warn(lines) -> None:
+    """Warnings about the model (the artifact's manifest "warnings"), one line each on stderr."""
+    for line in lines or ():
+        print(f"provmap: warning: {line}", file=sys.stderr, flush=True)
+
+
 MODEL_HELP = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
               "bvlc_alexnet, transformer)")
 

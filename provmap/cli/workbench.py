@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from .common import MODEL_HELP, _load_inputs, _progress, add_input_shape_option, add_trust_option
+from .common import (MODEL_HELP, _load_inputs, _progress, add_input_shape_option,
+                     add_trust_option, warn)
 from provmap.provenance.errors import ProvmapError
 from provmap.provenance.atomic import write_bytes_atomic
 
@@ -57,9 +58,11 @@ def cmd_compare(args) -> int:
     from provmap.runtime_module.module import load
 
     mod = load(args.artifact, trust=args.trust)
+    warn(mod.manifest.get("warnings"))
     model = _reference_model(mod, args.model)
     inputs = _inputs(args, mod=mod)
     res = compare_artifact(mod, model, inputs, args.reference, _tol(args))
+    res["warnings"] = list(mod.manifest.get("warnings") or [])
     if args.json:
         print(json.dumps(res, indent=1))
     else:

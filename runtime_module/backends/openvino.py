@@ -6,8 +6,9 @@ would silently change the model's numerics.  This backend always passes
 ``"bf16"`` or ``"f16"``; the precision is recorded in the blob's meta.  Other options:
 ``performance_hint`` (``"LATENCY"``, default, or ``"THROUGHPUT"``) and ``threads``
 (``INFERENCE_NUM_THREADS``; default: the plugin's choice).  Likewise `supports` refuses nodes
-with a float64 input or output: the CPU plugin has no f64 kernels and would run them in float32
-(``build`` does not refuse them, if a caller insists).
+with a float64 input or output (the CPU plugin has no f64 kernels and would run them in float32)
+and the ops `ov_refusals` lists, whose conversion computes wrong numbers (``build`` does not
+refuse them, if a caller insists).
 
 Support.  ``query_model`` on the converted whole model, its operations mapped back to ONNX
 nodes as below; only if the whole model does not convert is each op node converted alone, and
@@ -46,6 +47,7 @@ from ..backend import Backend, BackendError, Blob, Runner, Support
 from ..onnx_external import external_data_file, weight_bytes
 from ..subgraph import Subgraph
 from .ov_kernels import op_owners, runtime_kernels
+from .ov_refusals import refuse_wrong_numbers
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -170,15 +172,8 @@ class OpenVINOBackend(Backend):
                 out = self._query(view, model, list(view.op_nodes), dict(view.producer))
         except _ConversionFailed:
             out = self._supports_per_node(view)
-        # The CPU plugin has no float64 kernels: it converts such nodes to float32 without a
-        # word.  The model's precision is only ever lowered on request, so refuse them.
-        for i in view.op_nodes:
-            if out[i].ok:
-                wide = [x for x in list(view.nodes[i].input) + list(view.nodes[i].output)
-                        if x and view.dtype(x) == "float64"]
-                if wide:
-                    out[i] = Support(False, f"OpenVINO {_DEVICE} would compute float64 tensor "
-                                            f"'{wide[0]}' in float32 (it has no f64 kernels)")
+        # float64 (no f64 kernels) and ops it converts wrongly: ov_refusals says why.
+        refuse_wrong_numbers(view, out, _DEVICE)
         return out
 
     def _query(self, view, model, nodes: list[int], producer: dict[str, int]) -> dict[int, Support]:

@@ -1,0 +1,178 @@
+"""The model as ONNX Runtime takes it, before anything checks it.
+
+ONNX Runtime runs published models that break rules onnx.checker (or a strict reading of the
+spec) enforces, and users rightly expect provmap to take what ORT takes.  Each fix below applies
+only where it is needed; a model that needs none is returned as it is, so its hash stays the
+file's.  What is still wrong afterwards is refused by onnx.checker, in one line.
+
+- Nodes out of topological order are sorted, as ORT's graph resolution does
+  (`onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)` writes the
+  input Casts after the nodes that read them).  Node IDs are content-derived
+  (provmap.provenance.ids), so sorting changes none of them.
+- A negative `dim_value` is a symbolic dimension (paddle2onnx writes -1 for a dynamic axis;
+  ORT reports it as None).  Zero stays a dimension: empty tensors are legal ONNX.
+- An IR-version-3 model whose initializers are not all graph inputs (ORT's `quantize_static`
+  writes them) is read as IR version 4, which made such initializers constants, as ORT treats
+  them.
+- A declared graph-output shape that disagrees with the computed one loses to it
+  (`reconcile_outputs`, after shape inference), as in ORT, which only warns.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from . import ids as _ids
+
+
+def normalize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the fixes of the module docstring applied (a copy if any applies)."""
+    order = _topological_order(model.graph)
+    negative = _has_negative_dims(model.graph)
+    ir3 = model.ir_version < 4 and bool(_initializers_not_inputs(model.graph))
+    if order is None and not negative and not ir3:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    if order is not None:
+        del out.graph.node[:]
+        out.graph.node.extend(model.graph.node[i] for i in order)
+    if negative:
+        for vi in _value_infos(out.graph):
+            for d in _dims(vi):
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    d.ClearField("dim_value")
+    if ir3:
+        out.ir_version = 4
+    return out
+
+
+def _topological_order(graph: onnx.GraphProto) -> list[int] | None:
+    """None when the file is already sorted (the common case: one pass, no hashing), or when
+    no order would do."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} \
+        | {t.values.name for t in graph.sparse_initializer} | {""}
+    for n in graph.node:
+        if any(x not in defined for x in _ids.node_inputs(n)):
+            break
+        defined.update(n.output)
+    else:
+        return None
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} \
+        | {t.values.name for t in graph.sparse_initializer}
+    try:
+        return _ids.topological_order(graph, known)
+    except _ids.GraphOrderError:
+        return None  # not a matter of order (a cycle, an undefined tensor): the checker says
+
+
+def _value_infos(graph: onnx.GraphProto):
+    yield from graph.input
+    yield from graph.output
+    yield from graph.value_info
+
+
+def _dims(vi: onnx.ValueInfoProto):
+    if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+        return vi.type.tensor_type.shape.dim
+    return ()
+
+
+def _has_negative_dims(graph: onnx.GraphProto) -> bool:
+    return any(d.HasField("dim_value") and d.dim_value < 0
+               for vi in _value_infos(graph) for d in _dims(vi))
+
+
+def _initializers_not_inputs(graph: onnx.GraphProto) -> list[str]:
+    inputs = {i.name for i in graph.input}
+    return [t.name for t in graph.initializer if t.name not in inputs]
+
+
+def for_checker(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model onnx.checker is shown: graph inputs and outputs without a shape get an empty
+    one, for the check only.
+
+    The checker requires a shape on every tensor the main graph takes or returns; ONNX Runtime
+    does not (the shape comes from --input-shape, or from inference for outputs).  The checker
+    does not infer shapes (no full_check), so the placeholder changes no other verdict."""
+    missing = [k for k, vi in enumerate(list(model.graph.input) + list(model.graph.output))
+               if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+    if not missing:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    ios = list(out.graph.input) + list(out.graph.output)
+    for k in missing:
+        ios[k].type.tensor_type.shape.SetInParent()
+    return out
+
+
+# -- declared graph-output shapes ------------------------------------------------------------
+
+def dims_text(tt) -> str:
+    if not tt.HasField("shape"):
+        return "[rank unknown]"
+    return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                           for d in tt.shape.dim) + "]"
+
+
+def _compatible(declared, computed) -> bool:
+    if len(declared.dim) != len(computed.dim):
+        return False
+    return all(not (a.HasField("dim_value") and b.HasField("dim_value"))
+               or a.dim_value == b.dim_value for a, b in zip(declared.dim, computed.dim))
+
+
+def _merged(declared, computed) -> onnx.TensorShapeProto:
+    """The computed shape, with a size the declaration fixes where inference left a symbol."""
+    out = onnx.TensorShapeProto()
+    for a, b in zip(declared.dim, computed.dim):
+        d = out.dim.add()
+        d.CopyFrom(b if b.HasField("dim_value") or not a.HasField("dim_value") else a)
+    return out
+
+
+def reconcile_outputs(model: onnx.ModelProto, types: dict,
+                      ) -> tuple[onnx.ModelProto, dict, list[str]]:
+    """Graph outputs typed as computed, where shape inference computed them.
+
+    `types` comes from provmap.provenance.fold.infer_types, which does not show inference the
+    declared output shapes.  Returns the model (a copy where an output's declared shape is
+    replaced), the types with compatible declared sizes merged in, and one warning per output
+    whose declared shape the computed one contradicts (rank or a fixed size).
+    """
+    from .dtypes import onnx_dtype
+
+    types = dict(types)
+    warnings: list[str] = []
+    replace: dict[int, onnx.TypeProto] = {}
+    for k, vi in enumerate(model.graph.output):
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        declared = vi.type.tensor_type
+        tp = types.get(vi.name)
+        if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+            types[vi.name] = vi.type  # nothing computed it: the declaration is all there is
+            continue
+        computed = tp.tensor_type
+        if _compatible(declared.shape, computed.shape):
+            merged = onnx.TypeProto()
+            merged.CopyFrom(tp)
+            merged.tensor_type.shape.CopyFrom(_merged(declared.shape, computed.shape))
+            types[vi.name] = merged
+            continue
+        try:
+            dtype = onnx_dtype(computed.elem_type or declared.elem_type)
+        except Exception:
+            dtype = "tensor"
+        warnings.append(f"graph output '{vi.name}' is declared {dtype}{dims_text(declared)} but "
+                        f"the model computes {dtype}{dims_text(computed)}; the computed shape is "
+                        "used (as ONNX Runtime does)")
+        replace[k] = tp
+    if not replace:
+        return model, types, warnings
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for k, tp in replace.items():
+        out.graph.output[k].type.tensor_type.shape.CopyFrom(tp.tensor_type.shape)
+    return out, types, warnings

@@ -1,0 +1,70 @@
+"""Types of tensors ONNX's shape inference cannot see: ONNX Runtime's inference, asked directly.
+
+onnx has no schemas for ONNX Runtime's own operator domain (com.microsoft: QGemm, QLinearAdd,
+QLinearGlobalAveragePool... which `onnxruntime.quantization` writes in QOperator format), so ONNX
+shape inference stops at the first such node and everything after it is untyped; partitioning
+needs a type for every boundary tensor.  ONNX Runtime infers them while it resolves the graph.
+Its Python API shows types only for graph outputs, so the tensors wanted are made graph outputs
+of a weightless copy (large initializers become typed inputs, as for ONNX inference) and a
+session is created with every optimization off: nothing runs, the graph is not rewritten.
+
+This is a type oracle, not a backend: provmap's ONNX Runtime backend lives in runtime_module.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+
+def unknown_domains(model: onnx.ModelProto) -> set[str]:
+    """Operator domains of `model` that onnx has no schema for (ORT's contrib ops, custom ops)."""
+    out = set()
+    for n in model.graph.node:
+        domain = "" if n.domain in ("", "ai.onnx") else n.domain
+        if not onnx.defs.has(n.op_type, domain):
+            out.add(n.domain)
+    return out
+
+
+def ort_types(light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
+    """Tensor types ONNX Runtime infers for `names` in `light` (a weightless model whose graph
+    outputs declare no shape), or {} when ONNX Runtime cannot load the graph."""
+    try:
+        import onnxruntime as ort
+    except ImportError:  # pragma: no cover - a declared dependency
+        return {}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(light)
+    have = {o.name for o in probe.graph.output}
+    for x in names:
+        if x not in have:
+            probe.graph.output.add().name = x
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(probe.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+    except Exception:
+        return {}
+    wanted = set(names)
+    out = {}
+    for o in sess.get_outputs():
+        if o.name not in wanted or not o.type.startswith("tensor(") or o.shape is None:
+            continue
+        elem = _ELEM.get(o.type[len("tensor("):-1])
+        if elem is None:
+            continue
+        dims = [d if isinstance(d, int) and d >= 0 else (d if isinstance(d, str) else None)
+                for d in o.shape]
+        out[o.name] = onnx.helper.make_tensor_type_proto(elem, dims)
+    return out
+
+
+_ELEM = {"float": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
+         "bfloat16": onnx.TensorProto.BFLOAT16, "double": onnx.TensorProto.DOUBLE,
+         "int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8,
+         "int16": onnx.TensorProto.INT16, "uint16": onnx.TensorProto.UINT16,
+         "int32": onnx.TensorProto.INT32, "uint32": onnx.TensorProto.UINT32,
+         "int64": onnx.TensorProto.INT64, "uint64": onnx.TensorProto.UINT64,
+         "bool": onnx.TensorProto.BOOL}
