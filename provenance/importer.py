@@ -187,6 +187,9 @@ def _build_map(mod, imp: TrackingImporter, graph, nid: _ids.NodeIds, label: str)
     owner: list[int | None] = [None] * len(bindings)
     start = 0
     for i, markers in enumerate(imp.node_markers):
+        # A converter may return a symbolic dimension (Gather of a symbolic Shape gives the TIR
+        # variable itself): a Var, but no binding of the function.
+        markers = [m for m in markers if m in var_index]
         if not markers:
             continue
         end = max(var_index[m] for m in markers)
@@ -234,7 +237,7 @@ def _build_map(mod, imp: TrackingImporter, graph, nid: _ids.NodeIds, label: str)
         if owner[j] is not None:
             pmap.node_exprs.append((nid.node_id[owner[j]], eid, ROLE_PRODUCED))
 
-    _link_folded(pmap, imp, graph, nid, owner, short)
+    _link_folded(pmap, imp, graph, nid, owner, short, set(var_index) | params)
     return Imported(mod=_attach_ids(mod, short), pmap=pmap, var_expr=var_expr,
                     const_exprs=const_exprs, label=label)
 
@@ -245,7 +248,7 @@ def _value_key(value, bindings, var_index, digests) -> bytes:
                                              for v in vs])
 
 
-def _link_folded(pmap, imp, graph, nid, owner, short):
+def _link_folded(pmap, imp, graph, nid, owner, short, relax_vars):
     """Give zero-binding nodes a reason and link them to the bindings of their consumers."""
     produced = {}
     for j, o in enumerate(owner):
@@ -289,9 +292,12 @@ def _link_folded(pmap, imp, graph, nid, owner, short):
         fields = list(v.fields) if isinstance(v, relax.Tuple) else [v]
         kinds = set()
         for f in fields:
-            if isinstance(f, relax.Var):
+            if isinstance(f, relax.Var) and f in relax_vars:
                 kinds.add("alias of an existing value (no computation)")
-            elif isinstance(f, relax.ShapeExpr) or "Prim" in type(f).__name__:
+            elif (isinstance(f, relax.ShapeExpr) or "Prim" in type(f).__name__
+                  or isinstance(getattr(f, "ty", None), tvm.ir.PrimType)):
+                # A TIR expression counts too: a symbolic dimension (Gather of a symbolic
+                # Shape gives the variable itself) or arithmetic on one.
                 kinds.add("shape arithmetic folded at import")
             elif f is None:
                 kinds.add("produces no value")

@@ -65,3 +65,26 @@ def unsupported_op() -> onnx.ModelProto:
         [helper.make_node("Relu", ["x"], ["r"], name="relu"),
          helper.make_node("DFT", ["r"], ["y"], name="my_dft", onesided=0)],
         [_t("x", [1, 8, 1])], [_t("y", [1, 8, 2])])
+
+
+def pad_to_window_multiple() -> onnx.ModelProto:
+    """Swin-T's F.pad as the TorchScript exporter writes it: the width padded up to a multiple of
+    7, the amount computed at run time from the Shape of a symbolic input, then Relu.
+
+    Gather of the symbolic Shape gives the frontend's TIR variable W itself (no binding); the
+    Pad cannot be converted (opaque, its output shape unknown), and TVM then fails to build the
+    Relu."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    return _model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Gather", ["s", "i3"], ["w"], name="gather", axis=0),
+         helper.make_node("Mod", ["w", "seven"], ["r"], name="mod"),
+         helper.make_node("Sub", ["seven", "r"], ["p0"], name="sub"),
+         helper.make_node("Mod", ["p0", "seven"], ["p"], name="mod2"),
+         helper.make_node("Unsqueeze", ["p", "ax0"], ["pu"], name="unsqueeze"),
+         helper.make_node("Concat", ["zeros6", "pu", "zero1"], ["pads"], name="concat", axis=0),
+         helper.make_node("Pad", ["x", "pads"], ["padded"], name="pad"),
+         helper.make_node("Relu", ["padded"], ["y"], name="relu"),
+         helper.make_node("Neg", ["x"], ["z"], name="neg")],
+        [_t("x", [1, 3, 8, "W"])], [_t("y", [1, 3, 8, "W7"]), _t("z", [1, 3, 8, "W"])],
+        [c("i3", 3), c("seven", 7), c("ax0", [0]), c("zeros6", [0] * 6), c("zero1", [0])])

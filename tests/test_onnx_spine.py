@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import small_models as sm
 from onnx import TensorProto, helper, numpy_helper
 
 from provmap.partition.compile import compile_model, load_view
@@ -291,3 +292,15 @@ def test_folding_repeats_until_nothing_more_folds(tmp_path):
     x = np.random.default_rng(6).standard_normal((1, 16)).astype(np.float32)
     got, _ = _run_artifact(tmp_path, model, "single:tvm", {"x": x}, input_shapes={"x": (1, 16)})
     _assert_matches(got, _ort(model, {"x": x}))
+
+
+def test_symbolic_dimension_read_from_a_shape_is_no_binding():
+    """Swin-T's F.pad: Gather of a symbolic Shape gives the frontend's TIR variable W itself, a
+    Var that no binding defines (the import failed with `KeyError: W`); it and the arithmetic
+    on it are shape arithmetic, and the Pad TVM cannot convert is opaque."""
+    imp = import_onnx(sm.pad_to_window_multiple())
+    reasons = {n.name: n.elided for n in imp.pmap.nodes}
+    for name in ("shape", "gather", "mod", "sub", "mod2", "unsqueeze", "concat"):
+        assert reasons[name] == "shape arithmetic folded at import", name
+    assert [imp.pmap.nodes[i].name for i in imp.opaque] == ["pad"]
+    assert reasons["relu"] is None and reasons["neg"] is None
