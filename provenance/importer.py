@@ -79,6 +79,9 @@ class Imported:
     onnx_types: dict = field(default_factory=dict)
     #: Input shapes the user fixed (NAME -> dims), recorded in artifacts.
     input_shapes: dict = field(default_factory=dict)
+    #: ONNX node index -> why TVM cannot legalize its bindings; None until first asked
+    #: (provmap.provenance.salvage.failing_nodes).
+    tvm_failures: dict | None = None
 
 
 def _expr_op(value) -> str:
@@ -133,14 +136,17 @@ def _sorted(model, label):
 
 
 def import_onnx(source, shape_dict: dict | None = None, label: str | None = None,
-                check: bool = True, require_static: bool = False, fold: bool = True) -> Imported:
+                check: bool = True, require_static: bool = False, fold: bool = True,
+                not_compilable: dict | None = None) -> Imported:
     """Import a model (path or ModelProto) into Relax and build the ONNX<->Relax half of the map.
 
     `shape_dict` fixes input shapes (NAME -> dims, as `--input-shape` gives them);
     `require_static` refuses, naming each input and dimension, a model whose input shapes stay
     symbolic (partitioning needs them).  `fold` evaluates constant shape arithmetic on the ONNX
     graph first (provmap.provenance.fold).  `check=False` skips onnx.checker, for models provmap cut
-    itself from a checked one (the checker serializes the whole model).
+    itself from a checked one (the checker serializes the whole model).  `not_compilable` (node
+    index -> reason) makes those nodes opaque as if the frontend could not convert them: nodes
+    a previous import's TVM build failed on (provmap.provenance.salvage).
     """
     model, default_label = load_model(source, check=check)
     label = label or default_label
@@ -154,7 +160,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 1)
     onnx_types = infer_types(model)
-    imp = TrackingImporter(graph, label, {}, onnx_types)
+    imp = TrackingImporter(graph, label, {}, onnx_types, not_compilable)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "unknown dimension" advice: shapes are checked above

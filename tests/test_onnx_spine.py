@@ -304,3 +304,23 @@ def test_symbolic_dimension_read_from_a_shape_is_no_binding():
         assert reasons[name] == "shape arithmetic folded at import", name
     assert [imp.pmap.nodes[i].name for i in imp.opaque] == ["pad"]
     assert reasons["relu"] is None and reasons["neg"] is None
+
+
+def test_build_failure_stands_when_bisection_runs_out_of_probes():
+    """Bisection is bounded: past its probe builds, the map fails with TVM's one line, as
+    before (a failure found by legalization needs no probe)."""
+    from provmap.provenance.build import BuildFailed
+    from provmap.provenance.salvage import compile_around_failures
+
+    model = sm.cast_to_float4()
+
+    def reimport(not_compilable):
+        return import_onnx(model, not_compilable=not_compilable)
+
+    with pytest.raises(BuildFailed, match="TVM build failed: Check failed") as e:
+        compile_around_failures(import_onnx(model), reimport, max_probes=1)
+    assert e.value.where == "code generation"
+    _, imp, forced = compile_around_failures(
+        import_onnx(sm.int_pow()), lambda nc: import_onnx(sm.int_pow(), not_compilable=nc),
+        max_probes=0)
+    assert list(forced) == [1] and imp.opaque == forced
