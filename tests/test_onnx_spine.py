@@ -306,6 +306,29 @@ def test_symbolic_dimension_read_from_a_shape_is_no_binding():
     assert reasons["relu"] is None and reasons["neg"] is None
 
 
+def test_node_tvm_cannot_build_is_declined_with_the_reason_map_gives(tmp_path):
+    """The TVM backend declines a node TVM fails to legalize, with TVM's error as `provmap map`
+    reports it: single:tvm refuses it by name, greedy gives it to ONNX Runtime and runs."""
+    src = tmp_path / "int_pow.onnx"
+    onnx.save(sm.int_pow(), src)
+    reason = ("not compilable by TVM: legalizing relax.power: Check failed: "
+              "(IsFloatType(x.ty())) is false: power only applies to float")
+    cli = [sys.executable, "-m", "provmap.cli.main", "compile", str(src)]
+    r = subprocess.run(cli + ["-o", str(tmp_path / "t.provmap"), "--strategy", "single:tvm"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"ONNX node #1 'int_pow' (Pow) is not supported by tvm: {reason}" in r.stderr
+    art = tmp_path / "g.provmap"
+    r = subprocess.run(cli + ["-o", str(art), "--strategy", "greedy:tvm,onnxruntime", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [p["backend"] for p in json.loads(r.stdout)["partitions"]] == [
+        "tvm", "onnxruntime", "tvm"]
+    feeds = {"x": np.array([-1.0, 0.5, 2.0], np.float32), "a": np.array([2, 3, -4], np.int32),
+             "b": np.array([3, 2, 2], np.int32)}
+    _assert_matches(load(art).run(feeds), _ort(sm.int_pow(), feeds))
+
+
 def test_build_failure_stands_when_bisection_runs_out_of_probes():
     """Bisection is bounded: past its probe builds, the map fails with TVM's one line, as
     before (a failure found by legalization needs no probe)."""
