@@ -56,6 +56,35 @@ class JoinError(RuntimeError):
     """The IR's kernel calls and the bytecode's disagree: provenance cannot be trusted."""
 
 
+class BuildFailed(ProvmapError):
+    """tvm.compile raised: `where` is the pass it raised in ("code generation" after the
+    Relax pipeline), `detail` the first line of TVM's error (provmap.provenance.salvage reads
+    both to decide which nodes TVM cannot build)."""
+
+    def __init__(self, label: str, where: str, detail: str, hint: str = ""):
+        super().__init__(f"{label}: TVM build failed: {detail}{hint}")
+        self.where, self.detail = where, detail
+
+
+@tvm.instrument.pass_instrument
+class _PassStack:
+    """The passes running right now, innermost last: where a failing build raised."""
+
+    def __init__(self):
+        self.stack: list[str] = []
+
+    def run_before_pass(self, mod, info):
+        self.stack.append(info.name)
+
+    def run_after_pass(self, mod, info):
+        self.stack.pop()
+
+    def where(self) -> str:
+        # Wrappers (the pipeline's module pass, Sequential) name no step of the build.
+        inner = [p for p in self.stack if p not in ("_pipeline", "sequential")]
+        return inner[-1] if inner else "code generation"
+
+
 @dataclass
 class Build:
     executable: object
@@ -67,7 +96,8 @@ class Build:
 def compile_tvm(imported: Imported, target=None, track: bool = True) -> Build:
     target = target or cpu_target()
     tracker = ProvenanceTracker(imported.mod, imported.var_expr) if track else None
-    instruments = [tracker.instrument()] if tracker else []
+    passes = _PassStack()
+    instruments = [passes] + ([tracker.instrument()] if tracker else [])
     try:
         with tvm.transform.PassContext(opt_level=3, instruments=instruments):
             ex = tvm.compile(imported.mod, target=target, relax_pipeline=cpu_pipeline(target))
@@ -76,7 +106,7 @@ def compile_tvm(imported: Imported, target=None, track: bool = True) -> Build:
         first = next((ln for ln in lines if "Check failed" in ln or "Error" in ln),
                      lines[0] if lines else type(e).__name__)
         hint = failure_hint(imported.model) if imported.model is not None else ""
-        raise ProvmapError(f"{imported.label}: TVM build failed: {first.strip()}{hint}") from None
+        raise BuildFailed(imported.label, passes.where(), first.strip(), hint) from None
     if tracker is None:
         return Build(ex, imported.pmap, None, imported.mod)
     pmap = join_executable(imported, tracker, ex, target)

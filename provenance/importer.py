@@ -103,6 +103,9 @@ class Imported:
     #: What the user should hear once about the model (a graph output declared with a shape
     #: it does not compute: provmap.provenance.normalize.reconcile_outputs).
     warnings: list = field(default_factory=list)
+    #: ONNX node index -> why TVM cannot legalize its bindings; None until first asked
+    #: (provmap.provenance.salvage.failing_nodes).
+    tvm_failures: dict | None = None
 
 
 def _expr_op(value) -> str:
@@ -157,14 +160,17 @@ def _sorted(model, label):
 
 
 def import_onnx(source, shape_dict: dict | None = None, label: str | None = None,
-                check: bool = True, require_static: bool = False, fold: bool = True) -> Imported:
+                check: bool = True, require_static: bool = False, fold: bool = True,
+                not_compilable: dict | None = None) -> Imported:
     """Import a model (path or ModelProto) into Relax and build the ONNX<->Relax half of the map.
 
     `shape_dict` fixes input shapes (NAME -> dims, as `--input-shape` gives them);
     `require_static` refuses, naming each input and dimension, a model whose input shapes stay
     symbolic (partitioning needs them).  `fold` evaluates constant shape arithmetic on the ONNX
     graph first (provmap.provenance.fold).  `check=False` skips onnx.checker, for models provmap cut
-    itself from a checked one (the checker serializes the whole model).
+    itself from a checked one (the checker serializes the whole model).  `not_compilable` (node
+    index -> reason) makes those nodes opaque as if the frontend could not convert them: nodes
+    a previous import's TVM build failed on (provmap.provenance.salvage).
     """
     given, default_label = read_model(source)
     label = label or default_label
@@ -193,7 +199,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
         derived.append("graph output shapes as computed, not as declared")
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 1)
-    imp = TrackingImporter(graph, label, {}, onnx_types)
+    imp = TrackingImporter(graph, label, {}, onnx_types, not_compilable)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "unknown dimension" advice: shapes are checked above
@@ -231,6 +237,9 @@ def _build_map(mod, imp: TrackingImporter, graph, nid: _ids.NodeIds, label: str)
     owner: list[int | None] = [None] * len(bindings)
     start = 0
     for i, markers in enumerate(imp.node_markers):
+        # A converter may return a symbolic dimension (Gather of a symbolic Shape gives the TIR
+        # variable itself): a Var, but no binding of the function.
+        markers = [m for m in markers if m in var_index]
         if not markers:
             continue
         end = max(var_index[m] for m in markers)
@@ -278,7 +287,7 @@ def _build_map(mod, imp: TrackingImporter, graph, nid: _ids.NodeIds, label: str)
         if owner[j] is not None:
             pmap.node_exprs.append((nid.node_id[owner[j]], eid, ROLE_PRODUCED))
 
-    _link_folded(pmap, imp, graph, nid, owner, short)
+    _link_folded(pmap, imp, graph, nid, owner, short, set(var_index) | params)
     return Imported(mod=_attach_ids(mod, short), pmap=pmap, var_expr=var_expr,
                     const_exprs=const_exprs, label=label)
 
@@ -289,7 +298,7 @@ def _value_key(value, bindings, var_index, digests) -> bytes:
                                              for v in vs])
 
 
-def _link_folded(pmap, imp, graph, nid, owner, short):
+def _link_folded(pmap, imp, graph, nid, owner, short, relax_vars):
     """Give zero-binding nodes a reason and link them to the bindings of their consumers."""
     produced = {}
     for j, o in enumerate(owner):
@@ -333,9 +342,12 @@ def _link_folded(pmap, imp, graph, nid, owner, short):
         fields = list(v.fields) if isinstance(v, relax.Tuple) else [v]
         kinds = set()
         for f in fields:
-            if isinstance(f, relax.Var):
+            if isinstance(f, relax.Var) and f in relax_vars:
                 kinds.add("alias of an existing value (no computation)")
-            elif isinstance(f, relax.ShapeExpr) or "Prim" in type(f).__name__:
+            elif (isinstance(f, relax.ShapeExpr) or "Prim" in type(f).__name__
+                  or isinstance(getattr(f, "ty", None), tvm.ir.PrimType)):
+                # A TIR expression counts too: a symbolic dimension (Gather of a symbolic
+                # Shape gives the variable itself) or arithmetic on one.
                 kinds.add("shape arithmetic folded at import")
             elif f is None:
                 kinds.add("produces no value")

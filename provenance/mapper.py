@@ -33,12 +33,13 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     """Import `model` (path, "bundled:NAME" or ModelProto), build it with TVM following every
     binding through every pass, and (if `out`) save OUT.json and OUT.sqlite atomically.
 
-    Nodes TVM cannot convert stay in the map, marked "not compilable by TVM: <reason>"."""
+    Nodes TVM cannot convert, or cannot build once converted (provmap.provenance.salvage), stay
+    in the map, marked "not compilable by TVM: <reason>"; the rest is built and mapped."""
     from . import store, zoo
-    from .build import compile_tvm
     from .ids import model_sha256
     from .debugify import DebugifyReport
     from .importer import import_onnx, load_model, mark_not_compilable
+    from .salvage import compile_around_failures
 
     say = progress or (lambda msg: None)
     label = None
@@ -55,8 +56,13 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     t1 = time.perf_counter()
     say(f"imported {label}: {len(imported.pmap.nodes)} ONNX nodes, "
         f"{len(imported.pmap.exprs)} Relax bindings ({t1 - t0:.2f} s)")
+
+    def reimport(not_compilable):
+        return import_onnx(proto, label=label, shape_dict=input_shapes, check=False,
+                           not_compilable=not_compilable)
+
     try:
-        build = compile_tvm(imported)
+        build, imported, _ = compile_around_failures(imported, reimport, say=say)
     except ProvmapError:
         raise
     except Exception as e:  # TVM's own errors (InternalError, TVMError...): one line, no trace

@@ -17,7 +17,10 @@ function), and is carried across each pass by matching the module before and aft
 4. occurrence - the k-th remaining call of kernel K after the pass is the k-th remaining call of K
                 before it (CallTIRRewrite, memory planning, builtin lowering reshape calls but never
                 reorder or merge them);
-5. absorption - an old site that nothing claimed (folded constant, fused away) hands its IDs to
+5. expansion  - new sites that read only the inputs of one vanished old site (and what the pass
+                emitted for it) belong to it: LegalizeOps lowers an op with a run-time output
+                shape into a shape function and the kernel (`_expand`);
+6. absorption - an old site that nothing claimed (folded constant, fused away) hands its IDs to
                 the nearest surviving sites that consume it; if none consume it, its IDs are
                 reported as dropped (dead code).
 
@@ -220,6 +223,8 @@ class ProvenanceTracker:
                 claim(ov, nv, "occurrence")
                 new_prov.setdefault(nv, set())
 
+        self._expand(old_f, old_prov, old_callee, new_f, env_new, claimed_by, new_prov, report)
+
         # Absorption of vanished sites into their nearest surviving consumers.
         for ov, ids in old_prov.items():
             if ov in claimed_by or not ids:
@@ -261,6 +266,64 @@ class ProvenanceTracker:
             out[b.var] = frozenset(ids)
         report.sites_after += len(out)
         return out
+
+    def _expand(self, old_f, old_prov, old_callee, new_f, env_new, claimed_by, new_prov, report):
+        """Rule 5, expansion: new sites no other rule claimed, each read only from the inputs
+        of one vanished old site whose output shape was unknown (and from what the pass
+        emitted for it), belong to that site.  LegalizeOps lowers an op whose output shape is
+        only known at run time (dynamic_strided_slice, ...) into a shape function,
+        tensor_to_shape, match_cast and the kernel: four new bindings, two of them kernels, and
+        a new Var, because its type now has a shape.  Only such sites qualify: a call over
+        static shapes that a pass replaced by another is still reported (debugify)."""
+        gone = [b for b in bindings(old_f) if old_callee[b.var] is not None
+                and b.var not in claimed_by and _shape_unknown(b.var.ty)]
+        if not gone:
+            return
+        old_params = {p: ("param", i) for i, p in enumerate(old_f.params)}
+        reads = {b.var: {old_params.get(v, ("v", v)) for v in relax.analysis.free_vars(b.value)}
+                 for b in gone}
+        back = {nv: ov for ov, nv in claimed_by.items()}
+        deps: dict = {}    # unmatched new var -> old values (or ("own", old site)) it reads
+        owner: dict = {}   # new site -> the old site it was emitted for
+        parts = defaultdict(list)
+
+        def source(v):
+            k = env_new.get(v)
+            if k is None or k[0] not in ("param", "v", "new"):
+                return {("?",)}  # a value outlining or the pass computed: nothing to read back
+            if k[0] != "new":
+                return {k}
+            u = k[1]
+            if u in back:
+                return {("v", back[u])}
+            if u in owner:
+                return {("own", owner[u])}
+            return deps.get(u, {("?",)})
+
+        for b in bindings(new_f):
+            v = b.var
+            if env_new.get(v) != ("new", v) or v in back:
+                continue
+            d = set().union(*(source(fv) for fv in relax.analysis.free_vars(b.value)))
+            deps[v] = d
+            site = self.callee(b.value)
+            if site is None or not d or ("?",) in d:
+                continue
+            own = {x[1] for x in d if x[0] == "own"}
+            plain = {x for x in d if x[0] != "own"}
+            fits = [ov for ov in reads if own <= {ov} and plain <= reads[ov]]
+            if not fits:
+                continue
+            # Two vanished sites over the same inputs: a kernel goes to the first that has
+            # not yet been given a call of it (each lowering calls its kernels once).
+            ov = next((o for o in fits if site not in {self.callee(x) for x in parts[o]}),
+                      fits[0])
+            owner[v] = ov
+            parts[ov].append(v)
+            new_prov.setdefault(v, set()).update(old_prov.get(ov, ()))
+        for ov, news in parts.items():
+            claimed_by[ov] = news[-1]  # the last one computes the value; consumers read it
+            report.matched["expansion"] += 1
 
     @staticmethod
     def _relax_functions(mod):
@@ -346,6 +409,12 @@ class ProvenanceTracker:
 
     def instrument(self):
         return _TrackingInstrument(self)
+
+
+def _shape_unknown(ty) -> bool:
+    if isinstance(ty, relax.TupleType):
+        return any(_shape_unknown(f) for f in ty.fields)
+    return isinstance(ty, relax.TensorType) and not isinstance(ty.shape, relax.ShapeExpr)
 
 
 @tvm.instrument.pass_instrument

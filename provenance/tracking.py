@@ -65,8 +65,11 @@ class TrackingImporter(_fe.ONNXGraphImporter):
     recorded here, and the backends that consume ONNX run the node as written.
     """
 
-    def __init__(self, graph, label, shape_dict, onnx_types):
+    def __init__(self, graph, label, shape_dict, onnx_types, not_compilable=None):
         super().__init__(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
+        #: node index -> reason: nodes TVM failed to build after a whole import (provmap.
+        #: provenance.salvage), made opaque on the next import like nodes it cannot convert.
+        self._not_compilable = dict(not_compilable or {})
         self._graph_nodes = list(graph.node)
         self._label = label
         self._onnx_types = onnx_types
@@ -167,7 +170,7 @@ class TrackingImporter(_fe.ONNXGraphImporter):
             for x in inputs:
                 if isinstance(x, relax.Var):
                     self._known.add(x)
-            reason = self._precheck(node, inputs)
+            reason = self._not_compilable.get(idx) or self._precheck(node, inputs)
             sym = None
             if reason is None:
                 try:

@@ -105,3 +105,65 @@ def conv_dropout(read_mask: bool) -> onnx.ModelProto:
         nodes += [helper.make_node("Cast", ["mask"], ["m"], name="cast", to=TensorProto.FLOAT),
                   helper.make_node("Add", ["r", "m"], ["y"], name="add")]
     return _model(nodes, [_t("x", [1, 3, 8, 8])], [_t("y", [1, 4, 8, 8])], [w], opset=9)
+
+
+def resize_to_computed_sizes() -> onnx.ModelProto:
+    """Resize to sizes computed at run time from the Shape of a symbolic input, then Relu.
+
+    The Relax frontend cannot convert the Resize (opaque, its output shape unknown); TVM then
+    fails to build the Relu ("emit_te now only supports Tensor that has ShapeExpr shape", raised
+    in FoldConstant), as on CRNN, Swin-T and YOLOv8 exports mapped without shapes."""
+    return _model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Mul", ["s", "two"], ["sizes"], name="double"),
+         helper.make_node("Resize", ["x", "", "", "sizes"], ["up"], name="resize", mode="nearest"),
+         helper.make_node("Relu", ["up"], ["y"], name="relu"),
+         helper.make_node("Neg", ["x"], ["z"], name="neg")],
+        [_t("x", [1, 3, "H", "W"])], [_t("y", [1, 3, "H2", "W2"]), _t("z", [1, 3, "H", "W"])],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.int64), "two")])
+
+
+def int_pow() -> onnx.ModelProto:
+    """An integer Pow between float ops: TVM imports it, then fails to legalize it ("power only
+    applies to float"); ONNX Runtime runs it."""
+    i32 = lambda name: helper.make_tensor_value_info(name, TensorProto.INT32, [3])
+    return _model(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Pow", ["a", "b"], ["p"], name="int_pow"),
+         helper.make_node("Cast", ["p"], ["pf"], name="cast", to=TensorProto.FLOAT),
+         helper.make_node("Add", ["r", "pf"], ["y"], name="add")],
+        [_t("x", [3]), i32("a"), i32("b")], [_t("y", [3])])
+
+
+def cast_to_float4() -> onnx.ModelProto:
+    """A round trip through FLOAT4E2M1 between float ops: TVM legalizes it and then fails in
+    code generation, after every pass of the Relax pipeline."""
+    return _model(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Cast", ["r"], ["q"], name="to_fp4", to=TensorProto.FLOAT4E2M1),
+         helper.make_node("Cast", ["q"], ["d"], name="from_fp4", to=TensorProto.FLOAT),
+         helper.make_node("Neg", ["d"], ["y"], name="neg")],
+        [_t("x", [4])], [_t("y", [4])], opset=23)
+
+
+def pad_to_window_multiple() -> onnx.ModelProto:
+    """Swin-T's F.pad as the TorchScript exporter writes it: the width padded up to a multiple of
+    7, the amount computed at run time from the Shape of a symbolic input, then Relu.
+
+    Gather of the symbolic Shape gives the frontend's TIR variable W itself (no binding); the
+    Pad cannot be converted (opaque, its output shape unknown), and TVM then fails to build the
+    Relu."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    return _model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Gather", ["s", "i3"], ["w"], name="gather", axis=0),
+         helper.make_node("Mod", ["w", "seven"], ["r"], name="mod"),
+         helper.make_node("Sub", ["seven", "r"], ["p0"], name="sub"),
+         helper.make_node("Mod", ["p0", "seven"], ["p"], name="mod2"),
+         helper.make_node("Unsqueeze", ["p", "ax0"], ["pu"], name="unsqueeze"),
+         helper.make_node("Concat", ["zeros6", "pu", "zero1"], ["pads"], name="concat", axis=0),
+         helper.make_node("Pad", ["x", "pads"], ["padded"], name="pad"),
+         helper.make_node("Relu", ["padded"], ["y"], name="relu"),
+         helper.make_node("Neg", ["x"], ["z"], name="neg")],
+        [_t("x", [1, 3, 8, "W"])], [_t("y", [1, 3, 8, "W7"]), _t("z", [1, 3, 8, "W"])],
+        [c("i3", 3), c("seven", 7), c("ax0", [0]), c("zeros6", [0] * 6), c("zero1", [0])])

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import small_models as sm
 from onnx import TensorProto, helper, numpy_helper
 
 from provmap.partition.compile import compile_model, load_view
@@ -291,3 +292,58 @@ def test_folding_repeats_until_nothing_more_folds(tmp_path):
     x = np.random.default_rng(6).standard_normal((1, 16)).astype(np.float32)
     got, _ = _run_artifact(tmp_path, model, "single:tvm", {"x": x}, input_shapes={"x": (1, 16)})
     _assert_matches(got, _ort(model, {"x": x}))
+
+
+def test_symbolic_dimension_read_from_a_shape_is_no_binding():
+    """Swin-T's F.pad: Gather of a symbolic Shape gives the frontend's TIR variable W itself, a
+    Var that no binding defines (the import failed with `KeyError: W`); it and the arithmetic
+    on it are shape arithmetic, and the Pad TVM cannot convert is opaque."""
+    imp = import_onnx(sm.pad_to_window_multiple())
+    reasons = {n.name: n.elided for n in imp.pmap.nodes}
+    for name in ("shape", "gather", "mod", "sub", "mod2", "unsqueeze", "concat"):
+        assert reasons[name] == "shape arithmetic folded at import", name
+    assert [imp.pmap.nodes[i].name for i in imp.opaque] == ["pad"]
+    assert reasons["relu"] is None and reasons["neg"] is None
+
+
+def test_node_tvm_cannot_build_is_declined_with_the_reason_map_gives(tmp_path):
+    """The TVM backend declines a node TVM fails to legalize, with TVM's error as `provmap map`
+    reports it: single:tvm refuses it by name, greedy gives it to ONNX Runtime and runs."""
+    src = tmp_path / "int_pow.onnx"
+    onnx.save(sm.int_pow(), src)
+    reason = ("not compilable by TVM: legalizing relax.power: Check failed: "
+              "(IsFloatType(x.ty())) is false: power only applies to float")
+    cli = [sys.executable, "-m", "provmap.cli.main", "compile", str(src)]
+    r = subprocess.run(cli + ["-o", str(tmp_path / "t.provmap"), "--strategy", "single:tvm"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"ONNX node #1 'int_pow' (Pow) is not supported by tvm: {reason}" in r.stderr
+    art = tmp_path / "g.provmap"
+    r = subprocess.run(cli + ["-o", str(art), "--strategy", "greedy:tvm,onnxruntime", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [p["backend"] for p in json.loads(r.stdout)["partitions"]] == [
+        "tvm", "onnxruntime", "tvm"]
+    feeds = {"x": np.array([-1.0, 0.5, 2.0], np.float32), "a": np.array([2, 3, -4], np.int32),
+             "b": np.array([3, 2, 2], np.int32)}
+    _assert_matches(load(art).run(feeds), _ort(sm.int_pow(), feeds))
+
+
+def test_build_failure_stands_when_bisection_runs_out_of_probes():
+    """Bisection is bounded: past its probe builds, the map fails with TVM's one line, as
+    before (a failure found by legalization needs no probe)."""
+    from provmap.provenance.build import BuildFailed
+    from provmap.provenance.salvage import compile_around_failures
+
+    model = sm.cast_to_float4()
+
+    def reimport(not_compilable):
+        return import_onnx(model, not_compilable=not_compilable)
+
+    with pytest.raises(BuildFailed, match="TVM build failed: Check failed") as e:
+        compile_around_failures(import_onnx(model), reimport, max_probes=1)
+    assert e.value.where == "code generation"
+    _, imp, forced = compile_around_failures(
+        import_onnx(sm.int_pow()), lambda nc: import_onnx(sm.int_pow(), not_compilable=nc),
+        max_probes=0)
+    assert list(forced) == [1] and imp.opaque == forced

@@ -1,11 +1,16 @@
 """Provenance through the real CPU build and the BYOC passes, on every test model."""
 
+import json
+
+import onnx
 import pytest
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from provmap.provenance import zoo
+from provmap.bench import conformance
+from provmap.cli.map import main as map_cli
+from provmap.provenance import store, zoo
 from provmap.provenance.build import compile_tvm, bytecode_calls
 from provmap.provenance.debugify import check_passes
 from provmap.provenance.importer import import_onnx
@@ -144,3 +149,26 @@ def test_debugify_reports_a_pass_that_loses_provenance():
     found = [f for f in report.findings if f.kind == "unmapped site"]
     assert found and all("_renamed" in f.detail for f in found)
     assert {f.pass_name for f in found} <= {"BreakOneCall", "Normalize"}
+
+
+SLICE_CASES = conformance.select_cases(regex=r"^test_slice")
+
+
+@pytest.mark.parametrize("case", SLICE_CASES)
+def test_run_time_slice_maps_every_kernel_to_the_slice(case, tmp_path, capsys):
+    """Slice with run-time starts/ends: LegalizeOps emits a shape function beside the kernel,
+    and both belong to the Slice (`provmap map` through the CLI)."""
+    model = onnx.ModelProto.FromString(conformance._cases()[case][0])
+    path = tmp_path / f"{case}.onnx"
+    onnx.save(model, path)
+    assert map_cli(["map", str(path), "-o", str(tmp_path / "out"), "--json"]) == 0
+    cov = json.loads(capsys.readouterr().out)
+    assert cov["kernels_total"] > 0
+    assert (cov["kernels_mapped"], cov["kernel_sites_mapped"], cov["onnx_nodes_unaccounted"]) \
+        == (cov["kernels_total"], cov["kernel_sites_total"], 0)
+    assert cov["debugify_findings"] == []
+    pm = store.load(tmp_path / "out.json")
+    [slice_node] = [n for n in pm.nodes if n.op_type == "Slice"]
+    idx = MapIndex(pm)
+    assert all([n for n, _, _ in idx.nodes_for_kernel(k.name)] == [slice_node.id]
+               for k in pm.kernels)

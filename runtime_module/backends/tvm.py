@@ -20,6 +20,7 @@ from tvm import relax
 from provmap.provenance.build import cpu_pipeline, cpu_target, join_executable
 from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
+from provmap.provenance.salvage import failing_nodes
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_regions,
@@ -186,14 +187,18 @@ class TVMBackend(Backend):
         # reason names the Relax op).  A node the Relax frontend could not convert is only a
         # placeholder call in "main" (the importer's `opaque`), which must never be built; a
         # node with no binding of its own (an alias such as Identity) computes nothing here.
+        # A node whose call TVM cannot legalize (an op reading a tensor of unknown shape, an
+        # integer Pow, ...) is declined with TVM's error, as `provmap map` reports it.
         imp = view.imported
         opaque = getattr(imp, "opaque", None) or {}
+        failing = failing_nodes(imp)
         values = {imp.var_expr.get(b.var): b.value
                   for blk in imp.mod["main"].body.blocks for b in blk.bindings}
         out = {}
         for i in view.op_nodes:
-            if i in opaque:
-                out[i] = Support(False, f"not compilable by TVM: {opaque[i]}")
+            why = opaque.get(i) or failing.get(i)
+            if why:
+                out[i] = Support(False, f"not compilable by TVM: {why}")
                 continue
             verdict = Support(True)
             for e in view.produced.get(i, ()):
