@@ -105,7 +105,7 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
     ``transformer``; ``bundled:NAME:original`` a light model with the constant weights onnx ships
     (the transformer has no other form);
     anything else is a path to an ``.onnx`` file; a missing, empty or unreadable file is a
-    ProvmapError naming it (importer.load_model), like every other user-input error.
+    ProvmapError naming it (importer.read_model), like every other user-input error.
     """
     if spec.startswith(_BUNDLED_PREFIX):
         from .errors import ProvmapError
@@ -123,9 +123,10 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
         raise ProvmapError(f"{spec}: unknown bundled model {name!r}; expected one of "
                            f"{', '.join(BUNDLED)} (a light model with {ORIGINAL_SUFFIX} appended "
                            "for its constant weights)")
-    from .importer import load_model  # the importer needs TVM: only when a file is given
+    from .importer import read_model  # the importer needs TVM: only when a file is given
 
-    model, _ = load_model(spec, check=False)  # import_onnx runs the checker
+    # The file as it is: import_onnx normalizes and checks it, and its hash is the user's.
+    model, _ = read_model(spec)
     return model, Path(spec).stem
 
 

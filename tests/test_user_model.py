@@ -108,3 +108,29 @@ def test_another_model_is_refused_naming_both_hashes(built, tmp_path):
     line = r.stderr.strip().splitlines()[-1]
     assert "is not the model this artifact was compiled from" in line
     assert "its derived copy's" in line and "Traceback" not in r.stderr
+
+
+def test_a_model_onnx_runtime_reads_only_after_normalizing_is_still_the_users(tmp_path):
+    """Nodes out of order (ORT's fp16 converter writes them so) and a -1 batch (paddle2onnx):
+    provmap sorts and reads -1 as symbolic, and the file as given stays the reference."""
+    m = sm.dynamic_batch_flatten()
+    nodes = list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(reversed(nodes))
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
+    onnx.save(m, tmp_path / "model.onnx")
+    art = tmp_path / "a.provmap"
+    r = cli("compile", str(tmp_path / "model.onnx"), "-o", str(art), "--strategy",
+            "single:onnxruntime", "--input-shape", "x=3x3x8x8")
+    assert r.returncode == 0, r.stderr
+    info = read_artifact(art).manifest["model"]
+    assert info["sha256"] == model_sha256(onnx.load(tmp_path / "model.onnx"))
+    assert info["derived"][0].startswith("normalized as ONNX Runtime reads it")
+    r = cli("compare", str(art), "--model", str(tmp_path / "model.onnx"))
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "match", r.stdout + r.stderr
+    r = cli("annotate", str(art), "--model", str(tmp_path / "model.onnx"), "-o",
+            str(tmp_path / "ann.onnx"), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["unannotated"] == 0, r.stdout + r.stderr
+    ann = onnx.load(tmp_path / "ann.onnx")
+    assert _strip(ann) == _strip(onnx.load(tmp_path / "model.onnx"))  # still in the user's order
+    assert ann.graph.node[0].name == "/fc/Gemm"
