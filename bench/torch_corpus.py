@@ -68,7 +68,8 @@ def ort_outputs(path: Path, feeds: dict) -> dict[str, np.ndarray]:
     return dict(zip(names, sess.run(None, feeds)))
 
 
-def compare(got: dict, want: dict) -> tuple[bool, float | None, str]:
+def compare(got: dict, want: dict, rtol: float = RTOL,
+            atol: float = ATOL) -> tuple[bool, float | None, str]:
     """All outputs within rtol/atol?  (ok, max abs diff, note)."""
     worst, notes = 0.0, []
     ok = True
@@ -80,7 +81,7 @@ def compare(got: dict, want: dict) -> tuple[bool, float | None, str]:
             return False, None, f"{name}: shape {list(g.shape)} != {list(w.shape)}"
         d = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if w.size else 0.0
         worst = max(worst, d)
-        if not np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True):
+        if not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
             ok = False
             notes.append(f"{name}: max abs diff {d:.3g}")
     return ok, worst, "; ".join(notes)
@@ -168,23 +169,33 @@ def run_step(task: dict, workdir: Path, timeout: float) -> dict:
     task = dict(task, result=str(rpath))
     tpath.write_text(json.dumps(task))
     rpath.unlink(missing_ok=True)
+    code, secs = run_with_deadline([sys.executable, "-m", "provmap.bench.torch_corpus",
+                                    "--worker", str(tpath)], log, timeout)
+    if code is None:
+        return {"ok": False, "error": f"timeout after {timeout:.0f} s", "seconds": secs}
+    if rpath.exists():
+        return json.loads(rpath.read_text())
+    tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+    return {"ok": False, "error": f"worker died (exit code {code}): {tail[0][:300] if tail else ''}",
+            "seconds": secs}
+
+
+def run_with_deadline(cmd: list[str], log: Path, timeout: float, stdout: Path | None = None,
+                      env: dict | None = None) -> tuple[int | None, float]:
+    """Run `cmd`, killed after `timeout` s: a native crash or a hang is one failed step, not the
+    end of the run.  stderr (and stdout unless `stdout` is given) goes to `log`.  Returns (exit
+    code or None on timeout, seconds)."""
     t0 = time.perf_counter()
-    with open(log, "wb") as lf:
-        proc = subprocess.Popen([sys.executable, "-m", "provmap.bench.torch_corpus", "--worker", str(tpath)],
-                                stdout=lf, stderr=subprocess.STDOUT,
+    with open(log, "wb") as lf, open(stdout or os.devnull, "wb") as of:
+        proc = subprocess.Popen(cmd, stdout=of if stdout else lf, stderr=lf, env=env,
                                 cwd=str(Path(__file__).resolve().parent.parent))
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            return {"ok": False, "error": f"timeout after {timeout:.0f} s",
-                    "seconds": round(time.perf_counter() - t0, 1)}
-    if rpath.exists():
-        return json.loads(rpath.read_text())
-    tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
-    return {"ok": False, "error": f"worker died (exit code {code}): {tail[0][:300] if tail else ''}",
-            "seconds": round(time.perf_counter() - t0, 1)}
+            code = None
+    return code, round(time.perf_counter() - t0, 1)
 
 
 # ---- the report -------------------------------------------------------------------------------
