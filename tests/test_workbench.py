@@ -343,3 +343,19 @@ def test_profile_gives_time_only_to_nodes_that_compute(tmp_path):
     assert not folded, sorted(by_id[i].op_type for i in folded)
     computing = {n.id for n in mod.lookup.map.nodes if not n.elided}
     assert timed <= computing
+
+
+def test_quantized_tensors_match_within_one_step_and_no_more():
+    """int8/uint8 tensors are quantized activations: one rounding step between libraries is
+    agreement (ORT vs OpenVINO on a QOperator ResNet-18 boundary), two steps are not, and
+    --quant-steps 0 asks for bit-exact.  Other integer tensors (indices) stay exact."""
+    from provmap.workbench.compare import Tolerance, metrics
+
+    ref = np.array([0, 17, 128, 255], np.uint8)
+    one = np.array([1, 17, 127, 255], np.uint8)
+    assert metrics(one, ref, Tolerance())["ok"]
+    assert not metrics(one, ref, Tolerance(quant_steps=0))["ok"]
+    assert not metrics(np.array([2, 17, 128, 255], np.uint8), ref, Tolerance())["ok"]
+    assert metrics(np.array([-128, 3, 127], np.int8), np.array([-127, 3, 126], np.int8),
+                   Tolerance())["ok"]
+    assert not metrics(one.astype(np.int64), ref.astype(np.int64), Tolerance())["ok"]

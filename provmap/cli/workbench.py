@@ -41,7 +41,7 @@ def _reference_model(mod, given):
 def _tol(args):
     from provmap.workbench.compare import Tolerance
 
-    return Tolerance(atol=args.atol, rtol=args.rtol)
+    return Tolerance(atol=args.atol, rtol=args.rtol, quant_steps=args.quant_steps)
 
 
 def _metrics_text(t: dict) -> str:
@@ -215,6 +215,9 @@ def _tolerances(p):
                    help="absolute tolerance per element (default %(default)s)")
     p.add_argument("--rtol", type=float, default=1e-3,
                    help="relative tolerance per element (default %(default)s)")
+    p.add_argument("--quant-steps", type=int, default=1,
+                   help="int8/uint8 (quantized) tensors: steps apart that still match, in "
+                   "place of atol/rtol (default %(default)s; 0 for exact)")
 
 
 def add_workbench_commands(sub) -> None:
