@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import small_models as sm
 
@@ -134,3 +137,40 @@ def test_a_model_onnx_runtime_reads_only_after_normalizing_is_still_the_users(tm
     ann = onnx.load(tmp_path / "ann.onnx")
     assert _strip(ann) == _strip(onnx.load(tmp_path / "model.onnx"))  # still in the user's order
     assert ann.graph.node[0].name == "/fc/Gemm"
+
+
+TORCHSCRIPT = Path(__file__).parent / "data" / "torchscript_attention_dynamic.onnx"
+
+
+@pytest.mark.parametrize("strategy", ["single:onnxruntime", "greedy:openvino,onnxruntime"])
+def test_a_real_torchscript_export_is_its_own_reference(tmp_path, strategy):
+    """A real TorchScript export (tests/data/make_torchscript_attention.py): dynamic batch and
+    sequence, every view a Shape -> Gather -> Unsqueeze -> Concat chain.  Compiled with
+    --input-shape, provmap folds the chains; the export itself stays the reference."""
+    art = tmp_path / "a.provmap"
+    r = cli("compile", str(TORCHSCRIPT), "-o", str(art), "--strategy", strategy,
+            "--input-shape", "x=2x5x16")
+    assert r.returncode == 0, r.stderr
+    info = read_artifact(art).manifest["model"]
+    assert any("folded to constants" in d for d in info["derived"]), info["derived"]
+    r = cli("compare", str(art), "--model", str(TORCHSCRIPT))
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "match", r.stdout + r.stderr
+    r = cli("annotate", str(art), "--model", str(TORCHSCRIPT), "-o", str(tmp_path / "ann.onnx"),
+            "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["unannotated"] == 0 and summary["nodes"] == 69, summary
+    assert summary["with_reason"] > 0  # the folded shape arithmetic says so
+    ann = onnx.load(tmp_path / "ann.onnx")
+    assert _strip(ann) == _strip(onnx.load(TORCHSCRIPT))
+    reasons = {p.value for n in ann.graph.node for p in n.metadata_props
+               if p.key == "provmap.reason"}
+    assert any("folded" in why for why in reasons), reasons
+    # The artifact computes what ONNX Runtime computes on the export itself.
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)}
+    np.savez(tmp_path / "in.npz", **feeds)
+    r = cli("run", str(art), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz"))
+    assert r.returncode == 0, r.stderr
+    want = ort.InferenceSession(str(TORCHSCRIPT), providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "o.npz")["y"], want, rtol=1e-3, atol=1e-4)
