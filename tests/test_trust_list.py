@@ -143,3 +143,10 @@ def test_default_location_and_builds_without_code_leave_it_alone(tmp_path, monke
     del env["XDG_CONFIG_HOME"]
     assert str(tmp_path / "home" / ".config" / "provmap" / "trusted-artifacts") in \
         _ok("trust", "--help", env=env).stdout.replace("\n", "")
+
+
+def test_bench_leaves_no_entries_for_the_artifacts_it_deletes(work):
+    d, lst = work
+    _ok("bench", d / "a.onnx", "-o", d / "bench", "--strategies", "single:tvm", "--backends", "tvm",
+        "--repeats", "2", "--scaling-sizes", "100", "--provenance-repeats", "0")
+    assert _entries() == []
