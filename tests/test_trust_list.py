@@ -150,3 +150,18 @@ def test_bench_leaves_no_entries_for_the_artifacts_it_deletes(work):
     _ok("bench", d / "a.onnx", "-o", d / "bench", "--strategies", "single:tvm", "--backends", "tvm",
         "--repeats", "2", "--scaling-sizes", "100", "--provenance-repeats", "0")
     assert _entries() == []
+
+
+def test_conformance_runner_leaves_no_entries(work):
+    import numpy as np
+
+    from provmap.bench import conformance
+
+    d, lst = work
+    x = np.ones((1, 3, 8, 8), np.float32)
+    model = conv_relu()
+    names = [i.name for i in model.graph.input if i.name not in
+             {t.name for t in model.graph.initializer}]
+    (y,) = conformance._run_provmap("tvm")(model, names, [x])
+    assert np.isfinite(y).all()
+    assert _entries() == []
