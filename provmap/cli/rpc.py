@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError, first_line
 
 
 LOOPBACK = "127.0.0.1"
@@ -44,7 +44,7 @@ def cmd_rpc_server(args) -> int:
     except ProvmapError:
         raise
     except Exception as e:  # TVM's socket/bind errors: one line
-        raise ProvmapError(f"rpc-server: {type(e).__name__}: {e}") from None
+        raise ProvmapError(f"rpc-server on {args.host}: {first_line(e)}") from None
     print(f"provmap: rpc-server on {args.host}:{server.port}, key {args.key!r}, registered with "
           f"tracker {args.tracker}; Ctrl-C to stop", file=sys.stderr, flush=True)
     stop = []
