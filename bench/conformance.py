@@ -215,6 +215,7 @@ def _run_tvm(model, names, inputs):
 def _run_provmap(backend: str):
     def run(model, names, inputs):
         from provmap.partition.compile import compile_model
+        from provmap.runtime_module import trust
         from provmap.runtime_module.module import load
 
         opts = {"onnxruntime": {"threads": THREADS}, "openvino": {"threads": THREADS}}
@@ -226,6 +227,7 @@ def _run_provmap(backend: str):
                 out = mod.run(dict(zip(names, inputs)))
             finally:
                 mod.close()
+                trust.forget_path(path)  # the file goes with the directory: so does its entry
         return [out[n] for n in mod.output_names]
     return run
 

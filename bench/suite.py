@@ -379,6 +379,10 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
             log("provenance overhead: TVM import+compile, plain vs tracked")
             out["provenance"] = {"model": name, **_provenance(model, opts.provenance_repeats)}
     finally:
+        from provmap.runtime_module import trust
+
+        for built in Path(tmp).rglob("*.provmap"):  # its files go: so do their trust entries
+            trust.forget_path(built)
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 

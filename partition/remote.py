@@ -100,7 +100,7 @@ def register() -> None:
     tvm.register_global_func(FUNC_IDENTITY, _serve_identity, override=True)
 
 
-def start_server(tracker: str, key: str, host: str = "0.0.0.0", port: int = 9091,
+def start_server(tracker: str, key: str, host: str = "127.0.0.1", port: int = 9091,
                  port_end: int = 9199, silent: bool = True):
     """A TVM RPC server with provmap's functions, registered with `tracker` ("HOST:PORT")
     under `key`.  Returns the tvm.rpc.Server (it serves from its own process)."""

@@ -48,7 +48,7 @@ from .subgraph import Subgraph
 FORMAT = "provmap-artifact"
 SOURCE_MODEL = "source/model.onnx"  # optional: the user's ONNX model (compile --embed-model)
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
+MANIFEST = trust.MANIFEST
 
 
 def _sha(b: bytes) -> str:
@@ -152,7 +152,13 @@ class Artifact:
         dest = atomic.write_atomic(path, write)
         self.manifest = manifest
         self.digest = trust.manifest_digest(manifest_bytes)
-        trust.add_trusted(self.digest, f"built here: {dest}")  # your own builds run as they are
+        # Your own builds run as they are; only code needs trust, so only code is recorded
+        # (a rebuild replaces its entry: the file no longer holds the old digest).
+        native = trust.native_backends(manifest)
+        if native:
+            trust.add_trusted(self.digest, dest, how="built", backends=native)
+        else:
+            trust.forget_path(dest)
         return dest
 
 

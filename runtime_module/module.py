@@ -27,7 +27,7 @@ from .artifact import Artifact, read_artifact
 from .backend import BackendError
 from .lookup import Lookup
 from . import trust as _trust
-from .registry import backend_class, get_backend
+from .registry import get_backend
 
 
 class Module:
@@ -277,10 +277,7 @@ def _shape_ok(shape: tuple, spec: tuple) -> bool:
 
 
 def _loads_native_code(backend: str) -> bool:
-    try:
-        return bool(getattr(backend_class(backend), "loads_native_code", True))
-    except Exception:  # an unknown backend fails later with its own message
-        return True
+    return _trust.loads_native_code(backend)
 
 
 def load(path, runnable: bool = True, trust: bool = False) -> ArtifactModule:

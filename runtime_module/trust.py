@@ -11,20 +11,46 @@ libraries parse, not code.  Hence two rules:
    readable sources only, and such a module refuses to run.
 2. Loading native code needs trust: the artifact's digest (SHA-256 of its manifest, which holds
    every member's hash) is in this machine's trust list, or the caller says so explicitly
-   (`--trust`, `load(..., trust=True)`).  Artifacts saved on this machine are added to the list
-   as they are written, so your own builds just run; one you received needs `provmap trust ART`
-   (after you decided you trust its origin) or `--trust`.
+   (`--trust`, `load(..., trust=True)`).  Artifacts saved on this machine that hold native code
+   are added as they are written, so your own builds just run; one you received needs
+   `provmap trust ART` (after you decided you trust its origin) or `--trust`.
 
-The list is a text file, one digest per line with a comment: `$PROVMAP_TRUST` or
-`~/.config/provmap/trusted-artifacts`.
+The list: `$PROVMAP_TRUST`, else `$XDG_CONFIG_HOME/provmap/trusted-artifacts`, else
+`~/.config/provmap/trusted-artifacts`.  It is an SQLite table keyed by digest, because:
+
+- the one question asked on every run of native code, "is this digest trusted", is a primary
+  key lookup (a few B-tree pages), not a scan that grows with every build;
+- "one entry per digest" is the key itself, and "the artifact at this path was rebuilt, so the
+  entry for its old digest names a file that is gone" is one transaction (no stale line left);
+- concurrent builds serialize on SQLite's lock instead of racing on appends, and the variable
+  still names one file (a directory of one file per digest would also look up in O(1), but needs
+  a second name and makes list/prune walk many files);
+- an old list (text, one `digest  # stamp note` line each) is converted in place, once, under a
+  lock; where it cannot be (read-only), it is still read line by line, as before.
+
+Each entry keeps the artifact's absolute path, how it got there (built here, trusted by the
+user, or migrated), when, and on which backends its native code runs.  Entries are only ever for
+artifacts holding native code: an ONNX Runtime/OpenVINO-only artifact runs without trust, so
+recording it would only grow the list.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import os
+import re
+import sqlite3
+import zipfile
 from pathlib import Path
+
+MANIFEST = "manifest.json"  # the artifact member whose SHA-256 is the digest
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS trusted (digest TEXT PRIMARY KEY, path TEXT, how TEXT, "
+           "added TEXT, backends TEXT, note TEXT) WITHOUT ROWID")
+_COLUMNS = ("digest", "path", "how", "added", "backends", "note")
 
 
 def trust_file() -> Path:
@@ -39,34 +65,232 @@ def manifest_digest(manifest_bytes: bytes) -> str:
     return hashlib.sha256(manifest_bytes).hexdigest()
 
 
+def loads_native_code(backend: str) -> bool:
+    """An unknown backend counts as native: it fails later with its own message, never by
+    running unchecked code."""
+    from .registry import backend_class
+
+    try:
+        return bool(getattr(backend_class(backend), "loads_native_code", True))
+    except Exception:
+        return True
+
+
+def native_backends(manifest: dict) -> list[str]:
+    """The backends of `manifest`'s partitions whose blobs are code; empty: needs no trust."""
+    return sorted({p["backend"] for p in manifest.get("partitions", [])
+                   if loads_native_code(p["backend"])})
+
+
+def file_digest(path: str | os.PathLike) -> str | None:
+    """The digest of the artifact at `path` (its manifest only, unverified: prune compares it,
+    it never trusts by it), or None if there is none."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return manifest_digest(z.read(MANIFEST))
+    except (OSError, KeyError, zipfile.BadZipFile, EOFError):
+        return None
+
+
+# -- storage ---------------------------------------------------------------------------------
+
+def _is_legacy(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return False
+    return bool(head) and head != _SQLITE_MAGIC
+
+
+def _legacy_rows(path: Path):
+    """Rows from the old text list: `digest  # 2025-...T...+00:00 built here: out.provmap`.
+    Its notes held paths relative to wherever the build ran: only absolute ones are kept as
+    paths (the rest stay in the note, and --prune treats their file as gone)."""
+    seen = set()
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            digest, _, comment = line.partition("#")
+            digest = digest.strip()
+            if not _HEX64.fullmatch(digest) or digest in seen:
+                continue
+            seen.add(digest)
+            stamp, _, note = comment.strip().partition(" ")
+            m = re.match(r"(built here|trusted by the user): (.+)$", note)
+            where = m.group(2).strip() if m else ""
+            yield (digest, where if os.path.isabs(where) else None, "migrated", stamp or None,
+                   None, note or None)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    import fcntl
+
+    fd = os.open(str(path) + ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _migrate(path: Path) -> None:
+    """Rewrite an old text list as the table, in place and atomically, under a lock (two
+    processes finding it old at once convert it once)."""
+    with _locked(path):
+        if not _is_legacy(path):
+            return
+        rows = list(_legacy_rows(path))
+        tmp = path.with_name(path.name + ".migrating")
+        tmp.unlink(missing_ok=True)
+        con = sqlite3.connect(tmp)
+        try:
+            with con:
+                con.execute(_SCHEMA)
+                con.executemany("INSERT OR IGNORE INTO trusted VALUES (?,?,?,?,?,?)", rows)
+        finally:
+            con.close()
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+
+def _connect(create: bool) -> sqlite3.Connection | None:
+    """The table, converting an old list first; None if there is no list (and `create` is
+    False) or an old one cannot be converted (callers then fall back or give up)."""
+    path = trust_file()
+    if not path.exists():
+        if not create:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    if _is_legacy(path):
+        try:
+            _migrate(path)
+        except OSError:
+            return None
+    con = sqlite3.connect(path, timeout=30)
+    con.execute(_SCHEMA)
+    return con
+
+
 def is_trusted(digest: str) -> bool:
     path = trust_file()
     try:
-        with open(path, encoding="utf-8") as f:
-            return any(line.split("#", 1)[0].strip() == digest for line in f)
-    except FileNotFoundError:
+        con = _connect(create=False)
+    except (OSError, sqlite3.Error):
+        con = None
+    if con is None:
+        if _is_legacy(path):  # an old list that could not be converted: read it as before
+            return any(r[0] == digest for r in _legacy_rows(path))
         return False
+    with contextlib.closing(con):
+        return con.execute("SELECT 1 FROM trusted WHERE digest = ?", (digest,)).fetchone() \
+            is not None
 
 
-def add_trusted(digest: str, note: str = "") -> bool:
-    """Record `digest`; returns False (and writes nothing) if it was already there.
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
-    One short append per artifact (O_APPEND: concurrent writers do not interleave lines).
-    A trust list that cannot be written is not an error for the build that tried: the artifact
-    is still written, it just needs --trust to run elsewhere.
+
+def add_trusted(digest: str, path: str | os.PathLike | None = None, how: str = "built",
+                backends: list[str] | tuple = ()) -> bool:
+    """Record `digest` for the artifact at `path`; False if it was already there (its path is
+    then updated when the recorded one is gone) or the list cannot be written.
+
+    Entries for other digests recorded at the same path go: that file now holds this artifact,
+    so theirs is gone (a rebuild replaces its entry instead of adding one).  A list that cannot
+    be written is not an error for the build that tried: the artifact is still written, it just
+    needs --trust or `provmap trust` to run.
     """
-    if is_trusted(digest):
-        return False
-    path = trust_file()
+    where = os.path.abspath(path) if path is not None else None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        line = f"{digest}  # {stamp} {note}".rstrip() + "\n"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-    except OSError:
+        con = _connect(create=True)
+        if con is None:
+            return False
+        with contextlib.closing(con), con:
+            if where is not None:
+                con.execute("DELETE FROM trusted WHERE path = ? AND digest != ?", (where, digest))
+            old = con.execute("SELECT path FROM trusted WHERE digest = ?", (digest,)).fetchone()
+            if old is not None:
+                if where is not None and not (old[0] and os.path.exists(old[0])):
+                    con.execute("UPDATE trusted SET path = ? WHERE digest = ?", (where, digest))
+                return False
+            con.execute("INSERT INTO trusted VALUES (?,?,?,?,?,?)",
+                        (digest, where, how, _now(), ",".join(backends) or None, None))
+            return True
+    except (OSError, sqlite3.Error):
         return False
-    return True
+
+
+def forget_path(path: str | os.PathLike) -> int:
+    """Drop entries recorded at `path` (an artifact without native code was just written
+    there, so theirs is gone).  Never creates the list."""
+    try:
+        con = _connect(create=False)
+        if con is None:
+            return 0
+        with contextlib.closing(con), con:
+            return con.execute("DELETE FROM trusted WHERE path = ?",
+                               (os.path.abspath(path),)).rowcount
+    except (OSError, sqlite3.Error):
+        return 0
+
+
+def entries() -> list[dict]:
+    con = _connect(create=False)
+    if con is None:
+        path = trust_file()
+        rows = list(_legacy_rows(path)) if _is_legacy(path) else []
+    else:
+        with contextlib.closing(con):
+            rows = con.execute("SELECT * FROM trusted ORDER BY added, digest").fetchall()
+    return [dict(zip(_COLUMNS, r)) for r in rows]
+
+
+def _delete(digests: list[str]) -> None:
+    con = _connect(create=False)
+    if con is None:
+        raise OSError(f"{trust_file()}: cannot be converted to the current format")
+    with contextlib.closing(con), con:
+        con.executemany("DELETE FROM trusted WHERE digest = ?", [(d,) for d in digests])
+
+
+def revoke(what: str) -> list[dict]:
+    """Remove the entry for `what`: an artifact file (its digest), a digest or a unique prefix
+    of one (at least 8 hex digits), or a recorded path.  Returns the removed entries (empty:
+    nothing matched); raises ValueError for an ambiguous prefix."""
+    all_ = entries()
+    digest = file_digest(what) if os.path.isfile(what) else None
+    if digest is not None:
+        hit = [e for e in all_ if e["digest"] == digest]
+    elif re.fullmatch(r"[0-9a-fA-F]{8,64}", what):
+        hit = [e for e in all_ if e["digest"].startswith(what.lower())]
+        if len(hit) > 1:
+            raise ValueError(f"digest prefix {what} matches {len(hit)} entries; give more digits")
+    else:
+        hit = [e for e in all_ if e["path"] == os.path.abspath(what)]
+    if hit:
+        _delete([e["digest"] for e in hit])
+    return hit
+
+
+def stale_reason(entry: dict) -> str | None:
+    """Why `entry` no longer stands for a file, or None if its file still holds it."""
+    p = entry.get("path")
+    if not p:
+        return "no absolute path recorded (an old list's entry)"
+    if not os.path.exists(p):
+        return "file is gone"
+    if file_digest(p) != entry["digest"]:
+        return "file now holds another artifact"
+    return None
+
+
+def prune() -> list[tuple[dict, str]]:
+    """Remove entries whose file is gone (or now holds another artifact, or was never known);
+    returns them with the reason.  Removing trust is always safe: at worst an artifact asks
+    for `provmap trust` again."""
+    gone = [(e, r) for e in entries() if (r := stale_reason(e))]
+    if gone:
+        _delete([e["digest"] for e, _ in gone])
+    return gone

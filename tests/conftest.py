@@ -10,7 +10,59 @@ sys.path.insert(0, str(Path(__file__).parent))
 # cost cache and the tuning database (~/.cache/provmap) all go to one directory of this run,
 # set here, before any test or the processes it starts can read the variables.  A test that
 # needs its own (an empty trust list, a fresh cache) still sets them with monkeypatch.
+_USER_TRUST_ENV = os.environ.get("PROVMAP_TRUST")  # the user's own, checked at the end
 _HOME = Path(tempfile.mkdtemp(prefix="provmap-tests-"))
 for _var, _name in (("PROVMAP_TRUST", "trusted"), ("PROVMAP_CACHE", "costs.sqlite"),
                     ("PROVMAP_TUNING_DB", "tuning")):
     os.environ[_var] = str(_HOME / _name)
+
+
+# The user's own list, as it would be without the redirection above (read-only, at the end).
+_USER_TRUST = Path(_USER_TRUST_ENV).expanduser() if _USER_TRUST_ENV else \
+    Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "provmap" / "trusted-artifacts"
+
+
+def _user_trust_entries_under(prefixes, since: str) -> list[str]:
+    """Entries of the user's list recorded during this run for files in this run's directories
+    (other processes on the machine may legitimately add their own meanwhile)."""
+    import sqlite3
+
+    if not _USER_TRUST.is_file():
+        return []
+    with open(_USER_TRUST, "rb") as f:
+        legacy = f.read(16) != b"SQLite format 3\x00"
+    if legacy:  # an old text list: `digest  # stamp note`
+        rows = [(line.partition("#")[2].strip().partition(" ")[2],
+                 line.partition("#")[2].strip().partition(" ")[0])
+                for line in _USER_TRUST.read_text(errors="replace").splitlines()]
+    else:
+        con = sqlite3.connect(f"file:{_USER_TRUST}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT coalesce(path, note, ''), coalesce(added, '') "
+                               "FROM trusted").fetchall()
+        finally:
+            con.close()
+    return [p for p, added in rows if added >= since and any(s in p for s in prefixes)]
+
+
+def pytest_sessionstart(session):
+    import datetime
+
+    session.config._provmap_started = datetime.datetime.now(datetime.timezone.utc) \
+        .isoformat(timespec="seconds")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite never writes to the user's trust list (issue 26): fail the run if it did."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    prefixes = [str(_HOME)] + ([str(factory.getbasetemp())] if factory else [])
+    since = getattr(session.config, "_provmap_started", "")
+    try:
+        leaked = _user_trust_entries_under(prefixes, since)
+    except Exception as e:  # an unreadable list is not this run's doing
+        print(f"\nconftest: could not read {_USER_TRUST}: {e}")
+        return
+    if leaked:
+        print(f"\nconftest: the test run wrote {len(leaked)} entr(y/ies) to the user's trust list "
+              f"{_USER_TRUST}: {leaked[:3]}")
+        session.exitstatus = 1

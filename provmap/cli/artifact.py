@@ -18,6 +18,7 @@ from provmap.provenance.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
                      add_input_shape_option, add_trust_option, output_stats, warn)
+from .trust import add_trust_command
 
 
 def cmd_compile(args) -> int:
@@ -171,19 +172,6 @@ def cmd_run(args) -> int:
               f"{summary['median_ms']:.2f} ms, min {summary['min_ms']:.2f}, p90 "
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
-    return 0
-
-
-def cmd_trust(args) -> int:
-    from provmap.runtime_module import trust
-    from provmap.runtime_module.artifact import read_artifact
-
-    art = read_artifact(args.artifact)  # verified first: a damaged file is never trusted
-    native = sorted({p["backend"] for p in art.manifest["partitions"]})
-    added = trust.add_trusted(art.digest, f"trusted by the user: {args.artifact}")
-    state = "recorded" if added else "already trusted"
-    print(f"{args.artifact}: {state} (digest {art.digest}; partitions on {', '.join(native) or '-'}"
-          f"; list: {trust.trust_file()})")
     return 0
 
 
@@ -365,10 +353,7 @@ def add_artifact_commands(sub) -> None:
                    "min/max/mean and NaN/Inf counts) as JSON")
     r.set_defaults(func=cmd_run)
 
-    t = sub.add_parser("trust", help="record that you trust an artifact you received, so its "
-                       "native code (TVM partitions) may run here (see docs/artifact.md)")
-    t.add_argument("artifact")
-    t.set_defaults(func=cmd_trust)
+    add_trust_command(sub)
 
     i = sub.add_parser("inspect", help="partitions, nodes, kernels and boundary tensors (offline)")
     i.add_argument("artifact")

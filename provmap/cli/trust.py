@@ -1,0 +1,110 @@
+"""`provmap trust`: the list of artifacts whose native code may run here (record, list, revoke,
+prune).  The rules and the storage are provmap.runtime_module.trust's; docs/artifact.md."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from provmap.provenance.errors import ProvmapError
+
+
+def _where() -> str:
+    from provmap.runtime_module import trust
+
+    return str(trust.trust_file())
+
+
+def _record(path: str) -> int:
+    from provmap.runtime_module import trust
+    from provmap.runtime_module.artifact import read_artifact
+
+    art = read_artifact(path)  # verified first: a damaged file is never trusted
+    native = trust.native_backends(art.manifest)
+    if not native:
+        every = sorted({p["backend"] for p in art.manifest["partitions"]})
+        print(f"{path}: needs no trust (its partitions run on {', '.join(every) or '-'}: model "
+              f"files, no native code); nothing recorded (list: {_where()})")
+        return 0
+    added = trust.add_trusted(art.digest, path, how="trusted", backends=native)
+    state = "recorded" if added else "already trusted"
+    if not added and not trust.is_trusted(art.digest):
+        raise ProvmapError(f"{path}: could not write the trust list {_where()}")
+    print(f"{path}: {state} (digest {art.digest}; native code on {', '.join(native)}"
+          f"; list: {_where()})")
+    return 0
+
+
+def _list(as_json: bool) -> int:
+    from provmap.runtime_module import trust
+
+    rows = trust.entries()
+    for e in rows:
+        e["stale"] = trust.stale_reason(e)
+    if as_json:
+        print(json.dumps({"list": _where(), "entries": rows}, indent=1))
+        return 0
+    print(f"{len(rows)} trusted artifact(s) in {_where()}")
+    for e in rows:
+        print(f"{e['digest']}  {e['added'] or '-':25}  {e['how'] or '-':8}  "
+              f"{e['backends'] or '-':6}  {e['path'] or e['note'] or '-'}"
+              + (f"  [{e['stale']}]" if e["stale"] else ""))
+    return 0
+
+
+def cmd_trust(args) -> int:
+    from provmap.runtime_module import trust
+
+    chosen = [n for n, v in (("ARTIFACT", args.artifact), ("--list", args.list),
+                             ("--revoke", args.revoke), ("--prune", args.prune)) if v]
+    if len(chosen) != 1:
+        raise ProvmapError("trust: give exactly one of ARTIFACT, --list, --revoke, --prune"
+                           + (f" (got {', '.join(chosen)})" if chosen else ""))
+    if args.artifact:
+        return _record(args.artifact)
+    if args.list:
+        return _list(args.json)
+    try:
+        if args.revoke:
+            try:
+                gone = trust.revoke(args.revoke)
+            except ValueError as e:
+                raise ProvmapError(f"trust --revoke: {e}") from None
+            if not gone:
+                raise ProvmapError(f"trust --revoke {args.revoke}: no such entry in {_where()} "
+                                   "(give an artifact file, a digest or a recorded path; "
+                                   "`provmap trust --list` shows them)")
+            for e in gone:
+                print(f"revoked {e['digest']}  {e['path'] or e['note'] or ''}".rstrip())
+            return 0
+        gone = trust.prune()
+    except OSError as e:
+        raise ProvmapError(f"trust: {_where()}: {e}") from None
+    for e, why in gone:
+        print(f"pruned {e['digest']}  {e['path'] or e['note'] or '-'}  ({why})")
+    print(f"{len(gone)} entr{'y' if len(gone) == 1 else 'ies'} pruned, "
+          f"{len(trust.entries())} left in {_where()}")
+    return 0
+
+
+def add_trust_command(sub) -> None:
+    env_default = "$PROVMAP_TRUST" if os.environ.get("PROVMAP_TRUST") else "default"
+    t = sub.add_parser(
+        "trust", help="record that you trust an artifact you received, so its native code (TVM "
+        "partitions) may run here; list, revoke or prune the trust list (see docs/artifact.md)",
+        description="Artifacts whose native code (TVM partitions: shared libraries) may run on "
+        "this machine, one entry per artifact digest. Artifacts built here are recorded as they "
+        "are written; ONNX Runtime/OpenVINO partitions are model files and need no trust.",
+        epilog=f"The list lives in $PROVMAP_TRUST, else $XDG_CONFIG_HOME/provmap/trusted-"
+        f"artifacts, else ~/.config/provmap/trusted-artifacts (here, {env_default}: {_where()}). "
+        "It is an SQLite file; an old text list is converted on first use.")
+    t.add_argument("artifact", nargs="?", help="the artifact to trust (after you decided you "
+                   "trust where it came from)")
+    t.add_argument("--list", action="store_true", help="print every entry: digest, when, how "
+                   "(built here, trusted, migrated), backends, path, and whether its file is gone")
+    t.add_argument("--json", action="store_true", help="with --list: as JSON")
+    t.add_argument("--revoke", metavar="ART|DIGEST|PATH", help="remove the entry of an artifact "
+                   "file, a digest (or a unique prefix of 8+ hex digits) or a recorded path")
+    t.add_argument("--prune", action="store_true", help="remove entries whose file is gone, "
+                   "now holds another artifact, or was never recorded (old lists)")
+    t.set_defaults(func=cmd_trust)

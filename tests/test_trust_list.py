@@ -1,0 +1,167 @@
+"""The trust list through the real CLI (issue 26): only code is recorded, one entry per digest,
+list/revoke/prune, the old text format still read, and the user's own list never touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from small_models import conv_relu, twin_branches
+
+
+def _cli(*args, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
+                          capture_output=True, text=True, env=env or dict(os.environ), cwd=cwd,
+                          timeout=300)
+
+
+def _ok(*args, **kw):
+    r = _cli(*args, **kw)
+    assert r.returncode == 0, (args, r.stderr)
+    return r
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    lst = tmp_path / "trusted"
+    monkeypatch.setenv("PROVMAP_TRUST", str(lst))
+    onnx.save(conv_relu(), tmp_path / "a.onnx")
+    onnx.save(twin_branches(), tmp_path / "b.onnx")
+    return tmp_path, lst
+
+
+def _entries():
+    return json.loads(_ok("trust", "--list", "--json").stdout)["entries"]
+
+
+def test_onnxruntime_only_builds_add_nothing(work):
+    d, lst = work
+    for _ in range(2):
+        _ok("compile", d / "a.onnx", "-o", d / "ort.provmap", "--strategy", "single:onnxruntime")
+    assert not lst.exists()  # no code, no entry: the list is not even created
+    _ok("run", d / "ort.provmap", "--random")  # and it runs without trust
+    r = _ok("trust", d / "ort.provmap")
+    assert "needs no trust" in r.stdout and not lst.exists()
+
+
+def test_rebuilding_a_tvm_artifact_keeps_one_entry(work):
+    d, lst = work
+    art = d / "tvm.provmap"
+    for _ in range(2):
+        _ok("compile", d / "a.onnx", "-o", art, "--strategy", "single:tvm")
+    (e,) = _entries()
+    assert e["path"] == str(art) and os.path.isabs(e["path"]) and e["how"] == "built"
+    assert e["backends"] == "tvm" and e["stale"] is None
+    _ok("run", art, "--random")  # the entry is the current build's: it runs without --trust
+    # an ORT-only build over the same file: the TVM entry's file is gone, so is the entry
+    _ok("compile", d / "a.onnx", "-o", art, "--strategy", "single:onnxruntime")
+    assert _entries() == []
+
+
+def test_list_revoke_prune(work):
+    d, lst = work
+    a, b = d / "a.provmap", d / "b.provmap"
+    _ok("compile", d / "a.onnx", "-o", a, "--strategy", "single:tvm")
+    _ok("compile", d / "b.onnx", "-o", b, "--strategy", "single:tvm")
+    listed = _ok("trust", "--list").stdout
+    assert f"2 trusted artifact(s) in {lst}" in listed and str(a) in listed and str(b) in listed
+
+    r = _ok("trust", "--revoke", a)  # by artifact file
+    assert "revoked" in r.stdout
+    assert [e["path"] for e in _entries()] == [str(b)]
+    r = _cli("run", a, "--random")
+    assert r.returncode == 2 and "refused to load partition p0 (tvm)" in r.stderr
+    _ok("trust", a)  # the user's own decision brings it back
+    _ok("run", a, "--random")
+    digest = next(e["digest"] for e in _entries() if e["path"] == str(a))
+    _ok("trust", "--revoke", digest[:12])  # by digest prefix
+    assert [e["path"] for e in _entries()] == [str(b)]
+    r = _cli("trust", "--revoke", digest[:12])
+    assert r.returncode == 2 and "no such entry" in r.stderr and "Traceback" not in r.stderr
+
+    _ok("trust", a)
+    b.unlink()
+    assert "file is gone" in _ok("trust", "--list").stdout
+    r = _ok("trust", "--prune")
+    assert "pruned" in r.stdout and str(b) in r.stdout and "1 entry pruned, 1 left" in r.stdout
+    assert [e["path"] for e in _entries()] == [str(a)]
+
+
+def test_old_text_list_is_read_then_converted(work, tmp_path):
+    d, lst = work
+    art = d / "old.provmap"
+    elsewhere = dict(os.environ, PROVMAP_TRUST=str(tmp_path / "other-list"))
+    _ok("compile", d / "a.onnx", "-o", art, "--strategy", "single:tvm", env=elsewhere)
+    digest = json.loads(_ok("trust", "--list", "--json", env=elsewhere).stdout)["entries"][0]["digest"]
+    other = "f" * 64
+    lst.write_text(f"{digest}  # 2025-01-01T00:00:00+00:00 built here: {art}\n"
+                   f"{digest}  # 2025-01-02T00:00:00+00:00 built here: {art}\n"
+                   f"{other}  # 2025-01-03T00:00:00+00:00 built here: out/rel.provmap\n")
+    _ok("run", art, "--random")  # the old list still grants trust...
+    assert lst.read_bytes().startswith(b"SQLite format 3\x00")  # ...and is now the table
+    es = {e["digest"]: e for e in _entries()}
+    assert set(es) == {digest, other}  # one entry per digest
+    assert es[digest]["path"] == str(art) and es[digest]["how"] == "migrated"
+    assert es[other]["path"] is None and "out/rel.provmap" in es[other]["note"]
+    # the lookup is the table's key, not a scan
+    con = sqlite3.connect(lst)
+    plan = " ".join(r[-1] for r in con.execute(
+        "EXPLAIN QUERY PLAN SELECT 1 FROM trusted WHERE digest = ?", (digest,)))
+    con.close()
+    assert "PRIMARY KEY" in plan and "SCAN" not in plan, plan
+    r = _ok("trust", "--prune")  # a relative path from the old notes: its file cannot be found
+    assert other in r.stdout and [e["digest"] for e in _entries()] == [digest]
+
+
+def test_help_says_where_the_list_lives(work):
+    d, lst = work
+    out = _ok("trust", "--help").stdout
+    assert "PROVMAP_TRUST" in out and "XDG_CONFIG_HOME" in out
+    assert str(lst) in out.replace("\n", " ").replace("  ", " ")
+
+
+def test_default_location_and_builds_without_code_leave_it_alone(tmp_path, monkeypatch):
+    """PROVMAP_TRUST unset, HOME and XDG_CONFIG_HOME pointed here: an ORT-only build creates
+    nothing under the default location; a TVM build records itself exactly there."""
+    onnx.save(conv_relu(), tmp_path / "a.onnx")
+    env = {k: v for k, v in os.environ.items() if k != "PROVMAP_TRUST"}
+    env.update(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    _ok("compile", tmp_path / "a.onnx", "-o", tmp_path / "ort.provmap", "--strategy",
+        "single:onnxruntime", env=env)
+    assert not (tmp_path / "xdg").exists() and not (tmp_path / "home" / ".config").exists()
+    _ok("compile", tmp_path / "a.onnx", "-o", tmp_path / "tvm.provmap", "--strategy",
+        "single:tvm", env=env)
+    default = tmp_path / "xdg" / "provmap" / "trusted-artifacts"
+    assert default.is_file() and not (tmp_path / "home" / ".config").exists()
+    assert str(default) in _ok("trust", "--list", env=env).stdout
+    del env["XDG_CONFIG_HOME"]
+    assert str(tmp_path / "home" / ".config" / "provmap" / "trusted-artifacts") in \
+        _ok("trust", "--help", env=env).stdout.replace("\n", "")
+
+
+def test_bench_leaves_no_entries_for_the_artifacts_it_deletes(work):
+    d, lst = work
+    _ok("bench", d / "a.onnx", "-o", d / "bench", "--strategies", "single:tvm", "--backends", "tvm",
+        "--repeats", "2", "--scaling-sizes", "100", "--provenance-repeats", "0")
+    assert _entries() == []
+
+
+def test_conformance_runner_leaves_no_entries(work):
+    import numpy as np
+
+    from provmap.bench import conformance
+
+    d, lst = work
+    x = np.ones((1, 3, 8, 8), np.float32)
+    model = conv_relu()
+    names = [i.name for i in model.graph.input if i.name not in
+             {t.name for t in model.graph.initializer}]
+    (y,) = conformance._run_provmap("tvm")(model, names, [x])
+    assert np.isfinite(y).all()
+    assert _entries() == []
