@@ -31,9 +31,13 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
         shape = tuple(int(p) for p in parts)
     except ValueError:
         raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be integers separated by 'x'") from None
-    if any(d < 0 for d in shape):
-        raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be sizes >= 0 (a model's -1 is a "
-                           "dynamic dimension; give the size to run it with)")
+    for i, d in enumerate(shape):
+        # A zero-sized tensor is legal ONNX, but no backend here runs one: OpenVINO fails with
+        # its raw error and TVM with "Mismatched input.strides" in some runs, not all.
+        if d < 1:
+            raise ProvmapError(f"{FLAG} {spec!r}: input {name!r} dimension {i} is {d}; sizes "
+                               "must be >= 1" + (" (a model's -1 is a dynamic dimension; give "
+                                                 "the size to run it with)" if d < 0 else ""))
     return name, shape
 
 

@@ -23,6 +23,9 @@ from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress
 def cmd_compile(args) -> int:
     from provmap.partition.compile import compile_model, load_view
 
+    for flag, value in (("--max-depth", args.max_depth), ("--max-size", args.max_size)):
+        if value < 1:  # checked before the import, not as a traceback from the search
+            raise ProvmapError(f"{flag} must be a positive integer, got {value}")
     t0 = time.perf_counter()
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "

@@ -1,0 +1,87 @@
+"""Bad numbers, bad paths, bad options and Ctrl-C through the real CLI in a subprocess: each is
+one `provmap: error:` line (or `provmap: interrupted`), a non-zero exit, no traceback and no
+output file, and each is caught before the work it would otherwise end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def provmap(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_error(r, *words):
+    """Exit 2, exactly one `provmap: error:` line holding every word, and no traceback."""
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("provmap: error:")]
+    assert len(lines) == 1, r.stderr
+    for w in words:
+        assert w in lines[0], (w, r.stderr)
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def art(tmp_path_factory):
+    """x[4] -> Relu -> y, compiled for ONNX Runtime (fast to build and to run)."""
+    d = tmp_path_factory.mktemp("rob")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(m, d / "relu.onnx")
+    r = provmap("compile", d / "relu.onnx", "-o", d / "relu.provmap", "--strategy",
+                "single:onnxruntime", "--embed-model")
+    assert r.returncode == 0, r.stderr
+    np.savez(d / "in.npz", x=np.array([-1.0, 0.0, 1.0, 2.0], np.float32))
+    return d
+
+
+@pytest.mark.parametrize("flag,value", [("--max-depth", 0), ("--max-size", -1)])
+def test_collage_search_limits_must_be_positive(tmp_path, flag, value):
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", "--strategy",
+                "collage", flag, value)
+    line = one_error(r, flag, str(value))
+    assert "imported" not in r.stderr, line  # refused before the import
+    assert not (tmp_path / "a.provmap").exists()
+
+
+@pytest.mark.parametrize("shape,dim", [("0x3", 0), ("2x0", 1), ("1x-5", 1)])
+def test_zero_or_negative_input_dimension_is_refused(tmp_path, shape, dim):
+    """A zero batch used to be accepted; OpenVINO then failed with its raw error."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "C"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "C"])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              tmp_path / "dyn.onnx")
+    r = provmap("compile", tmp_path / "dyn.onnx", "-o", tmp_path / "a.provmap", "--strategy",
+                "single:openvino", "--input-shape", f"x={shape}")
+    one_error(r, "--input-shape", "'x'", f"dimension {dim}")
+    assert not (tmp_path / "a.provmap").exists()
+
+
+def test_outputs_a_kernel_directory_refuses_are_caught_before_any_work(art):
+    """/proc refuses new files even to root, for whom os.access says yes to everything."""
+    a = art / "relu.provmap"
+    for args in (("compile", "bundled:squeezenet", "-o", "/proc/x.provmap", "--strategy",
+                  "single:onnxruntime"),
+                 ("map", "bundled:squeezenet", "-o", "/proc/x.map"),
+                 ("run", a, "--random", "-o", "/proc/x.npz"),
+                 ("report", a, "-o", "/proc/x.html"),
+                 ("annotate", a, "-o", "/proc/x.onnx"),
+                 ("profile", a, "--inputs", art / "in.npz", "--trace", "/proc/x.json")):
+        r = provmap(*args)
+        line = one_error(r, "/proc/x.", "not writable")
+        assert ".tmp" not in line, line  # names the user's path, not a temp file
+        assert "imported" not in r.stderr and "loaded" not in r.stderr, (args, r.stderr)
+        assert "profile: " not in r.stderr, (args, r.stderr)  # no repeat ran first
