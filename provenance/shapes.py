@@ -139,6 +139,10 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                 raise ProvmapError(f"{label}: input {vi.name!r} is not a tensor; {FLAG} "
                                    "cannot give it a shape")
             want = shapes[vi.name]
+            bad = [k for k, w in enumerate(want) if int(w) < 1]
+            if bad:  # the Python API's input_shapes= too, not only the parsed flag
+                raise ProvmapError(f"{label}: input {vi.name!r} dimension {bad[0]} is "
+                                   f"{want[bad[0]]}; sizes must be >= 1")
             if tt.HasField("shape") and len(tt.shape.dim) != len(want):
                 raise ProvmapError(f"{label}: input {vi.name!r} has rank {len(tt.shape.dim)} "
                                    f"({_dims_text(tt)}), {FLAG} gives {len(want)} dimensions")

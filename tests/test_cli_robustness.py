@@ -85,3 +85,43 @@ def test_outputs_a_kernel_directory_refuses_are_caught_before_any_work(art):
         assert ".tmp" not in line, line  # names the user's path, not a temp file
         assert "imported" not in r.stderr and "loaded" not in r.stderr, (args, r.stderr)
         assert "profile: " not in r.stderr, (args, r.stderr)  # no repeat ran first
+
+
+@pytest.mark.parametrize("option,strategy,words", [
+    ("openvno.exclude_ops=Softmax", "greedy:openvino,onnxruntime",
+     ("'openvno'", "did you mean 'openvino'")),
+    ("openvino.exclude_ops=Softmx", "greedy:openvino,onnxruntime",
+     ("openvino.exclude_ops", "'Softmx'", "did you mean 'Softmax'")),
+    ("openvino.exclude_op=Softmax", "greedy:openvino,onnxruntime",
+     ("'exclude_op'", "did you mean 'exclude_ops'")),
+    ("openvino.precision=bf16", "single:onnxruntime", ("does not use backend 'openvino'",)),
+    ("tvm.tune=metaschedule", "collage", ("does not use backend 'tvm'",)),
+])
+def test_backend_option_typos_are_refused_before_the_build(tmp_path, option, strategy, words):
+    """Each of these used to build a different partition than the one asked for, exit 0."""
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", "--strategy",
+                strategy, "--backend-option", option)
+    one_error(r, "--backend-option", *words)
+    assert "building" not in r.stderr and not (tmp_path / "a.provmap").exists()
+
+
+def test_backend_options_that_apply_are_still_taken(tmp_path):
+    """A contrib op the model has is a valid exclude_ops entry though onnx.defs lacks it."""
+    from provmap.partition.backend_options import check_op_lists
+
+    check_op_lists({"onnxruntime": {"exclude_ops": ["FusedConv"]}}, {"FusedConv"})
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", "--strategy",
+                "collage:onnxruntime,openvino", "--backend-option",
+                "openvino.exclude_ops=Softmax,Concat", "--no-e2e-check", "--max-size", "1",
+                "--cache", tmp_path / "c.sqlite")
+    assert r.returncode == 0, r.stderr
+
+
+def test_python_api_refuses_a_zero_input_size_too():
+    from provmap.partition.compile import load_view
+    from provmap.provenance.errors import ProvmapError
+    from small_models import conv_relu
+
+    name = conv_relu().graph.input[0].name
+    with pytest.raises(ProvmapError, match=f"input '{name}' dimension 0 is 0"):
+        load_view(conv_relu(), input_shapes={name: (0, 3, 8, 8)})
