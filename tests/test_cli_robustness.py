@@ -125,3 +125,43 @@ def test_python_api_refuses_a_zero_input_size_too():
     name = conv_relu().graph.input[0].name
     with pytest.raises(ProvmapError, match=f"input '{name}' dimension 0 is 0"):
         load_view(conv_relu(), input_shapes={name: (0, 3, 8, 8)})
+
+
+@pytest.fixture(scope="module")
+def greedy(tmp_path_factory):
+    """SqueezeNet with Concat kept off OpenVINO: 17 partitions, so the executor's time between
+    the partition calls is a visible share of the run."""
+    d = tmp_path_factory.mktemp("greedy")
+    r = provmap("compile", "bundled:squeezenet", "-o", d / "g.provmap", "--strategy",
+                "greedy:openvino,onnxruntime", "--backend-option", "openvino.exclude_ops=Concat")
+    assert r.returncode == 0, r.stderr
+    r = provmap("profile", d / "g.provmap", "--repeats", "3", "--json", "--trace", d / "t.json")
+    assert r.returncode == 0, r.stderr
+    (d / "g.json").write_text(r.stdout)
+    return d
+
+
+def test_profile_rows_add_up_to_end_to_end(greedy):
+    import json
+
+    p = json.loads((greedy / "g.json").read_text())
+    assert len(p["partitions"]) == 17
+    parts = sum(r["ms"] for r in p["partitions"])
+    assert parts + p["between_partitions_ms"] == pytest.approx(p["e2e_ms"], rel=1e-9)
+    events = json.loads((greedy / "t.json").read_text())["traceEvents"]
+    assert any(e["name"] == "between partitions" for e in events)
+    text = provmap("profile", greedy / "g.provmap", "--repeats", "2").stdout
+    assert "between partitions" in text, text
+
+
+def test_report_takes_one_source_of_costs_and_only_its_own_profile(greedy, art, tmp_path):
+    r = provmap("report", greedy / "g.provmap", "--profile", greedy / "g.json", "--measure",
+                "-o", tmp_path / "r.html")
+    one_error(r, "--profile", "--measure", "not both")
+    r = provmap("report", art / "relu.provmap", "--profile", greedy / "g.json", "-o",
+                tmp_path / "r.html")
+    one_error(r, "g.json", "another artifact", "relu.provmap")
+    assert not (tmp_path / "r.html").exists()
+    r = provmap("report", greedy / "g.provmap", "--profile", greedy / "g.json", "-o",
+                tmp_path / "r.html")
+    assert r.returncode == 0 and (tmp_path / "r.html").exists(), r.stderr
