@@ -67,7 +67,10 @@ def stage_file(dest: Path, write) -> Path:
 
 
 def commit_temp(tmp: Path, dest: Path) -> None:
+    from .interrupt import raise_if_interrupted
+
     try:
+        raise_if_interrupted()  # work a library let go on after Ctrl-C is not written
         os.replace(tmp, dest)
     except BaseException:
         discard_temp(tmp)

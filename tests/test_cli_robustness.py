@@ -165,3 +165,35 @@ def test_report_takes_one_source_of_costs_and_only_its_own_profile(greedy, art, 
     r = provmap("report", greedy / "g.provmap", "--profile", greedy / "g.json", "-o",
                 tmp_path / "r.html")
     assert r.returncode == 0 and (tmp_path / "r.html").exists(), r.stderr
+
+
+@pytest.mark.parametrize("delay", [0.5, 3.0])
+def test_ctrl_c_during_a_tvm_build_exits_130_and_writes_nothing(tmp_path, delay):
+    """TVM caught the KeyboardInterrupt inside its pass callbacks: the build went on (exit 0,
+    artifact written) or failed as 'tvm: build failed: RuntimeError'."""
+    import signal
+    import time
+
+    out = tmp_path / "k.provmap"
+    p = subprocess.Popen([sys.executable, "-m", "provmap.cli.main", "compile", "bundled:squeezenet",
+                          "-o", str(out), "--strategy", "single:tvm"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in p.stderr:  # bounded: the command ends whether or not it says so
+            seen.append(line)
+            if "building p0 on tvm" in line:
+                break
+        assert any("building" in ln for ln in seen), "".join(seen)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _, rest = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = "".join(seen) + rest
+    assert p.returncode == 130, err
+    assert err.rstrip().endswith("provmap: interrupted") and "Traceback" not in err, err
+    assert "error" not in err, err
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())  # no artifact, no temp
