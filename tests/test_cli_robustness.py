@@ -167,16 +167,17 @@ def test_report_takes_one_source_of_costs_and_only_its_own_profile(greedy, art, 
     assert r.returncode == 0 and (tmp_path / "r.html").exists(), r.stderr
 
 
-@pytest.mark.parametrize("delay", [0.5, 3.0])
+@pytest.mark.parametrize("delay", [0.5, 2.0])
 def test_ctrl_c_during_a_tvm_build_exits_130_and_writes_nothing(tmp_path, delay):
-    """TVM caught the KeyboardInterrupt inside its pass callbacks: the build went on (exit 0,
-    artifact written) or failed as 'tvm: build failed: RuntimeError'."""
+    """TVM turned the KeyboardInterrupt raised in its pass callbacks into a RuntimeError: the
+    build failed as 'tvm: build failed: RuntimeError', or went on (exit 0, artifact written).
+    ResNet-50's TVM build takes ~6 s here, so both delays land inside it."""
     import signal
     import time
 
     out = tmp_path / "k.provmap"
-    p = subprocess.Popen([sys.executable, "-m", "provmap.cli.main", "compile", "bundled:squeezenet",
-                          "-o", str(out), "--strategy", "single:tvm"],
+    p = subprocess.Popen([sys.executable, "-m", "provmap.cli.main", "compile",
+                          "bundled:resnet50", "-o", str(out), "--strategy", "single:tvm"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         seen = []
