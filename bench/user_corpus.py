@@ -144,8 +144,8 @@ def run_model(name: str, path: Path, feeds: dict, *, precision: str = "fp32",
     work, shape_args = runner.work, _shape_args(input_shapes)
     fpath = work / f"{name}.feeds.npz"
     np.savez(fpath, **feeds)
-    opts = [a for b in ("onnxruntime", "openvino")
-            for a in ("--backend-option", f"{b}.threads={runner.threads}")]
+    opts = {b: ("--backend-option", f"{b}.threads={runner.threads}")
+            for b in ("onnxruntime", "openvino")}  # per step: only the step's backends
     artifacts: dict[str, Path] = {}
     for step in steps:
         tag = f"{name}_{step.replace(':', '-').replace(',', '+')}"
@@ -160,7 +160,8 @@ def run_model(name: str, path: Path, feeds: dict, *, precision: str = "fp32",
         elif step.startswith(("single:", "greedy:", "collage:")):
             art = work / f"{tag}.pmod"
             res, out = runner(tag + ".compile", "compile", str(path), "-o", str(art),
-                              "--strategy", step, "--json", *opts, *shape_args)
+                              "--strategy", step, "--json",
+                              *[a for b, o in opts.items() if b in step for a in o], *shape_args)
             summary = _json(out) if res["ok"] else None
             res["compile_s"] = res.pop("seconds")
             if summary:

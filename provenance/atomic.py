@@ -67,7 +67,10 @@ def stage_file(dest: Path, write) -> Path:
 
 
 def commit_temp(tmp: Path, dest: Path) -> None:
+    from .interrupt import raise_if_interrupted
+
     try:
+        raise_if_interrupted()  # work a library let go on after Ctrl-C is not written
         os.replace(tmp, dest)
     except BaseException:
         discard_temp(tmp)
@@ -109,6 +112,13 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
         raise ProvmapError(f"{p}: cannot write here: {base} is not writable")
     if not directory and p.exists() and not os.access(p, os.W_OK) and not os.access(p.parent, os.W_OK):
         raise ProvmapError(f"{p}: cannot write here: the file is read-only")
+    # os.access answers yes for root everywhere, and /proc or a read-only mount refuse new files
+    # whatever the modes say: only creating the temp file write_atomic will create is an answer.
+    try:
+        discard_temp(_new_temp(base / (p.name or "probe")))
+    except OSError as e:
+        raise ProvmapError(f"{p}: cannot write here: {base} is not writable "
+                           f"({e.strerror or e})") from None
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:

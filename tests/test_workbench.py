@@ -212,7 +212,9 @@ def test_profile_sums_to_end_to_end(tmp_path, name):
         sum(k["ms"] for k in res["kernels"]), rel=1e-6)
     assert any(r.get("shared_with") for r in res["onnx_nodes"])  # fused kernels say so
     ev = res["trace"]["traceEvents"]
-    assert {e["cat"] for e in ev} == {"partition", "kernel"}
+    assert {e["cat"] for e in ev} == {"partition", "kernel", "executor"}  # + between calls
+    assert res["partitions_total_ms"] + res["between_partitions_ms"] == pytest.approx(
+        res["e2e_ms"])
 
 
 def test_profile_tvm_and_cli_trace(tmp_path, transformer, capsys):

@@ -22,12 +22,22 @@ from .trust import add_trust_command
 
 
 def cmd_compile(args) -> int:
-    from provmap.partition.compile import compile_model, load_view
+    from provmap.partition.backend_options import check_backend_options, check_op_lists
+    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS, compile_model, load_view
 
+    for flag, value in (("--max-depth", args.max_depth), ("--max-size", args.max_size)):
+        if value < 1:  # checked before the import, not as a traceback from the search
+            raise ProvmapError(f"{flag} must be a positive integer, got {value}")
+    backend_options = _parse_backend_options(args.backend_option)
+    searched = args.strategy
+    if searched.split(":", 1)[0] == "collage" and args.backends and ":" not in searched:
+        searched = f"collage:{args.backends}"
+    check_backend_options(searched, backend_options, DEFAULT_COLLAGE_BACKENDS)
     t0 = time.perf_counter()
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
               f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s")
+    check_op_lists(backend_options, {n.op_type for n in view.nodes})
     warn(view.imported.warnings)
     t1 = time.perf_counter()
     strategy = args.strategy
@@ -48,7 +58,6 @@ def cmd_compile(args) -> int:
     elif args.pin or args.forbid or args.cut or args.backends or args.measure_on:
         raise ProvmapError("--pin/--forbid/--cut/--backends/--measure-on apply to --strategy "
                            "collage")
-    backend_options = _parse_backend_options(args.backend_option)
     if args.tuning_db:
         _set_tuning_db(backend_options, strategy, args.tuning_db)
     art = compile_model(view, strategy, out=args.output,

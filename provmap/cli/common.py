@@ -117,13 +117,24 @@ def _check_outputs(args) -> None:
 
 def dispatch(args) -> int:
     """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
+    from provmap.provenance import interrupt
+
+    interrupt.install()
     try:
         _check_outputs(args)
-        return args.func(args)
+        rc = args.func(args)
+        interrupt.raise_if_interrupted()
+        return rc
     except ProvmapError as e:
+        if interrupt.interrupted():  # a library turned Ctrl-C into its own error
+            print("provmap: interrupted", file=sys.stderr)
+            return 130
         print(f"provmap: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # disk full, permissions changed mid-run: still one line
+        if interrupt.interrupted():
+            print("provmap: interrupted", file=sys.stderr)
+            return 130
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         print(f"provmap: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2

@@ -136,6 +136,8 @@ def cmd_profile(args) -> int:
     for p in res["partitions"]:
         print(f"  {p['partition']} {p['backend']:12} {p['ms']:9.3f} ms  ({p['kernels']} kernels; "
               f"{p['kernel_times']}; outside kernels {p['outside_kernels_ms']:.3f} ms)")
+    print(f"  between partitions {res['between_partitions_ms']:9.3f} ms  (the executor: "
+          "boundary tensors and dispatch between partition calls)")
     print("top ONNX nodes:")
     for r in res["onnx_nodes"][: args.top]:
         shared = f"  (kernel shared with {', '.join(r['shared_with'])})" if r.get("shared_with") else ""
@@ -145,18 +147,41 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def _check_profile_is_of(profile: dict, path: str, mod, artifact: str) -> None:
+    """A profile of another artifact would paint its costs on the wrong nodes without a word.
+    Profiles carry the artifact's digest; older ones are checked by their partitions."""
+    digest = profile.get("artifact_digest")
+    parts = [(p.get("partition"), p.get("backend")) for p in profile["partitions"]
+             if isinstance(p, dict)]
+    mine = [(m.id, m.backend) for m in mod.partitions]
+    if (digest and digest != mod.artifact.digest) or (not digest and parts != mine):
+        raise ProvmapError(f"{path}: a profile of another artifact (digest "
+                           f"{(digest or 'not recorded')[:12]}, {len(parts)} partition(s)), "
+                           "not of "
+                           f"{artifact} "
+                           f"(digest {mod.artifact.digest[:12]}); profile this artifact, or use "
+                           "--measure")
+
+
 def cmd_report(args) -> int:
     from provmap.runtime_module.module import load
     from provmap.workbench.report_html import render
 
     profile = None
+    if args.profile and args.measure:
+        raise ProvmapError("give either --profile FILE (saved costs) or --measure (profile "
+                           "now), not both")
     if args.profile:
         try:
             with open(args.profile) as f:
                 profile = json.load(f)
         except (OSError, ValueError) as e:
             raise ProvmapError(f"{args.profile}: cannot read the profile JSON: {e}") from None
+        if not isinstance(profile, dict) or not isinstance(profile.get("partitions"), list):
+            raise ProvmapError(f"{args.profile}: not the output of `provmap profile --json`")
     mod = load(args.artifact, runnable=bool(args.measure), trust=args.trust)
+    if profile is not None:
+        _check_profile_is_of(profile, args.profile, mod, args.artifact)
     if args.measure:
         from provmap.workbench.profile import profile_artifact
 

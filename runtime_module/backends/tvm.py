@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 from provmap.provenance.build import cpu_pipeline, cpu_target, join_executable
+from provmap.provenance.interrupt import raise_if_interrupted
 from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 from provmap.provenance.salvage import failing_nodes
@@ -255,8 +256,10 @@ class TVMBackend(Backend):
             stats = tune_regions(mods, target, db, self._trials, self._budget - self._spent,
                                  log=stderr_log)
         except Exception as e:
+            raise_if_interrupted()
             first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
             raise BackendError(f"tvm: tuning failed: {first}") from None
+        raise_if_interrupted()
         self._spent += stats.trials
         return stats
 
@@ -279,8 +282,10 @@ class TVMBackend(Backend):
                     opt_level=3, instruments=[tracker.instrument()]))
                 ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         except Exception as e:  # TVM raises many types; the message is what matters
+            raise_if_interrupted()  # a Ctrl-C TVM caught in a callback is not a failed build
             first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
             raise BackendError(f"tvm: build failed: {first}") from None
+        raise_if_interrupted()  # ... nor, when TVM swallowed it whole, a finished one
         shim = SimpleNamespace(pmap=ProvenanceMap(meta={}), const_exprs=sub.view.imported.const_exprs)
         pmap = join_executable(shim, tracker, ex, target, backend=self.name)
         kind = {k.name: k.kind for k in pmap.kernels}

@@ -1,0 +1,83 @@
+"""`--backend-option BACKEND.OPTION=VALUE` checked against the strategy before any work.
+
+A typo here used to change nothing visible: `openvno.exclude_ops=Softmax` (a backend no strategy
+names), `openvino.exclude_ops=Softmx` (an op no model has) and options for a backend the strategy
+does not use were all accepted, and the build went on to a different partition than the one
+asked for, with exit 0.  Each is one error naming the option, with the close known names.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.backend import Backend, BackendError
+from provmap.runtime_module.registry import available_backends, backend_class, parse_variant
+
+from .strategies import parse_strategy
+
+#: Options whose value is a comma-separated list of ONNX op types.
+OP_LIST_OPTIONS = ("only_ops", "exclude_ops")
+
+
+def _hint(word: str, known) -> str:
+    close = difflib.get_close_matches(word, list(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def strategy_backends(strategy: str, default_collage) -> list[str]:
+    kind, names = parse_strategy(strategy)
+    return list(names) if names or kind != "collage" else list(default_collage)
+
+
+def check_backend_options(strategy: str, options: dict, default_collage=()) -> None:
+    """Every backend named must be one the strategy uses, every option one that backend has."""
+    used = strategy_backends(strategy, default_collage)
+    for backend, opts in options.items():
+        flag = f"--backend-option {backend}.{next(iter(opts), '')}"
+        try:
+            base = parse_variant(backend)[0]
+        except BackendError as e:
+            raise ProvmapError(f"{flag}: {e}") from None
+        known = available_backends()
+        if base not in known:
+            raise ProvmapError(f"{flag}: unknown backend {base!r}{_hint(base, known)} "
+                               f"(backends: {', '.join(known)})")
+        if backend not in used:
+            raise ProvmapError(f"{flag}: strategy {strategy!r} does not use backend {backend!r} "
+                               f"(it uses {', '.join(used)}); the option would change nothing")
+        try:
+            cls = backend_class(backend)
+        except BackendError as e:
+            raise ProvmapError(f"{flag}: {e}") from None
+        names = list(cls.option_names()) + list(Backend.COMMON_OPTIONS)
+        for name in opts:
+            if name not in names:
+                raise ProvmapError(f"--backend-option {backend}.{name}: backend {backend!r} has "
+                                   f"no option {name!r}{_hint(name, names)} (options: "
+                                   f"{', '.join(names)})")
+
+
+def _onnx_op_types() -> set[str]:
+    import onnx.defs
+
+    return {s.name for s in onnx.defs.get_all_schemas_with_history()}
+
+
+def check_op_lists(options: dict, model_ops) -> None:
+    """only_ops/exclude_ops name ONNX op types: one of the standard's, or one the model has
+    (contrib ops such as com.microsoft's are not in onnx.defs)."""
+    known = None
+    for backend, opts in options.items():
+        for name in OP_LIST_OPTIONS:
+            value = opts.get(name)
+            if value is None:
+                continue
+            ops = value if isinstance(value, (list, tuple)) else \
+                [x.strip() for x in str(value).split(",") if x.strip()]
+            if known is None:
+                known = _onnx_op_types() | set(model_ops)
+            for op in ops:
+                if op not in known:
+                    raise ProvmapError(f"--backend-option {backend}.{name}: {op!r} is not an ONNX "
+                                       f"op type{_hint(op, sorted(known))}")
