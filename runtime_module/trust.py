@@ -15,8 +15,8 @@ libraries parse, not code.  Hence two rules:
    are added as they are written, so your own builds just run; one you received needs
    `provmap trust ART` (after you decided you trust its origin) or `--trust`.
 
-The list: `$PROVMAP_TRUST`, else `$XDG_CONFIG_HOME/provmap/trusted-artifacts`, else
-`~/.config/provmap/trusted-artifacts`.  It is an SQLite table keyed by digest, because:
+The list: `$PROVMAP_TRUST`, else `$XDG_CONFIG_HOME/provmap/trusted-artifacts.sqlite`, else
+`~/.config/provmap/trusted-artifacts.sqlite`.  It is an SQLite table keyed by digest, because:
 
 - the one question asked on every run of native code, "is this digest trusted", is a primary
   key lookup (a few B-tree pages), not a scan that grows with every build;
@@ -25,8 +25,10 @@ The list: `$PROVMAP_TRUST`, else `$XDG_CONFIG_HOME/provmap/trusted-artifacts`, e
 - concurrent builds serialize on SQLite's lock instead of racing on appends, and the variable
   still names one file (a directory of one file per digest would also look up in O(1), but needs
   a second name and makes list/prune walk many files);
-- an old list (text, one `digest  # stamp note` line each) is converted in place, once, under a
-  lock; where it cannot be (read-only), it is still read line by line, as before.
+- an old list (text, one `digest  # stamp note` line each) is converted once, under a lock: at
+  the default location into the new file beside it, the old file left for older provmap
+  versions; at a `$PROVMAP_TRUST` path in place; where it cannot be (read-only), it is still
+  read line by line, as before.
 
 Each entry keeps the artifact's absolute path, how it got there (built here, trusted by the
 user, or migrated), when, and on which backends its native code runs.  Entries are only ever for
@@ -53,12 +55,26 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS trusted (digest TEXT PRIMARY KEY, path TE
 _COLUMNS = ("digest", "path", "how", "added", "backends", "note")
 
 
+#: The default list's file, and the text list older provmap versions keep beside it.
+DEFAULT_NAME, LEGACY_NAME = "trusted-artifacts.sqlite", "trusted-artifacts"
+
+
 def trust_file() -> Path:
     env = os.environ.get("PROVMAP_TRUST")
     if env:
         return Path(env).expanduser()
     base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "provmap" / "trusted-artifacts"
+    return base / "provmap" / DEFAULT_NAME
+
+
+def _legacy_default() -> Path | None:
+    """The old text list at the default location, when the table does not exist yet: its
+    entries are copied into the table, and the file is left as it is, so an older provmap on
+    the same machine keeps reading it (converting it in place would break that one)."""
+    if os.environ.get("PROVMAP_TRUST"):
+        return None
+    old = trust_file().with_name(LEGACY_NAME)
+    return old if _is_legacy(old) else None
 
 
 def manifest_digest(manifest_bytes: bytes) -> str:
@@ -134,13 +150,14 @@ def _locked(path: Path):
         os.close(fd)
 
 
-def _migrate(path: Path) -> None:
-    """Rewrite an old text list as the table, in place and atomically, under a lock (two
-    processes finding it old at once convert it once)."""
+def _migrate(path: Path, source: Path | None = None) -> None:
+    """Write an old text list (`source`, default `path` itself) as the table at `path`,
+    atomically, under a lock (two processes finding it old at once convert it once)."""
+    source = source or path
     with _locked(path):
-        if not _is_legacy(path):
+        if source == path and not _is_legacy(path) or source != path and path.exists():
             return
-        rows = list(_legacy_rows(path))
+        rows = list(_legacy_rows(source))
         tmp = path.with_name(path.name + ".migrating")
         tmp.unlink(missing_ok=True)
         con = sqlite3.connect(tmp)
@@ -158,6 +175,12 @@ def _connect(create: bool) -> sqlite3.Connection | None:
     """The table, converting an old list first; None if there is no list (and `create` is
     False) or an old one cannot be converted (callers then fall back or give up)."""
     path = trust_file()
+    legacy = None if path.exists() else _legacy_default()
+    if legacy is not None:
+        try:
+            _migrate(path, legacy)
+        except OSError:
+            return None
     if not path.exists():
         if not create:
             return None
@@ -179,10 +202,9 @@ def is_trusted(digest: str) -> bool:
         con = _connect(create=False)
     except (OSError, sqlite3.Error):
         con = None
-    if con is None:
-        if _is_legacy(path):  # an old list that could not be converted: read it as before
-            return any(r[0] == digest for r in _legacy_rows(path))
-        return False
+    if con is None:  # an old list that could not be converted: read it as before
+        old = path if _is_legacy(path) else _legacy_default()
+        return old is not None and any(r[0] == digest for r in _legacy_rows(old))
     with contextlib.closing(con):
         return con.execute("SELECT 1 FROM trusted WHERE digest = ?", (digest,)).fetchone() \
             is not None

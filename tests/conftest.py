@@ -19,7 +19,7 @@ for _var, _name in (("PROVMAP_TRUST", "trusted"), ("PROVMAP_CACHE", "costs.sqlit
 
 # The user's own list, as it would be without the redirection above (read-only, at the end).
 _USER_TRUST = Path(_USER_TRUST_ENV).expanduser() if _USER_TRUST_ENV else \
-    Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "provmap" / "trusted-artifacts"
+    Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "provmap" / "trusted-artifacts.sqlite"
 
 
 def _user_trust_entries_under(prefixes, since: str) -> list[str]:

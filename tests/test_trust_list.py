@@ -137,11 +137,11 @@ def test_default_location_and_builds_without_code_leave_it_alone(tmp_path, monke
     assert not (tmp_path / "xdg").exists() and not (tmp_path / "home" / ".config").exists()
     _ok("compile", tmp_path / "a.onnx", "-o", tmp_path / "tvm.provmap", "--strategy",
         "single:tvm", env=env)
-    default = tmp_path / "xdg" / "provmap" / "trusted-artifacts"
+    default = tmp_path / "xdg" / "provmap" / "trusted-artifacts.sqlite"
     assert default.is_file() and not (tmp_path / "home" / ".config").exists()
     assert str(default) in _ok("trust", "--list", env=env).stdout
     del env["XDG_CONFIG_HOME"]
-    assert str(tmp_path / "home" / ".config" / "provmap" / "trusted-artifacts") in \
+    assert str(tmp_path / "home" / ".config" / "provmap" / "trusted-artifacts.sqlite") in \
         _ok("trust", "--help", env=env).stdout.replace("\n", "")
 
 
@@ -165,3 +165,27 @@ def test_conformance_runner_leaves_no_entries(work):
     (y,) = conformance._run_provmap("tvm")(model, names, [x])
     assert np.isfinite(y).all()
     assert _entries() == []
+
+
+def test_an_older_provmaps_text_list_at_the_default_location_is_copied_and_left_alone(
+        tmp_path, monkeypatch):
+    """The default list is a new file beside the old text one: the old entries still grant
+    trust, and the old file stays byte for byte, so an older provmap sharing the machine keeps
+    working (converting it in place broke that one)."""
+    onnx.save(conv_relu(), tmp_path / "a.onnx")
+    env = {k: v for k, v in os.environ.items() if k != "PROVMAP_TRUST"}
+    env.update(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    _ok("compile", tmp_path / "a.onnx", "-o", tmp_path / "tvm.provmap", "--strategy",
+        "single:tvm", env=env)
+    conf = tmp_path / "xdg" / "provmap"
+    [entry] = json.loads(_ok("trust", "--list", "--json", env=env).stdout)["entries"]
+    d = entry["digest"]
+    (conf / "trusted-artifacts.sqlite").unlink()
+    old = conf / "trusted-artifacts"
+    old.write_text(f"{d}  # 2026-11-20T10:00:00+00:00 built here: {tmp_path / 'tvm.provmap'}\n")
+    before = old.read_bytes()
+    r = _ok("run", tmp_path / "tvm.provmap", "--random", env=env)  # trusted through the copy
+    assert "refused" not in r.stderr
+    assert old.read_bytes() == before
+    assert (conf / "trusted-artifacts.sqlite").is_file()
+    assert d in _ok("trust", "--list", env=env).stdout

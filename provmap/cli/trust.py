@@ -3,6 +3,8 @@ prune).  The rules and the storage are provmap.runtime_module.trust's; docs/arti
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import os
 
@@ -92,12 +94,15 @@ def add_trust_command(sub) -> None:
     t = sub.add_parser(
         "trust", help="record that you trust an artifact you received, so its native code (TVM "
         "partitions) may run here; list, revoke or prune the trust list (see docs/artifact.md)",
-        description="Artifacts whose native code (TVM partitions: shared libraries) may run on "
-        "this machine, one entry per artifact digest. Artifacts built here are recorded as they "
-        "are written; ONNX Runtime/OpenVINO partitions are model files and need no trust.",
-        epilog=f"The list lives in $PROVMAP_TRUST, else $XDG_CONFIG_HOME/provmap/trusted-"
-        f"artifacts, else ~/.config/provmap/trusted-artifacts (here, {env_default}: {_where()}). "
-        "It is an SQLite file; an old text list is converted on first use.")
+        description="Artifacts whose native code (TVM partitions: shared libraries) may run\n"
+        "on this machine, one entry per artifact digest. Artifacts built here are\nrecorded as "
+        "they are written; ONNX Runtime/OpenVINO partitions are model\nfiles and need no trust.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the paths must not wrap
+        epilog=f"The list in use ({env_default}):\n  {_where()}\n\n"
+        "It lives in $PROVMAP_TRUST, else\n  $XDG_CONFIG_HOME/provmap/trusted-artifacts.sqlite,"
+        "\nelse\n  ~/.config/provmap/trusted-artifacts.sqlite.\nIt is an SQLite file; the "
+        "text list of older provmap versions beside it\n(trusted-artifacts) is copied in on "
+        "first use and left for them.")
     t.add_argument("artifact", nargs="?", help="the artifact to trust (after you decided you "
                    "trust where it came from)")
     t.add_argument("--list", action="store_true", help="print every entry: digest, when, how "
