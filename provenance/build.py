@@ -17,7 +17,7 @@ from tvm import relax
 
 from .errors import ProvmapError
 from .importer import Imported
-from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap
+from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap, mark_vm_evaluated
 from .relax_keys import PLUMBING_PACKED
 from .propagate import ProvenanceTracker
 from .shapes import failure_hint
@@ -162,17 +162,21 @@ def _copy(n):
 
 
 def _explain_unmapped(pmap: ProvenanceMap, tracker: ProvenanceTracker) -> None:
-    """A node whose bindings reach no kernel gets the reason the tracker recorded."""
+    """A node whose bindings reach no kernel gets the reason the tracker recorded, or the
+    VM builtin that evaluates it."""
+
     reached = {e for _, e, _ in pmap.site_exprs}
     by_node = defaultdict(list)
     for nid, eid, _ in pmap.node_exprs:
         by_node[nid].append(eid)
     for n in pmap.nodes:
-        if n.elided or any(e in reached for e in by_node.get(n.id, ())):
+        exprs = by_node.get(n.id, ())
+        if n.elided or any(e in reached for e in exprs):
             continue
-        why = sorted({tracker.dropped[e] for e in by_node.get(n.id, ()) if e in tracker.dropped})
+        why = sorted({tracker.dropped[e] for e in exprs if e in tracker.dropped})
         if why:
             n.elided = "; ".join(
                 "computes nothing at run time" if w.startswith("import") else
                 f"removed by {w} (its result is unused)" for w in why)
+    mark_vm_evaluated(pmap)
 

@@ -25,7 +25,8 @@ from tvm import relax
 from . import ids as _ids
 from .errors import ProvmapError, first_line
 from .fold import FOLD_REASON, fold_constants, infer_types
-from .model import ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr
+from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,
+                    mark_vm_evaluated)
 from .normalize import for_checker, normalize, reconcile_outputs
 from .shapes import apply_input_shapes, failure_hint
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
@@ -394,4 +395,5 @@ def mark_not_compilable(pmap: ProvenanceMap, imported: Imported) -> int:
     pmap.kernels = [k for k in pmap.kernels if not k.name.startswith(OPAQUE_PREFIX)]
     for i, reason in imported.opaque.items():
         pmap.nodes[i].elided = f"not compilable by TVM: {reason}"
+    mark_vm_evaluated(pmap)  # a Shape read only by an opaque node reached its placeholder only
     return len(imported.opaque)

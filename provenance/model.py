@@ -158,3 +158,34 @@ class ProvenanceMap:
             node_exprs=[tuple(t) for t in d["node_exprs"]],
             site_exprs=[tuple(t) for t in d["site_exprs"]],
         )
+
+
+#: Relax ops the VM evaluates itself, through a builtin that is plumbing, not a kernel
+#: (relax_keys.PLUMBING_PACKED): a tensor's shape read at run time.  A Shape node of a tensor
+#: whose sizes are known only then (an opaque node's output) is such a binding.
+VM_EVALUATED = {"relax.shape_of": "vm.builtin.shape_of"}
+
+
+def mark_vm_evaluated(pmap: ProvenanceMap) -> int:
+    """Give a node that reaches no kernel only because the VM evaluates all of its bindings
+    itself that reason (else it would count as unaccounted).  Run again once placeholder sites
+    are dropped (importer.mark_not_compilable): before that, an opaque consumer's placeholder
+    still seems to reach such a binding.  Returns how many nodes it marked."""
+    from collections import defaultdict
+
+    reached = {e for _, e, _ in pmap.site_exprs}
+    op = {e.id: e.op for e in pmap.exprs}
+    by_node = defaultdict(list)
+    for nid, eid, _ in pmap.node_exprs:
+        by_node[nid].append(eid)
+    marked = 0
+    for n in pmap.nodes:
+        exprs = by_node.get(n.id, ())
+        if n.elided or not exprs or any(e in reached for e in exprs):
+            continue
+        if all(op.get(e) in VM_EVALUATED for e in exprs):
+            builtins = sorted({VM_EVALUATED[op[e]] for e in exprs})
+            n.elided = (f"evaluated by the VM itself ({', '.join(builtins)}: the shape of a "
+                        "tensor known only at run time), not by a kernel")
+            marked += 1
+    return marked
