@@ -261,7 +261,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         if be is None:
             raise ProvmapError(f"plan {plan.strategy}: backend {p.backend!r} was not configured")
         sub = Subgraph(view, p.ops)
-        _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op nodes)")
+        _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op node{'s' if len(p.ops) != 1 else ''})")
         bkey = (tuple(sorted(p.ops)), p.backend, json.dumps(be.options(), sort_keys=True,
                                                           default=str))
         blob = (blobs or {}).get(bkey)

@@ -1,0 +1,157 @@
+"""Issue 26's habits, through the real CLI in a subprocess: one name for one idea across
+subcommands, numbers refused when the command line is read, messages that say what is wrong."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def provmap(*args):
+    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def art(tmp_path_factory):
+    """x -> Log -> Relu -> y, split over two backends of different name lengths (Relu excluded
+    from OpenVINO), so columns of compare and profile have something to misalign."""
+    d = tmp_path_factory.mktemp("names")
+    g = helper.make_graph([helper.make_node("Log", ["x"], ["t"], name="log"),
+                           helper.make_node("Relu", ["t"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(m, d / "m.onnx")
+    r = provmap("compile", d / "m.onnx", "-o", d / "m.provmap", "--strategy",
+                "greedy:openvino,onnxruntime", "--backend-option", "openvino.exclude_ops=Relu",
+                "--embed-model")
+    assert r.returncode == 0, r.stderr
+    (d / "compile.stderr").write_text(r.stderr)
+    np.savez(d / "in.npz", x=np.array([0.5, 1.0, 2.0, 3.0], np.float32))
+    (d / "inputs.txt").write_text("x = 1.0, 2.0, 3.0, 4.0\n")
+    return d
+
+
+def test_counts_of_one_are_singular(art):
+    err = (art / "compile.stderr").read_text()
+    assert "(1 op node)" in err and "op nodes)" not in err, err  # not "1 op nodes"
+
+
+def test_run_names_its_timed_runs_repeats_and_keeps_the_old_spellings(art):
+    for flag in ("--repeats", "--iterations", "--repeat"):
+        r = provmap("run", art / "m.provmap", flag, "3", "--json")
+        assert r.returncode == 0, (flag, r.stderr)
+        assert len(json.loads(r.stdout)["run_ms"]) == 3
+    assert "--repeats" in provmap("run", "--help").stdout
+    assert "--iterations" not in provmap("run", "--help").stdout  # hidden alias
+
+
+def test_random_inputs_are_the_default_and_random_is_accepted_everywhere(art):
+    r = provmap("run", art / "m.provmap")  # used to demand --random
+    assert r.returncode == 0 and "latency over 1 run after" in r.stdout, r.stderr
+    for args in (("run", art / "m.provmap", "--random", "--seed", "3"),
+                 ("compare", art / "m.provmap", "--random"),
+                 ("profile", art / "m.provmap", "--random", "--repeats", "2")):
+        r = provmap(*args)
+        assert r.returncode == 0, (args, r.stderr)
+    r = provmap("compare", art / "m.provmap", "--random", "--inputs", art / "in.npz")
+    assert r.returncode == 2 and "not both" in r.stderr
+
+
+@pytest.mark.parametrize("args,option", [
+    (("run", "{a}", "--repeats", "0"), "--repeats"),
+    (("run", "{a}", "--iterations", "-2"), "--iterations"),
+    (("run", "{a}", "--warmup", "-1"), "--warmup"),
+    (("profile", "{a}", "--repeats", "0"), "--repeats"),
+    (("profile", "{a}", "--top", "-3"), "--top"),
+    (("report", "{a}", "-o", "{d}/r.html", "--measure", "--repeats", "0"), "--repeats"),
+    (("inspect", "{a}", "--limit", "-1"), "--limit"),
+    (("compare", "{a}", "--atol", "-1"), "--atol"),
+    (("compare", "{a}", "--rtol", "nan"), "--rtol"),
+    (("compare", "{a}", "--quant-steps", "-1"), "--quant-steps"),
+    (("compile", "{d}/m.onnx", "-o", "{d}/x.provmap", "--search-budget", "-5"),
+     "--search-budget"),
+    (("compile", "{d}/m.onnx", "-o", "{d}/x.provmap", "--refine-budget", "inf"),
+     "--refine-budget"),
+    (("bench", "-o", "{d}/b", "--repeats", "0"), "--repeats"),
+])
+def test_numbers_are_refused_when_the_command_line_is_read(art, args, option):
+    r = provmap(*[a.format(a=art / "m.provmap", d=art) for a in args])
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"argument {option}" in r.stderr, r.stderr
+    assert "loaded" not in r.stderr and "imported" not in r.stderr
+    assert not (art / "x.provmap").exists()
+
+
+def test_inputs_are_checked_before_the_artifact_loads(art, tmp_path):
+    # The artifact does not exist: a bad inputs file is still what is said, first.
+    for cmd in ("run", "compare", "profile"):
+        r = provmap(cmd, tmp_path / "nothing.provmap", "--inputs", art / "inputs.txt")
+        assert r.returncode == 2 and "inputs.txt: not a valid .npz file" in r.stderr, r.stderr
+        assert "a text file" in r.stderr and "Python objects" not in r.stderr
+
+
+def test_run_of_an_onnx_model_points_at_compile(art):
+    r = provmap("run", art / "m.onnx")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "an ONNX model, not a provmap artifact" in r.stderr and "provmap compile" in r.stderr
+    assert "zip" not in r.stderr
+
+
+def test_backends_that_contradict_the_strategy_are_refused(art):
+    r = provmap("compile", art / "m.onnx", "-o", art / "c.provmap", "--strategy",
+                "collage:onnxruntime", "--backends", "openvino")
+    assert r.returncode == 2 and "different backends" in r.stderr, r.stderr
+    assert not (art / "c.provmap").exists()
+
+
+def test_json_into_a_closed_pipe_is_silent(art):
+    """`provmap inspect --json | head -c1`: the reader leaves early, which is not an error."""
+    p = subprocess.Popen([sys.executable, "-m", "provmap.cli.main", "inspect",
+                          str(art / "m.provmap"), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before the interpreter has even imported provmap
+    err = p.stderr.read().decode()
+    assert p.wait() == 0, err
+    assert "Broken pipe" not in err and "error" not in err and "Exception" not in err, err
+
+
+def test_lookup_prints_expression_shapes_as_numbers(art):
+    info = json.loads(provmap("inspect", art / "m.provmap", "--json").stdout)
+    nid = info["partitions"][0]["onnx_nodes"][0]["id"]
+    node = json.loads(provmap("lookup", art / "m.provmap", "--onnx-node", nid, "--json").stdout)
+    mod = provmap("inspect", art / "m.provmap", "--relax").stdout
+    eid = re.search(r'"provmap.exprs": \["(e[0-9a-f]+)"', mod).group(1)
+    r = provmap("lookup", art / "m.provmap", "--expr", eid)
+    assert r.returncode == 0 and node["results"], r.stderr
+    assert "float32[4]" in r.stdout and "T.int64" not in r.stdout, r.stdout
+    ans = json.loads(provmap("lookup", art / "m.provmap", "--expr", eid, "--json").stdout)
+    assert ans["results"][0]["shape"] == "4"
+
+
+def _column(lines, word):
+    return {ln.index(word) for ln in lines if word in ln}
+
+
+def test_compare_and_profile_columns_line_up(art):
+    r = provmap("compare", art / "m.provmap", "--inputs", art / "in.npz")
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
+    assert len(rows) == 2 and {"openvino", "onnxruntime"} <= set(r.stdout.split())
+    # the tensor names start in one column whatever the backend's name length
+    assert len({ln.index(" t (") if " t (" in ln else ln.index(" y (") for ln in rows}) == 1, rows
+    r = provmap("profile", art / "m.provmap", "--inputs", art / "in.npz", "--repeats", "2")
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if re.match(r"  p\d ", ln)]
+    assert len(rows) == 2 and len(_column(rows, " ms ")) == 1, rows
+    assert "1 kernels" not in r.stdout
