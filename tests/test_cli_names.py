@@ -155,3 +155,48 @@ def test_compare_and_profile_columns_line_up(art):
     rows = [ln for ln in r.stdout.splitlines() if re.match(r"  p\d ", ln)]
     assert len(rows) == 2 and len(_column(rows, " ms ")) == 1, rows
     assert "1 kernels" not in r.stdout
+
+
+def test_the_plugin_walkthrough_in_docs_backends_shows_what_inspect_prints(tmp_path):
+    """docs/backends.md's inspect example, compared line by line with the real command (it had
+    gone stale: "op node(s)", a missing ORT option, a run summary the CLI no longer prints)."""
+    import os
+    from pathlib import Path
+
+    from test_plugin_backend import EXAMPLE, _install_dist
+
+    site = tmp_path / "site"
+    _install_dist(site, "provmap-numpy-backend", "0.1",
+                  {"numpyref": "provmap_numpy_backend:NumpyBackend"})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(EXAMPLE)]))
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-m", "provmap.cli.main", *args], cwd=tmp_path,
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    run("compile", "bundled:transformer", "-o", "t.provmap", "--strategy",
+        "greedy:numpyref,onnxruntime")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text()
+    shown = re.search(r"```bash\nprovmap inspect t.provmap\n```\n\n```\n(.*?)```", doc,
+                      re.S).group(1)
+    real = run("inspect", "t.provmap").splitlines()
+    for line in shown.splitlines():
+        if line.strip() and line != "...":
+            assert line in real, f"docs/backends.md shows {line!r}; inspect prints:\n" + \
+                "\n".join(real)
+    ran = re.search(r"```bash\nprovmap run t.provmap\n```\n\n```\n(.*?)```", doc, re.S).group(1)
+    out = run("run", "t.provmap")
+    for doc_line, line in zip(ran.splitlines(), out.splitlines(), strict=True):
+        assert re.sub(r"[\d.]+ ms", "", doc_line.split(" min ")[0]) == \
+            re.sub(r"[\d.]+ ms", "", line.split(" min ")[0]), (doc_line, line)
+
+
+def test_map_says_what_its_pass_check_found_in_words(tmp_path):
+    from small_models import conv_relu
+
+    onnx.save(conv_relu(), tmp_path / "m.onnx")
+    r = provmap("map", tmp_path / "m.onnx", "-o", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    assert "debugify" not in r.stdout and "0 places where a TVM pass lost the link" in r.stdout

@@ -252,8 +252,9 @@ def cmd_inspect(args) -> int:
         print(f"  warning: {w}")
     for p in info["partitions"]:
         ops = [n for n in p["onnx_nodes"] if not n["helper"]]
-        print(f"\n{p['id']}  {p['backend']}  {len(ops)} op node(s), {len(p['kernels'])} kernel(s)"
-              f"  [{p['why']}]")
+        nk = len(p["kernels"])
+        print(f"\n{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
+              f"{nk} kernel{'s' if nk != 1 else ''}  [{p['why']}]")
         for t in p["inputs"]:
             print(f"  in   {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B  <- {t['producer']}")
         for t in p["outputs"]:
