@@ -200,3 +200,54 @@ def test_map_says_what_its_pass_check_found_in_words(tmp_path):
     r = provmap("map", tmp_path / "m.onnx", "-o", tmp_path / "m")
     assert r.returncode == 0, r.stderr
     assert "debugify" not in r.stdout and "0 places where a TVM pass lost the link" in r.stdout
+
+
+def test_a_search_without_a_budget_gets_the_stated_default(art, tmp_path):
+    """compile and provmap.compile() used to search with no time limit at all."""
+    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S
+
+    api = __import__("provmap")
+
+    assert f"default {DEFAULT_SEARCH_BUDGET_S:g} s" in provmap_help("compile")
+    r = provmap("compile", art / "m.onnx", "-o", tmp_path / "c.provmap", "--strategy", "collage",
+                "--no-e2e-check", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["search"]["measure_budget_s"] == DEFAULT_SEARCH_BUDGET_S
+    assert f"measuring budget {DEFAULT_SEARCH_BUDGET_S:g} s" in r.stderr
+    # Counted before explain priced the kept partitions again ("priced 8 of 6 candidates").
+    asked, total = map(int, re.search(r"priced (\d+) of (\d+) candidates", r.stderr).groups())
+    assert asked <= total, r.stderr
+    r = provmap("compile", art / "m.onnx", "-o", tmp_path / "n.provmap", "--strategy", "collage",
+                "--no-e2e-check", "--search-budget", "none", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["search"]["measure_budget_s"] is None
+    a = api.compile(str(art / "m.onnx"), "collage", out=str(tmp_path / "api.provmap"))
+    assert a.manifest["plan_info"]["collage"]["measure_budget_s"] == DEFAULT_SEARCH_BUDGET_S
+
+
+def provmap_help(cmd):
+    return " ".join(provmap(cmd, "--help").stdout.split())
+
+
+def test_explain_says_which_rule_tied_the_plans_and_shows_minimums(art, tmp_path):
+    """The tie-break holds a plan tied when its median is within the margin *or* its minimum
+    is lower; explain said "within 3%" next to medians 43% apart and showed no minimum.  A wide
+    margin makes a real tie-break certain on a two-node model."""
+    from provmap.partition.collage import CollageOptions
+
+    api = __import__("provmap")
+
+    out = tmp_path / "t.provmap"
+    api.compile(str(art / "m.onnx"), "collage", out=str(out), collage_options=CollageOptions(
+        e2e_tie_margin=10.0, refine_budget_s=0, cache_path=str(tmp_path / "c.sqlite")))
+    r = provmap("explain", out)
+    assert r.returncode == 0, r.stderr
+    x = json.loads(provmap("explain", out, "--json").stdout)["end_to_end"]
+    assert x["tie_break"] and set(x["measured_min_ms"]) == set(x["measured_ms"])
+    check = next(ln for ln in r.stdout.splitlines() if ln.startswith("end-to-end check"))
+    for k, med in x["measured_ms"].items():
+        assert f"{k} {med:.3f} / {x['measured_min_ms'][k]:.3f}" in check, check
+    tie = next(ln for ln in r.stdout.splitlines() if "first pick" in ln)
+    w = x["tie_break"]["first_pick"]
+    for k in x["tie_break"]["tied"]:
+        assert f"{k} (median {x['measured_ms'][k]:.3f} within 1000% of " \
+               f"{x['measured_ms'][w]:.3f})" in tie, tie

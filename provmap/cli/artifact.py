@@ -20,7 +20,8 @@ from provmap.provenance.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
                      add_input_shape_option, add_random_options, add_trust_option,
-                     check_inputs_choice, count, output_stats, positive_int, seconds, warn)
+                     budget, check_inputs_choice, count, output_stats, positive_int, seconds,
+                     warn)
 
 
 def cmd_compile(args) -> int:
@@ -304,6 +305,7 @@ def cmd_lookup(args) -> int:
 
 
 def add_artifact_commands(sub) -> None:
+    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S
     from provmap.partition.compile import DEFAULT_STRATEGY
 
     c = sub.add_parser("compile", help="partition a model and write an artifact")
@@ -334,9 +336,12 @@ def add_artifact_commands(sub) -> None:
                    help="collage: search again even if the cost cache holds the plan an "
                    "earlier search kept for this model, backends and options (it is reused "
                    "otherwise: nothing is measured)")
-    c.add_argument("--search-budget", type=seconds, metavar="SECONDS",
+    c.add_argument("--search-budget", type=budget, metavar="SECONDS",
+                   default=DEFAULT_SEARCH_BUDGET_S,
                    help="collage: stop measuring multi-op candidates after this much measuring "
-                   "time (single ops and whole-model plans are still measured); default: none")
+                   "time (single ops and whole-model plans are still measured); default "
+                   "%(default)g s, which keeps cold searches of the bundled models to a few "
+                   "minutes on 2 cores (provmap.compile() uses the same); 'none': no limit")
     c.add_argument("--refine-budget", type=seconds, default=60.0, metavar="SECONDS",
                    help="collage: time for the second level, which changes the kept plan "
                    "(moves, merges, boundary nodes) and keeps a change only if it measures "

@@ -54,6 +54,16 @@ seconds = _number(float, 0.0, False, "a number of seconds >= 0")
 non_negative = _number(float, 0.0, False, "a number >= 0")
 
 
+def budget(text):
+    """--search-budget: seconds >= 0, or "none" for no limit."""
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    return seconds(text)
+
+
+budget.__name__ = "a number of seconds >= 0 or none"
+
+
 def add_random_options(parser, what="random inputs") -> None:
     """--seed, and --random as an accepted no-op: random inputs are what every command uses
     when --inputs is not given (run used to require --random, compare and profile refused it)."""
