@@ -101,11 +101,14 @@ def test_inputs_are_checked_before_the_artifact_loads(art, tmp_path):
         assert "a text file" in r.stderr and "Python objects" not in r.stderr
 
 
-def test_run_of_an_onnx_model_points_at_compile(art):
-    r = provmap("run", art / "m.onnx")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "an ONNX model, not a provmap artifact" in r.stderr and "provmap compile" in r.stderr
-    assert "zip" not in r.stderr
+def test_an_onnx_model_given_for_an_artifact_points_at_compile(art, tmp_path):
+    (tmp_path / "model.bin").write_bytes((art / "m.onnx").read_bytes())
+    for args in (("run", art / "m.onnx"), ("inspect", art / "m.onnx"),
+                 ("compare", tmp_path / "model.bin")):
+        r = provmap(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert "an ONNX model, not a provmap artifact" in r.stderr, r.stderr
+        assert "provmap compile" in r.stderr and "zip" not in r.stderr
 
 
 def test_backends_that_contradict_the_strategy_are_refused(art):

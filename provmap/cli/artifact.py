@@ -133,7 +133,6 @@ def cmd_run(args) -> int:
     # large one): the counts by argparse, the inputs file here.
     check_inputs_choice(args)
     given = _load_inputs(args.inputs) if args.inputs else None
-    _check_is_artifact(args.artifact)
     t0 = time.perf_counter()
     mod = load(args.artifact, trust=args.trust)
     t1 = time.perf_counter()
@@ -176,18 +175,6 @@ def cmd_run(args) -> int:
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
     return 0
-
-
-def _check_is_artifact(path: str) -> None:
-    """An ONNX file given where an artifact belongs gets pointed at `provmap compile`, not
-    told that it is "not a zip"."""
-    if not os.path.isfile(path):
-        return  # load() names the missing file
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head[:2] != b"PK" and (path.lower().endswith(".onnx") or head[:1] == b"\x08"):
-        raise ProvmapError(f"{path}: an ONNX model, not a provmap artifact; compile it first: "
-                           f"provmap compile {path} -o model.provmap")
 
 
 def cmd_trust(args) -> int:
