@@ -72,6 +72,7 @@ def test_random_inputs_are_the_default_and_random_is_accepted_everywhere(art):
     (("run", "{a}", "--repeats", "0"), "--repeats"),
     (("run", "{a}", "--iterations", "-2"), "--iterations"),
     (("run", "{a}", "--warmup", "-1"), "--warmup"),
+    (("run", "{a}", "--seed", "-1"), "--seed"),
     (("profile", "{a}", "--repeats", "0"), "--repeats"),
     (("profile", "{a}", "--top", "-3"), "--top"),
     (("report", "{a}", "-o", "{d}/r.html", "--measure", "--repeats", "0"), "--repeats"),
@@ -84,6 +85,9 @@ def test_random_inputs_are_the_default_and_random_is_accepted_everywhere(art):
     (("compile", "{d}/m.onnx", "-o", "{d}/x.provmap", "--refine-budget", "inf"),
      "--refine-budget"),
     (("bench", "-o", "{d}/b", "--repeats", "0"), "--repeats"),
+    (("rpc-server", "--tracker", "127.0.0.1:1", "--key", "k", "--port", "70000"), "--port"),
+    (("rpc-server", "--tracker", "127.0.0.1:1", "--key", "k", "--stop-after", "-1"),
+     "--stop-after"),
 ])
 def test_numbers_are_refused_when_the_command_line_is_read(art, args, option):
     r = provmap(*[a.format(a=art / "m.provmap", d=art) for a in args])

@@ -54,6 +54,19 @@ seconds = _number(float, 0.0, False, "a number of seconds >= 0")
 non_negative = _number(float, 0.0, False, "a number >= 0")
 
 
+_port_in_range = _number(int, 0, True, "a port number (1-65535)")
+
+
+def tcp_port(text):
+    v = _port_in_range(text)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)")
+    return v
+
+
+tcp_port.__name__ = "a port number (1-65535)"
+
+
 def budget(text):
     """--search-budget: seconds >= 0, or "none" for no limit."""
     if text.strip().lower() in ("none", "unlimited"):
@@ -69,7 +82,7 @@ def add_random_options(parser, what="random inputs") -> None:
     when --inputs is not given (run used to require --random, compare and profile refused it)."""
     parser.add_argument("--random", action="store_true",
                         help=f"use {what} of the right shapes (the default without --inputs)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=count, default=0,
                         help="seed of the random inputs (default %(default)s)")
 
 

@@ -8,10 +8,14 @@ import time
 
 from provmap.provenance.errors import ProvmapError
 
+from .common import seconds, tcp_port
+
 
 def cmd_rpc_server(args) -> int:
     from provmap.partition.remote import start_server
 
+    if args.port_end < args.port:
+        raise ProvmapError(f"--port-end {args.port_end} is below --port {args.port}")
     try:
         server = start_server(args.tracker, args.key, host=args.host, port=args.port,
                               port_end=args.port_end, silent=not args.verbose)
@@ -44,9 +48,9 @@ def add_rpc_commands(sub) -> None:
     r.add_argument("--key", required=True, help="device key searches ask for "
                    "(--measure-on tracker:HOST:PORT/KEY)")
     r.add_argument("--host", default="0.0.0.0", help="address to listen on (default %(default)s)")
-    r.add_argument("--port", type=int, default=9091, help="first port to try (default %(default)s)")
-    r.add_argument("--port-end", type=int, default=9199, help="last port to try (default %(default)s)")
-    r.add_argument("--stop-after", type=float, metavar="SECONDS",
+    r.add_argument("--port", type=tcp_port, default=9091, help="first port to try (default %(default)s)")
+    r.add_argument("--port-end", type=tcp_port, default=9199, help="last port to try (default %(default)s)")
+    r.add_argument("--stop-after", type=seconds, metavar="SECONDS",
                    help="stop by itself after this long (scripts and tests)")
     r.add_argument("--verbose", action="store_true", help="TVM's server log on stderr")
     r.set_defaults(func=cmd_rpc_server)
