@@ -32,6 +32,13 @@ from .variants import e2e_variants
 from provmap.runtime_module.subgraph import Subgraph
 
 
+#: Measuring time of a search started without one (--search-budget, provmap.compile): past it
+#: only single ops and whole-model plans are measured.  Cold searches of the bundled models on
+#: 2 cores measure for 25-145 s without a limit (README's bench); 120 s leaves most of them
+#: whole and keeps the slowest (VGG-19, Inception v1) to a few minutes.  None: no limit.
+DEFAULT_SEARCH_BUDGET_S = 120.0
+
+
 @dataclass
 class CollageOptions:
     max_depth: int = 4
@@ -52,7 +59,7 @@ class CollageOptions:
     # e2e_variants.  (): none.
     e2e_variants: tuple = ("threads=1",)
     isolate: bool = True
-    measure_budget_s: float | None = None  # see MeasuredEstimator.budget_s
+    measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
     refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
@@ -96,7 +103,9 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     allowed, dropped = filter_candidates(cons, raw, view)
     kept, prune_report = prune(view, allowed)
     _say(progress, f"collage: {len(raw)} candidates, {len(allowed)} after constraints, "
-                   f"{len(kept)} after pruning ({prune_report})")
+                   f"{len(kept)} after pruning ({prune_report}); measuring budget "
+                   + (f"{opts.measure_budget_s:g} s" if opts.measure_budget_s is not None
+                      else "none"))
 
     from .cache import host_fingerprint
 
@@ -156,9 +165,11 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         res = search(view, kept, lambda c: est.estimate(view, c),
                      crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b))
         plan = coalesce(view, res.plan, cuts=set(cons.cuts) if cons else frozenset())
+        # Counted before _explain, which prices each kept partition on every backend too
+        # (cache hits mostly): counted after, it said "priced 888 of 886 candidates".
+        st = est.stats()
         explained = _explain(view, plan, res, est, verdicts, names)
         # The running count stops where the search stopped asking: say what the rest was.
-        st = est.stats()
         asked = st.get("estimates", 0)
         _say(progress, f"collage: priced {asked} of {len(kept)} candidates (measured "
                        f"{st.get('measured', 0)}, from the cache {st.get('cache_hits', 0)}, "
@@ -200,6 +211,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         "partitions_before_coalescing": len(res.plan.partitions),
         "partitions": len(plan.partitions),
         "search_total_s": round(t_search, 3),
+        "measure_budget_s": opts.measure_budget_s,
         "explain": explained,
         # where the prices come from (remote: with the sessions lost during the search)
         "measured_on": (pool.describe() if pool is not None else

@@ -133,7 +133,10 @@ def _shape_dtype(var) -> tuple[str | None, str | None]:
     if isinstance(ty, relax.TensorType):
         shape = None
         if isinstance(ty.shape, relax.ShapeExpr):
-            shape = "x".join(str(v) for v in ty.shape.values) or "scalar"
+            # A constant dimension prints as T.int64(4) in TVMScript; the map keeps 4 (and a
+            # symbolic one by its name, n).
+            shape = "x".join(str(v.value) if isinstance(getattr(v, "value", None), int) else str(v)
+                             for v in ty.shape.values) or "scalar"
         return shape, str(ty.dtype)
     if isinstance(ty, relax.TupleType):
         return f"tuple[{len(ty.fields)}]", None

@@ -162,6 +162,16 @@ class Artifact:
         return dest
 
 
+def _looks_like_onnx(p: Path) -> bool:
+    """An .onnx name, or a protobuf starting with ModelProto's ir_version field (tag 0x08)."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(1)
+    except OSError:
+        return False
+    return p.suffix.lower() == ".onnx" or head == b"\x08"
+
+
 def read_artifact(path: str | os.PathLike) -> Artifact:
     """Read and verify an artifact; raise ProvmapError naming the file and the first problem."""
     p = Path(path)
@@ -203,6 +213,9 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
                                        "(tampered or corrupted)")
                 members[name] = data
     except zipfile.BadZipFile as e:
+        if _looks_like_onnx(p):  # `provmap run model.onnx` said "not a zip file"
+            raise ProvmapError(f"{p}: an ONNX model, not a provmap artifact; compile it "
+                               f"first: provmap compile {p} -o {p.stem}.provmap") from None
         raise ProvmapError(f"{p}: refused: not a valid artifact file (truncated or corrupted: "
                            f"{e})") from None
     except (zipfile.LargeZipFile, OSError, EOFError) as e:
@@ -267,7 +280,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         if be is None:
             raise ProvmapError(f"plan {plan.strategy}: backend {p.backend!r} was not configured")
         sub = Subgraph(view, p.ops)
-        _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op nodes)")
+        _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op node{'s' if len(p.ops) != 1 else ''})")
         bkey = (tuple(sorted(p.ops)), p.backend, json.dumps(be.options(), sort_keys=True,
                                                           default=str))
         blob = (blobs or {}).get(bkey)

@@ -51,7 +51,7 @@ def test_run_prints_output_statistics_and_a_latency_summary(art):
     assert s["warmup"] == 2 and len(s["run_ms"]) == 3
     assert s["min_ms"] <= s["median_ms"] <= s["max_ms"]
     text = provmap("run", art / "log.provmap", "--inputs", art / "in.npz").stdout
-    assert "NaN 1 Inf 1" in text and "latency over 1 iteration(s)" in text
+    assert "NaN 1 Inf 1" in text and "latency over 1 run after" in text
 
 
 def test_random_and_inputs_together_are_refused(art):

@@ -88,7 +88,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
         found[k] = _diverging(got, ref, tol, judged)
         return found[k]
 
-    say(f"bisect: {len(order)} op nodes, reference {reference}")
+    say(f"bisect: {len(order)} op node{'s' if len(order) != 1 else ''}, reference {reference}")
     last = prefix_diverges(len(order) - 1)
     if not last:
         return {"backend": backend.name, "diverges": False, "runs": runs,

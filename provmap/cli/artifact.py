@@ -6,8 +6,10 @@ CLI prints with --json is what the API returns."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -17,7 +19,9 @@ from provmap.provenance.shapes import parse_input_shapes
 from provmap.provenance.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
-                     add_input_shape_option, add_trust_option, output_stats, warn)
+                     add_input_shape_option, add_random_options, add_trust_option,
+                     budget, check_inputs_choice, count, output_stats, positive_int, seconds,
+                     warn)
 from .trust import add_trust_command
 
 
@@ -47,6 +51,10 @@ def cmd_compile(args) -> int:
 
         if args.backends and ":" not in strategy:
             strategy = f"collage:{args.backends}"
+        elif args.backends and strategy.split(":", 1)[1] != args.backends:
+            # It was silently ignored: the search ran over the strategy's list.
+            raise ProvmapError(f"--backends {args.backends} and --strategy {strategy} name "
+                               "different backends to search; give one of them")
         collage_options = CollageOptions(
             max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
             forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
@@ -131,25 +139,20 @@ def _set_tuning_db(backend_options: dict, strategy: str, path: str) -> None:
 def cmd_run(args) -> int:
     from provmap.runtime_module.module import load
 
-    if args.random and args.inputs:
-        raise ProvmapError("give either --inputs FILE.npz or --random, not both")
+    # Everything the command line says is checked before the artifact loads (seconds for a
+    # large one): the counts by argparse, the inputs file here.
+    check_inputs_choice(args)
+    given = _load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
     mod = load(args.artifact, trust=args.trust)
     t1 = time.perf_counter()
     _progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
-    if args.random:
-        inputs = mod.random_inputs(args.seed)
-    elif args.inputs:
-        inputs = _load_inputs(args.inputs)
-    else:
-        raise ProvmapError("give --inputs FILE.npz or --random")
-    if args.warmup < 0 or args.iterations < 1:
-        raise ProvmapError("--warmup must be >= 0 and --iterations >= 1")
+    inputs = given if given is not None else mod.random_inputs(args.seed)
     for _ in range(args.warmup):
         mod.run(inputs)
     times = []
     outs = None
-    for _ in range(args.iterations):
+    for _ in range(args.repeats):
         s = time.perf_counter()
         outs = mod.run(inputs)
         times.append(time.perf_counter() - s)
@@ -177,7 +180,7 @@ def cmd_run(args) -> int:
                 line += f"  NaN {st['nan']} Inf {st['inf']}"
             print(line)
         n = len(times)
-        print(f"latency over {n} iteration(s) after {args.warmup} warm-up: median "
+        print(f"latency over {n} run{'s' if n != 1 else ''} after {args.warmup} warm-up: median "
               f"{summary['median_ms']:.2f} ms, min {summary['min_ms']:.2f}, p90 "
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
@@ -234,8 +237,9 @@ def cmd_inspect(args) -> int:
         print(f"  warning: {w}")
     for p in info["partitions"]:
         ops = [n for n in p["onnx_nodes"] if not n["helper"]]
-        print(f"\n{p['id']}  {p['backend']}  {len(ops)} op node(s), {len(p['kernels'])} kernel(s)"
-              f"  [{p['why']}]")
+        nk = len(p["kernels"])
+        print(f"\n{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
+              f"{nk} kernel{'s' if nk != 1 else ''}  [{p['why']}]")
         for t in p["inputs"]:
             print(f"  in   {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B  <- {t['producer']}")
         for t in p["outputs"]:
@@ -275,7 +279,8 @@ def cmd_lookup(args) -> int:
             for n in r["onnx_nodes"]:
                 print(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
         else:
-            print(f"expr {r['expr']} ({r['op']}, {r['dtype']}{r['shape']}):")
+            shape = re.sub(r"T\.int64\((\d+)\)", r"\1", r["shape"] or "?")  # older maps
+            print(f"expr {r['expr']} ({r['op']}, {r['dtype'] or ''}[{shape}]):")
             for n in r["onnx_nodes"]:
                 print(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
             for k in r["kernels"]:
@@ -284,6 +289,7 @@ def cmd_lookup(args) -> int:
 
 
 def add_artifact_commands(sub) -> None:
+    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S
     from provmap.partition.compile import DEFAULT_STRATEGY
 
     c = sub.add_parser("compile", help="partition a model and write an artifact")
@@ -314,10 +320,13 @@ def add_artifact_commands(sub) -> None:
                    help="collage: search again even if the cost cache holds the plan an "
                    "earlier search kept for this model, backends and options (it is reused "
                    "otherwise: nothing is measured)")
-    c.add_argument("--search-budget", type=float, metavar="SECONDS",
+    c.add_argument("--search-budget", type=budget, metavar="SECONDS",
+                   default=DEFAULT_SEARCH_BUDGET_S,
                    help="collage: stop measuring multi-op candidates after this much measuring "
-                   "time (single ops and whole-model plans are still measured); default: none")
-    c.add_argument("--refine-budget", type=float, default=60.0, metavar="SECONDS",
+                   "time (single ops and whole-model plans are still measured); default "
+                   "%(default)g s, which keeps cold searches of the bundled models to a few "
+                   "minutes on 2 cores (provmap.compile() uses the same); 'none': no limit")
+    c.add_argument("--refine-budget", type=seconds, default=60.0, metavar="SECONDS",
                    help="collage: time for the second level, which changes the kept plan "
                    "(moves, merges, boundary nodes) and keeps a change only if it measures "
                    "faster end to end in every pass (default %(default)s; 0: off)")
@@ -349,14 +358,17 @@ def add_artifact_commands(sub) -> None:
     r = sub.add_parser("run", help="run an artifact end to end")
     r.add_argument("artifact")
     r.add_argument("--inputs", help=".npz with one array per model input")
-    r.add_argument("--random", action="store_true", help="random inputs of the right shapes")
-    r.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
+    add_random_options(r)
     r.add_argument("-o", "--output", help=".npz to write the outputs to")
-    r.add_argument("--save-inputs", help=".npz to write the inputs used (with --random)")
-    r.add_argument("--warmup", type=int, default=0, metavar="N",
+    r.add_argument("--save-inputs", help=".npz to write the inputs used (the random ones "
+                   "without --inputs)")
+    r.add_argument("--warmup", type=count, default=0, metavar="N",
                    help="untimed runs first (default 0)")
-    r.add_argument("--iterations", "--repeat", type=int, default=1, metavar="N",
+    r.add_argument("--repeats", type=positive_int, default=1, metavar="N",
                    help="timed runs; the latency summary covers these (default 1)")
+    # The spellings of earlier versions and of other tools, kept for scripts.
+    r.add_argument("--iterations", "--repeat", dest="repeats", type=positive_int,
+                   help=argparse.SUPPRESS)
     add_trust_option(r)
     r.add_argument("--json", action="store_true", help="print the summary (timings, per-output "
                    "min/max/mean and NaN/Inf counts) as JSON")
@@ -368,7 +380,7 @@ def add_artifact_commands(sub) -> None:
     i.add_argument("artifact")
     i.add_argument("--json", action="store_true", help="print everything as JSON")
     i.add_argument("--relax", action="store_true", help="print the partitioned Relax module")
-    i.add_argument("--limit", type=int, default=12, help="nodes/kernels listed per partition "
+    i.add_argument("--limit", type=count, default=12, help="nodes/kernels listed per partition "
                    "in text mode (0: all)")
     i.set_defaults(func=cmd_inspect)
 

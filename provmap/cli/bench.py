@@ -8,7 +8,7 @@ import sys
 
 from provmap.provenance.errors import ProvmapError
 
-from .common import _progress
+from .common import _progress, count, positive_int, seconds
 
 
 def cmd_bench(args) -> int:
@@ -87,16 +87,16 @@ def add_bench_command(sub) -> None:
                    " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
     b.add_argument("--cache", help="collage cost cache to use (default: a fresh one per model, "
                    "so the first search is cold)")
-    b.add_argument("--search-budget", type=float, metavar="SECONDS", help="measuring time "
+    b.add_argument("--search-budget", type=seconds, metavar="SECONDS", help="measuring time "
                    "per cold search, then only single ops and whole-model plans are measured "
                    "(default 150, --quick 30)")
-    b.add_argument("--refine-budget", type=float, metavar="SECONDS", help="collage's second "
+    b.add_argument("--refine-budget", type=seconds, metavar="SECONDS", help="collage's second "
                    "level per model (default 60, --quick 10; 0: off)")
-    b.add_argument("--provenance-repeats", type=int, metavar="N", help="TVM compiles per model "
+    b.add_argument("--provenance-repeats", type=count, metavar="N", help="TVM compiles per model "
                    "for the provenance-overhead table (default 1; 0: skip it)")
     b.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY", help="measure collage's "
                    "candidates on the RPC servers of that key (see docs/remote.md)")
-    b.add_argument("--repeats", type=int, help="latency runs per alternative (default 30)")
+    b.add_argument("--repeats", type=positive_int, help="latency runs per alternative (default 30)")
     b.add_argument("--scaling-sizes", help="synthetic graph sizes, e.g. 100,1000,10000 "
                    "('' to skip the scaling run)")
     b.add_argument("--keep-weights", action="store_true",

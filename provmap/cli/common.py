@@ -8,6 +8,7 @@ file is left behind because every file is written to a temp path and renamed.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -28,6 +29,61 @@ def warn(lines) -> None:
 
 MODEL_HELP = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
               "bvlc_alexnet, transformer)")
+
+
+def _number(kind, low, strict, what):
+    """An argparse type: `kind` (int or float) at least `low` (above it if `strict`), so a bad
+    count or budget is refused when the command line is read, before any model loads."""
+    def convert(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if v != v or v in (float("inf"), float("-inf")) or (v <= low if strict else v < low):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return v
+    convert.__name__ = what  # argparse names the type in its messages
+    return convert
+
+
+#: Counts that must be >= 1 (timed runs), counts that may be 0 (warm-up runs, "0: all"),
+#: and times or tolerances that may be 0 but never negative.
+positive_int = _number(int, 0, True, "a whole number >= 1")
+count = _number(int, 0, False, "a whole number >= 0")
+seconds = _number(float, 0.0, False, "a number of seconds >= 0")
+non_negative = _number(float, 0.0, False, "a number >= 0")
+
+
+_port_in_range = _number(int, 0, True, "a port number (1-65535)")
+
+
+def tcp_port(text):
+    v = _port_in_range(text)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)")
+    return v
+
+
+tcp_port.__name__ = "a port number (1-65535)"
+
+
+def budget(text):
+    """--search-budget: seconds >= 0, or "none" for no limit."""
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    return seconds(text)
+
+
+budget.__name__ = "a number of seconds >= 0 or none"
+
+
+def add_random_options(parser, what="random inputs") -> None:
+    """--seed, and --random as an accepted no-op: random inputs are what every command uses
+    when --inputs is not given (run used to require --random, compare and profile refused it)."""
+    parser.add_argument("--random", action="store_true",
+                        help=f"use {what} of the right shapes (the default without --inputs)")
+    parser.add_argument("--seed", type=count, default=0,
+                        help="seed of the random inputs (default %(default)s)")
 
 
 def add_input_shape_option(parser) -> None:
@@ -55,9 +111,35 @@ def _parse_backend_options(items) -> dict:
     return opts
 
 
+def check_inputs_choice(args) -> None:
+    """--random with --inputs contradict each other; said before anything loads."""
+    if getattr(args, "random", False) and getattr(args, "inputs", None):
+        raise ProvmapError("give either --inputs FILE.npz or --random, not both")
+
+
+def _is_text(head: bytes) -> bool:
+    import codecs
+
+    try:  # not final: the 512 bytes may end inside a character
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in head
+
+
 def _load_inputs(path: str) -> dict:
     if not os.path.exists(path):
         raise ProvmapError(f"{path}: no such inputs file")
+    if os.path.isdir(path):
+        raise ProvmapError(f"{path}: a directory, not an .npz file of input arrays")
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head[:2] != b"PK":  # np.load takes anything else for a pickle and says so
+        what = ("a single .npy array" if head[:6] == b"\x93NUMPY" else
+                "an empty file" if not head else
+                "a text file" if _is_text(head) else "not a zip archive")
+        raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({what}); write "
+                           "one with numpy.savez(path, NAME=array, ...)")
     try:
         with np.load(path, allow_pickle=False) as z:
             if not hasattr(z, "files"):
@@ -124,7 +206,17 @@ def dispatch(args) -> int:
         _check_outputs(args)
         rc = args.func(args)
         interrupt.raise_if_interrupted()
+        sys.stdout.flush()  # a closed pipe shows up here, inside the handler below
         return rc
+    except BrokenPipeError:  # `provmap inspect ... | head`: the reader has what it wanted
+        # Before OSError (its base class), which printed "error: Broken pipe".  stdout's fd
+        # now points at /dev/null so the interpreter's final flush is silent too.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
     except ProvmapError as e:
         if interrupt.interrupted():  # a library turned Ctrl-C into its own error
             print("provmap: interrupted", file=sys.stderr)
@@ -141,9 +233,3 @@ def dispatch(args) -> int:
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `provmap inspect ... | head`
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return 0

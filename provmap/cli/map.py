@@ -31,7 +31,11 @@ def cmd_map(args) -> int:
         print(f"  not compilable by TVM: {len(res.not_compilable)} node(s)")
         for i, why in sorted(res.not_compilable.items()):
             print(f"    {pmap.nodes[i].op_type} #{i} '{pmap.nodes[i].name}': {why}")
-    print(f"  debugify   : {len(res.findings)} finding(s)")
+    # Said in words: "debugify" (LLVM's name for such a check) meant nothing to users.
+    n = len(res.findings)
+    print(f"  pass check : {n} place{'s' if n != 1 else ''} where a TVM pass lost the link "
+          "to ONNX (each pass is checked for new kernel calls without an expression ID and "
+          "for IDs of values still in use that vanished)")
     for f in res.findings:
         print(f"    {f}")
     print(f"  wrote {res.files[0]} and {res.files[1]}")

@@ -15,6 +15,7 @@ import time
 
 from provmap.provenance.errors import ProvmapError, first_line
 
+from .common import seconds, tcp_port
 
 LOOPBACK = "127.0.0.1"
 
@@ -31,6 +32,8 @@ def _is_loopback(host: str) -> bool:
 def cmd_rpc_server(args) -> int:
     from provmap.partition.remote import start_server
 
+    if args.port_end < args.port:
+        raise ProvmapError(f"--port-end {args.port_end} is below --port {args.port}")
     if not _is_loopback(args.host):
         print(f"provmap: warning: rpc-server listening on {args.host}: anyone who can reach this "
               "port can upload a shared library and have it loaded, i.e. run native code on this "
@@ -73,9 +76,9 @@ def add_rpc_commands(sub) -> None:
                    "loopback only: the server loads and runs the native code clients upload, so "
                    "reach it through an SSH tunnel; anything else prints a warning; "
                    "docs/remote.md)")
-    r.add_argument("--port", type=int, default=9091, help="first port to try (default %(default)s)")
-    r.add_argument("--port-end", type=int, default=9199, help="last port to try (default %(default)s)")
-    r.add_argument("--stop-after", type=float, metavar="SECONDS",
+    r.add_argument("--port", type=tcp_port, default=9091, help="first port to try (default %(default)s)")
+    r.add_argument("--port-end", type=tcp_port, default=9199, help="last port to try (default %(default)s)")
+    r.add_argument("--stop-after", type=seconds, metavar="SECONDS",
                    help="stop by itself after this long (scripts and tests)")
     r.add_argument("--verbose", action="store_true", help="TVM's server log on stderr")
     r.set_defaults(func=cmd_rpc_server)

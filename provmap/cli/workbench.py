@@ -11,15 +11,22 @@ from __future__ import annotations
 import json
 
 from .common import (MODEL_HELP, _load_inputs, _progress, add_input_shape_option,
-                     add_trust_option, warn)
+                     add_random_options, add_trust_option, check_inputs_choice, count,
+                     non_negative, positive_int, warn)
 from provmap.provenance.errors import ProvmapError
 from provmap.provenance.atomic import write_bytes_atomic
 
 
-def _inputs(args, mod=None, view=None) -> dict:
+def _given_inputs(args):
+    """The --inputs arrays, read before the artifact or model loads (a bad file is said at
+    once, not after seconds of loading); None: random inputs, the default."""
+    check_inputs_choice(args)
+    return _load_inputs(args.inputs) if getattr(args, "inputs", None) else None
 
-    if getattr(args, "inputs", None):
-        return _load_inputs(args.inputs)
+
+def _inputs(args, mod=None, view=None, given=None) -> dict:
+    if given is not None:
+        return given
     if mod is not None:
         return mod.random_inputs(args.seed)
     from provmap.provenance import zoo
@@ -53,23 +60,33 @@ def _metrics_text(t: dict) -> str:
     return f"{text} ({t['problem']})" if t["problem"] else text
 
 
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows of cells, each column as wide as its widest cell (backend names such as
+    onnxruntime[threads=1] and partition ids p10 overflowed fixed widths)."""
+    if not rows:
+        return []
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
+    return [" ".join(c.ljust(w) for c, w in zip(r, widths)) + " " + r[-1] for r in rows]
+
+
 def cmd_compare(args) -> int:
     from provmap.workbench.compare import compare_artifact
     from provmap.runtime_module.module import load
 
+    given = _given_inputs(args)
     mod = load(args.artifact, trust=args.trust)
     warn(mod.manifest.get("warnings"))
     model = _reference_model(mod, args.model)
-    inputs = _inputs(args, mod=mod)
+    inputs = _inputs(args, mod=mod, given=given)
     res = compare_artifact(mod, model, inputs, args.reference, _tol(args))
     res["warnings"] = list(mod.manifest.get("warnings") or [])
     if args.json:
         print(json.dumps(res, indent=1))
     else:
-        for t in res["tensors"]:
-            flag = "ok  " if t["ok"] else "FAIL"
-            print(f"{flag} {t['partition']} {t['backend']:12} {t['tensor']} (from "
-                  f"{t['onnx_node']}): {_metrics_text(t)}")
+        for line in _aligned([["ok" if t["ok"] else "FAIL", t["partition"], t["backend"],
+                                f"{t['tensor']} (from {t['onnx_node']}): {_metrics_text(t)}"]
+                               for t in res["tensors"]]):
+            print(line)
         c = res["first_divergent_partition"]
         if c:
             print(f"first divergent partition: {c['partition']} ({c['backend']}), ONNX nodes "
@@ -88,9 +105,10 @@ def cmd_bisect(args) -> int:
 
     from provmap.provenance.shapes import parse_input_shapes
 
+    given = _given_inputs(args)
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     backend = get_backend(args.backend)
-    inputs = _inputs(args, view=view)
+    inputs = _inputs(args, view=view, given=given)
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
                  progress=_progress)
     if args.json:
@@ -122,8 +140,9 @@ def cmd_profile(args) -> int:
     from provmap.runtime_module.module import load
     from provmap.workbench.profile import profile_artifact
 
+    given = _given_inputs(args)
     mod = load(args.artifact, trust=args.trust)
-    res = profile_artifact(mod, _inputs(args, mod=mod), repeats=args.repeats,
+    res = profile_artifact(mod, _inputs(args, mod=mod, given=given), repeats=args.repeats,
                            progress=_progress)
     trace = res.pop("trace")
     if args.trace:
@@ -133,13 +152,17 @@ def cmd_profile(args) -> int:
         return 0
     print(f"end to end {res['e2e_ms']:.3f} ms (plain runs: {res['e2e_plain_ms']:.3f} ms); "
           f"partitions sum to {res['partitions_total_ms']:.3f} ms ({res['coverage']:.1%})")
-    for p in res["partitions"]:
-        print(f"  {p['partition']} {p['backend']:12} {p['ms']:9.3f} ms  ({p['kernels']} kernels; "
-              f"{p['kernel_times']}; outside kernels {p['outside_kernels_ms']:.3f} ms)")
-    print(f"  between partitions {res['between_partitions_ms']:9.3f} ms  (the executor: "
-          "boundary tensors and dispatch between partition calls)")
+    rows = [[p["partition"], p["backend"], f"{p['ms']:9.3f} ms",
+             f"({p['kernels']} kernel{'s' if p['kernels'] != 1 else ''}; "
+             f"{p['kernel_times']}; outside kernels {p['outside_kernels_ms']:.3f} ms)"]
+            for p in res["partitions"]]
+    rows.append(["between", "partitions", f"{res['between_partitions_ms']:9.3f} ms",
+                 "(the executor: boundary tensors and dispatch between partition calls)"])
+    for line in _aligned(rows):
+        print(f"  {line}")
     print("top ONNX nodes:")
-    for r in res["onnx_nodes"][: args.top]:
+    top = res["onnx_nodes"][: args.top] if args.top else res["onnx_nodes"]
+    for r in top:
         shared = f"  (kernel shared with {', '.join(r['shared_with'])})" if r.get("shared_with") else ""
         print(f"  {r['ms']:9.4f} ms  {r['onnx_node']} [{r['backend']}]{shared}")
     if args.trace:
@@ -229,18 +252,18 @@ def _common(p, inputs=True):
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     if inputs:
         p.add_argument("--inputs", help=".npz with one array per model input (default: random)")
-        p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+        add_random_options(p)
 
 
 def _tolerances(p):
     p.add_argument("--reference", default="onnxruntime", choices=["onnxruntime", "openvino"],
                    help="library that runs the whole original model as the reference "
                    "(default %(default)s)")
-    p.add_argument("--atol", type=float, default=1e-4,
+    p.add_argument("--atol", type=non_negative, default=1e-4,
                    help="absolute tolerance per element (default %(default)s)")
-    p.add_argument("--rtol", type=float, default=1e-3,
+    p.add_argument("--rtol", type=non_negative, default=1e-3,
                    help="relative tolerance per element (default %(default)s)")
-    p.add_argument("--quant-steps", type=int, default=1,
+    p.add_argument("--quant-steps", type=count, default=1,
                    help="int8/uint8 (quantized) tensors: steps apart that still match, in "
                    "place of atol/rtol (default %(default)s; 0 for exact)")
 
@@ -269,10 +292,11 @@ def add_workbench_commands(sub) -> None:
 
     pr = sub.add_parser("profile", help="time per partition, kernel and ONNX node")
     pr.add_argument("artifact")
-    pr.add_argument("--repeats", type=int, default=20,
+    pr.add_argument("--repeats", type=positive_int, default=20,
                     help="timed end-to-end runs (default %(default)s)")
     pr.add_argument("--trace", help="write a Chrome trace JSON here")
-    pr.add_argument("--top", type=int, default=15, help="ONNX nodes listed in text mode")
+    pr.add_argument("--top", type=count, default=15,
+                    help="ONNX nodes listed in text mode (default %(default)s; 0: all)")
     _common(pr)
     add_trust_option(pr)
     pr.set_defaults(func=cmd_profile)
@@ -282,7 +306,7 @@ def add_workbench_commands(sub) -> None:
     r.add_argument("-o", "--output", required=True, help="HTML file to write")
     r.add_argument("--profile", help="costs from a `provmap profile --json` file")
     r.add_argument("--measure", action="store_true", help="profile now for per-node costs")
-    r.add_argument("--repeats", type=int, default=10,
+    r.add_argument("--repeats", type=positive_int, default=10,
                    help="profiling runs with --measure (default %(default)s)")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     add_trust_option(r)
