@@ -393,10 +393,22 @@ def mark_not_compilable(pmap: ProvenanceMap, imported: Imported) -> int:
     if not imported.opaque:
         return 0
     fake = {s.id for s in pmap.sites if s.kernel.startswith(OPAQUE_PREFIX)}
+    via_placeholder = {e for sid, e, _ in pmap.site_exprs if sid in fake}
     pmap.sites = [s for s in pmap.sites if s.id not in fake]
     pmap.site_exprs = [t for t in pmap.site_exprs if t[0] not in fake]
     pmap.kernels = [k for k in pmap.kernels if not k.name.startswith(OPAQUE_PREFIX)]
     for i, reason in imported.opaque.items():
         pmap.nodes[i].elided = f"not compilable by TVM: {reason}"
     mark_vm_evaluated(pmap)  # a Shape read only by an opaque node reached its placeholder only
+    # A node whose every binding only ever reached placeholders (a QuantizeLinear of a constant
+    # that FoldConstant folded into a com.microsoft op's arguments): nothing of it runs in TVM.
+    reached = {e for _, e, _ in pmap.site_exprs}
+    exprs: dict = {}
+    for nid, eid, _ in pmap.node_exprs:
+        exprs.setdefault(nid, set()).add(eid)
+    for n in pmap.nodes:
+        mine = exprs.get(n.id, set())
+        if not n.elided and mine and not mine & reached and mine & via_placeholder:
+            n.elided = ("read only by nodes not compilable by TVM: its value goes into their "
+                        "placeholder calls, and no TVM kernel computes it")
     return len(imported.opaque)
