@@ -402,13 +402,24 @@ def mark_not_compilable(pmap: ProvenanceMap, imported: Imported) -> int:
     mark_vm_evaluated(pmap)  # a Shape read only by an opaque node reached its placeholder only
     # A node whose every binding only ever reached placeholders (a QuantizeLinear of a constant
     # that FoldConstant folded into a com.microsoft op's arguments): nothing of it runs in TVM.
+    # Only when every reader really is such a node: one a mapped kernel reads was lost by
+    # propagation, and stays unaccounted for debugify to report.
     reached = {e for _, e, _ in pmap.site_exprs}
     exprs: dict = {}
     for nid, eid, _ in pmap.node_exprs:
         exprs.setdefault(nid, set()).add(eid)
+    readers: dict = {}
+    for n in pmap.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n.index)
+    outputs = {o.name for o in imported.model.graph.output} if imported.model else set()
     for n in pmap.nodes:
         mine = exprs.get(n.id, set())
-        if not n.elided and mine and not mine & reached and mine & via_placeholder:
-            n.elided = ("read only by nodes not compilable by TVM: its value goes into their "
-                        "placeholder calls, and no TVM kernel computes it")
+        if n.elided or not mine or mine & reached or not mine & via_placeholder:
+            continue
+        if any(o in outputs for o in n.outputs) or not all(
+                r in imported.opaque for o in n.outputs if o for r in readers.get(o, ())):
+            continue
+        n.elided = ("read only by nodes not compilable by TVM: its value goes into their "
+                    "placeholder calls, and no TVM kernel computes it")
     return len(imported.opaque)
