@@ -413,13 +413,15 @@ def mark_not_compilable(pmap: ProvenanceMap, imported: Imported) -> int:
         for t in n.inputs:
             readers.setdefault(t, []).append(n.index)
     outputs = {o.name for o in imported.model.graph.output} if imported.model else set()
-    for n in pmap.nodes:
+    unbuilt = set(imported.opaque)
+    for n in reversed(pmap.nodes):  # readers first (graph order is topological): chains too
         mine = exprs.get(n.id, set())
         if n.elided or not mine or mine & reached or not mine & via_placeholder:
             continue
         if any(o in outputs for o in n.outputs) or not all(
-                r in imported.opaque for o in n.outputs if o for r in readers.get(o, ())):
+                r in unbuilt for o in n.outputs if o for r in readers.get(o, ())):
             continue
         n.elided = ("read only by nodes not compilable by TVM: its value goes into their "
                     "placeholder calls, and no TVM kernel computes it")
+        unbuilt.add(n.index)
     return len(imported.opaque)
