@@ -180,3 +180,12 @@ def test_a_constant_folded_into_an_opaque_nodes_arguments_is_accounted_for(tmp_p
     assert json.loads(r.stdout)["onnx_nodes_unaccounted"] == 0
     quant = next(n for n in store.load(tmp_path / "q.json").nodes if n.name == "quant_w")
     assert quant.elided.startswith("read only by nodes not compilable by TVM")
+    # A chain of them (Q -> DQ -> Q, all folded): each is read only by the next, the last by
+    # the node TVM cannot build.
+    g.node[1].input[3] = "q2"
+    g.node.extend([h.make_node("DequantizeLinear", ["q", "sc", "zp"], ["dq"], name="dequant"),
+                   h.make_node("QuantizeLinear", ["dq", "sc", "zp"], ["q2"], name="requant")])
+    onnx.save(m, tmp_path / "q2.onnx")
+    r = run("map", str(tmp_path / "q2.onnx"), "-o", str(tmp_path / "q2"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["onnx_nodes_unaccounted"] == 0
