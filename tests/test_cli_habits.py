@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from cli_runner import provmap
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def provmap(*args):
-    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
-                          capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from cli_runner import provmap
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def provmap(*args):
-    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
-                          capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

@@ -11,24 +11,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from cli_runner import one_error, provmap
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def provmap(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def one_error(r, *words):
-    """Exit 2, exactly one `provmap: error:` line holding every word, and no traceback."""
-    assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("provmap: error:")]
-    assert len(lines) == 1, r.stderr
-    for w in words:
-        assert w in lines[0], (w, r.stderr)
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,6 @@ must run what the plain library runs, with its numbers, or refuse in one line na
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 
 import ml_dtypes
@@ -30,6 +28,7 @@ from provmap.partition.compile import compile_model
 from provmap.provenance import store
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.module import load
+from cli_runner import provmap
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -41,11 +40,6 @@ def _own_config(tmp_path, monkeypatch):
     """Builds record their digest in the trust list: never the user's."""
     monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
     monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
-
-
-def provmap(*args):
-    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *map(str, args)],
-                          capture_output=True, text=True)
 
 
 def _error_line(stderr: str) -> str:

@@ -5,8 +5,6 @@ copy (input shapes fixed, shape arithmetic folded).  Through the real CLI."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +15,7 @@ import small_models as sm
 
 from provmap.provenance.ids import model_sha256
 from provmap.runtime_module.artifact import read_artifact
-
-
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "provmap.cli.main", *args], capture_output=True,
-                          text=True, cwd=cwd)
+from cli_runner import provmap as cli
 
 
 def _strip(model: onnx.ModelProto) -> bytes:
