@@ -38,7 +38,7 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     from . import store, zoo
     from .ids import model_sha256
     from .debugify import DebugifyReport
-    from .importer import import_onnx, load_model, mark_not_compilable
+    from .importer import import_onnx, mark_not_compilable, read_model
     from .salvage import compile_around_failures
 
     say = progress or (lambda msg: None)
@@ -50,7 +50,7 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
         except (KeyError, ValueError) as e:
             raise ProvmapError(f"{label}: {e}") from None
     t0 = time.perf_counter()
-    proto, loaded_label = load_model(model)
+    proto, loaded_label = read_model(model)  # as given: import_onnx normalizes and checks it
     label = label or loaded_label
     imported = import_onnx(proto, label=label, shape_dict=input_shapes)
     t1 = time.perf_counter()
