@@ -6,20 +6,17 @@ from pathlib import Path
 # small_models lives next to the tests; the package itself is installed (pip install -e .).
 sys.path.insert(0, str(Path(__file__).parent))
 
+from provmap.runtime_module.trust import trust_file  # noqa: E402  (stdlib only: no backend)
+
 # Tests never write to the user's own configuration: the trust list (~/.config/provmap), the
 # cost cache and the tuning database (~/.cache/provmap) all go to one directory of this run,
 # set here, before any test or the processes it starts can read the variables.  A test that
 # needs its own (an empty trust list, a fresh cache) still sets them with monkeypatch.
-_USER_TRUST_ENV = os.environ.get("PROVMAP_TRUST")  # the user's own, checked at the end
+_USER_TRUST = trust_file()  # the user's own list, before the redirection (read-only, at the end)
 _HOME = Path(tempfile.mkdtemp(prefix="provmap-tests-"))
 for _var, _name in (("PROVMAP_TRUST", "trusted"), ("PROVMAP_CACHE", "costs.sqlite"),
                     ("PROVMAP_TUNING_DB", "tuning")):
     os.environ[_var] = str(_HOME / _name)
-
-
-# The user's own list, as it would be without the redirection above (read-only, at the end).
-_USER_TRUST = Path(_USER_TRUST_ENV).expanduser() if _USER_TRUST_ENV else \
-    Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "provmap" / "trusted-artifacts.sqlite"
 
 
 def _user_trust_entries_under(prefixes, since: str) -> list[str]:
