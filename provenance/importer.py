@@ -249,7 +249,10 @@ def _build_map(mod, imp: TrackingImporter, graph, nid: _ids.NodeIds, label: str)
         end = max(var_index[m] for m in markers)
         for j in range(start, end + 1):
             owner[j] = i
-        start = end + 1
+        # A converter may return a value an earlier node already bound (Shape of a tensor whose
+        # shape a ConstantOfShape computed gives that shape's binding): the node owns nothing
+        # new, and the next node's range must not reach back over bindings already owned.
+        start = max(start, end + 1)
 
     params = set(func.params)
     const_var: dict = {}

@@ -167,3 +167,23 @@ def pad_to_window_multiple() -> onnx.ModelProto:
          helper.make_node("Neg", ["x"], ["z"], name="neg")],
         [_t("x", [1, 3, 8, "W"])], [_t("y", [1, 3, 8, "W7"]), _t("z", [1, 3, 8, "W"])],
         [c("i3", 3), c("seven", 7), c("ax0", [0]), c("zeros6", [0] * 6), c("zero1", [0])])
+
+
+def shape_of_filled() -> onnx.ModelProto:
+    """Shape of a ConstantOfShape result: the Relax converter returns the shape the fill already
+    bound (an earlier binding), as Swin-T's attention-mask arithmetic does.  The Slice and the
+    fill between them must keep their own bindings."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape_x"),
+        helper.make_node("Add", ["s", "one"], ["t"], name="add_one"),
+        helper.make_node("ConstantOfShape", ["t"], ["y"], name="fill",
+                         value=numpy_helper.from_array(np.array([1.0], np.float32))),
+        helper.make_node("Slice", ["y", "st", "en", "ax"], ["z"], name="slice_y"),
+        helper.make_node("Shape", ["y"], ["s2"], name="shape_y"),
+        helper.make_node("Cast", ["s2"], ["w"], name="cast_s2", to=TensorProto.FLOAT),
+        helper.make_node("Neg", ["z"], ["out"], name="neg_z"),
+    ]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in (("one", [1, 1]), ("st", [0]), ("en", [-1]), ("ax", [0]))]
+    return _model(nodes, [_t("x", ["N", "M"])],
+                  [_t("out", ["A", "B"]), _t("w", [2])], inits)

@@ -82,3 +82,18 @@ def test_aliases_and_shape_arithmetic_are_elided_with_reasons_and_linked():
                                 + [(n, site, ROLE_FOLDED) for n in folded])
     cov = pm.coverage()
     assert cov["onnx_nodes_unaccounted"] == 0 and cov["kernels_mapped"] == cov["kernels_total"]
+
+
+def test_a_node_returning_an_earlier_binding_does_not_shift_ownership():
+    # shape_y's converter returns fill's tensor_to_shape binding.  Attribution by position used
+    # to restart after that binding, so cast_s2 took fill's broadcast_to and slice_y's
+    # strided_slice: salvage then blamed an opaque Cast for TVM's failures on Swin-T.
+    imp = import_onnx(sm.shape_of_filled())
+    names = {n.id: n.name for n in imp.pmap.nodes}
+    ops = {e.id: e.op for e in imp.pmap.exprs}
+    produced = sorted((names[n], ops[e]) for n, e, r in imp.pmap.node_exprs if r == ROLE_PRODUCED)
+    assert produced == [
+        ("add_one", "relax.add"), ("add_one", "relax.shape_to_tensor"),
+        ("cast_s2", "provmap.opaque.Cast"),
+        ("fill", "relax.broadcast_to"), ("fill", "relax.tensor_to_shape"),
+        ("neg_z", "relax.negative"), ("slice_y", "relax.strided_slice")]

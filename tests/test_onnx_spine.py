@@ -347,3 +347,39 @@ def test_build_failure_stands_when_bisection_runs_out_of_probes():
         import_onnx(sm.int_pow()), lambda nc: import_onnx(sm.int_pow(), not_compilable=nc),
         max_probes=0)
     assert list(forced) == [1] and imp.opaque == forced
+
+
+def channel_split_chain(blocks: int) -> onnx.ModelProto:
+    """TorchScript ShuffleNet-v2's channel split, `blocks` times in a row: each block slices
+    half of its input's channels, the half read from the input's run-time Shape.  Each block's
+    Slice gets a static type only once the previous block's folded, so folding needs a pass per
+    block (ShuffleNet-v2: 15; the old bound of 8 left its last blocks to TVM, which then failed
+    to build 92 nodes of them)."""
+    nodes, inits, x = [], [], "x"
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("axis1", [1]), ("zero1", [0]), ("two", 2), ("idx1", 1))]
+    for b in range(blocks):
+        p = f"b{b}_"
+        nodes += [
+            helper.make_node("Shape", [x], [p + "s"], name=p + "shape"),
+            helper.make_node("Gather", [p + "s", "idx1"], [p + "c"], name=p + "gather", axis=0),
+            helper.make_node("Div", [p + "c", "two"], [p + "h"], name=p + "half"),
+            helper.make_node("Unsqueeze", [p + "h", "zero1"], [p + "h1"], name=p + "unsq"),
+            helper.make_node("Slice", [x, "zero1", p + "h1", "axis1"], [p + "y"], name=p + "split"),
+            helper.make_node("Relu", [p + "y"], [p + "r"], name=p + "relu"),
+        ]
+        x = p + "r"
+    return _model(nodes, [_vi("x", ["N", 2 ** blocks, 3])], [_vi(x, ["N", 1, 3])], inits)
+
+
+def test_folding_reaches_the_end_of_a_long_chain_of_shape_dependent_blocks(tmp_path):
+    model = channel_split_chain(12)
+    imp = import_onnx(model, shape_dict={"x": (1, 4096, 3)})
+    assert imp.opaque == {}
+    shapes = [i for i, n in enumerate(model.graph.node) if n.op_type == "Shape"]
+    assert set(shapes) <= set(imp.folded)  # the last block's Shape too
+    assert compile_tvm(imp).pmap.coverage()["onnx_nodes_unaccounted"] == 0
+    x = np.random.default_rng(7).standard_normal((1, 4096, 3)).astype(np.float32)
+    got, _ = _run_artifact(tmp_path, model, "single:tvm", {"x": x},
+                           input_shapes={"x": (1, 4096, 3)})
+    _assert_matches(got, _ort(model, {"x": x}))
