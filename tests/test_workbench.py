@@ -361,3 +361,40 @@ def test_quantized_tensors_match_within_one_step_and_no_more():
     assert metrics(np.array([-128, 3, 127], np.int8), np.array([-127, 3, 126], np.int8),
                    Tolerance())["ok"]
     assert not metrics(one.astype(np.int64), ref.astype(np.int64), Tolerance())["ok"]
+
+
+def test_compare_names_a_quantization_the_model_leaves_undefined(tmp_path, capsys):
+    """BERT quantized by ORT's static quantizer: calibration saw the attention mask's -inf, so
+    QuantizeLinear's scale is inf and x / inf is 0 or NaN.  ONNX leaves that undefined, and
+    plain ONNX Runtime and plain OpenVINO give different int8 values.  compare reports the
+    difference and says the model causes it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = numpy_helper.from_array
+    nodes = [
+        helper.make_node("Greater", ["x", "zero"], ["masked"], name="is_masked"),
+        helper.make_node("Where", ["masked", "neg_inf", "zero"], ["bias"], name="mask_bias"),
+        helper.make_node("QuantizeLinear", ["bias", "scale", "zp"], ["bias_q"], name="bias_quant"),
+        helper.make_node("DequantizeLinear", ["bias_q", "one", "zp"], ["out"], name="bias_dq"),
+    ]
+    inits = [c(np.array(0.0, np.float32), "zero"), c(np.array(-np.inf, np.float32), "neg_inf"),
+             c(np.array(np.inf, np.float32), "scale"), c(np.array(0, np.int8), "zp"),
+             c(np.array(1.0, np.float32), "one")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = tmp_path / "mask_quant.onnx"
+    onnx.save(model, path)
+    art = tmp_path / "mq.provmap"
+    assert cli_main(["compile", str(path), "-o", str(art), "--strategy",
+                     "greedy:openvino,onnxruntime", "--backend-option",
+                     "openvino.exclude_ops=DequantizeLinear"]) == 0
+    x = np.array([[1, -1, 2, -2], [0.5, -0.5, 3, -3]], np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    capsys.readouterr()
+    rc = cli_main(["compare", str(art), "--model", str(path), "--inputs", str(tmp_path / "x.npz"),
+                   "--quant-steps", "0"])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "bias_q" in ln)
+    assert rc == 1 and line.startswith("FAIL") and "openvino" in line, out
+    assert "QuantizeLinear 'bias_quant' has scale inf in the model" in line, out

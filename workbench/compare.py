@@ -69,6 +69,36 @@ def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> dict:
             "problem": problem}
 
 
+def undefined_quantization(model: onnx.ModelProto) -> dict[str, str]:
+    """Tensor -> why its value is not defined: a QuantizeLinear whose scale in the model is
+    zero or not finite.  ORT's static quantizer writes scale = inf when calibration saw -inf
+    (BERT's attention mask); x / inf is then 0, NaN or -inf by element, and ONNX leaves the
+    rounding of those undefined: ONNX Runtime gives 0 where OpenVINO gives -128, whole model or
+    two-node model alike.  compare still reports the difference, with this reason beside it, so
+    nobody hunts a kernel bug that the model itself carries."""
+    from onnx import numpy_helper
+
+    consts = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    consts[n.output[0]] = a.t
+    out = {}
+    for n in model.graph.node:
+        if n.op_type != "QuantizeLinear" or len(n.input) < 2 or n.input[1] not in consts:
+            continue
+        try:
+            scale = numpy_helper.to_array(consts[n.input[1]]).astype(np.float64)
+        except Exception:
+            continue
+        if scale.size and not (np.isfinite(scale).all() and (scale != 0).all()):
+            bad = scale[~np.isfinite(scale) | (scale == 0)].ravel()[0]
+            out[n.output[0]] = (f"QuantizeLinear '{n.name or n.output[0]}' has scale {bad:g} in "
+                                "the model: its result is undefined, libraries differ")
+    return out
+
+
 def reference_run(model: onnx.ModelProto, inputs: dict, extra_outputs: list[str],
                   reference: str = "onnxruntime") -> dict[str, np.ndarray]:
     """Run the whole model on the reference library with `extra_outputs` exposed."""
@@ -134,6 +164,7 @@ def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str =
                            f"{first_line(e)}") from None
     tensors = []
     bad = set()
+    undefined = undefined_quantization(model)
     for name, (m, a) in captured.items():
         if name not in ref:
             continue
@@ -141,6 +172,8 @@ def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str =
         tensors.append({"tensor": name, "onnx_node": producer.get(name), "partition": m.id,
                         "backend": m.backend, "model_output": name in graph_out,
                         "shape": list(np.shape(a)), **met})
+        if not met["ok"] and name in undefined:
+            tensors[-1]["note"] = undefined[name]
         if not met["ok"]:
             bad.add(name)
     culprit = None

@@ -84,7 +84,8 @@ def cmd_compare(args) -> int:
         print(json.dumps(res, indent=1))
     else:
         for line in _aligned([["ok" if t["ok"] else "FAIL", t["partition"], t["backend"],
-                                f"{t['tensor']} (from {t['onnx_node']}): {_metrics_text(t)}"]
+                                f"{t['tensor']} (from {t['onnx_node']}): {_metrics_text(t)}"
+                                + (f" [{t['note']}]" if t.get("note") else "")]
                                for t in res["tensors"]]):
             print(line)
         c = res["first_divergent_partition"]
