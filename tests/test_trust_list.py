@@ -189,3 +189,10 @@ def test_an_older_provmaps_text_list_at_the_default_location_is_copied_and_left_
     assert old.read_bytes() == before
     assert (conf / "trusted-artifacts.sqlite").is_file()
     assert d in _ok("trust", "--list", env=env).stdout
+
+
+def test_json_without_list_is_refused_not_ignored(work):
+    d, lst = work
+    r = _cli("trust", "--prune", "--json")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "provmap: error: trust: --json goes with --list (got --prune)"], r.stderr

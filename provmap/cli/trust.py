@@ -62,6 +62,8 @@ def cmd_trust(args) -> int:
     if len(chosen) != 1:
         raise ProvmapError("trust: give exactly one of ARTIFACT, --list, --revoke, --prune"
                            + (f" (got {', '.join(chosen)})" if chosen else ""))
+    if args.json and not args.list:  # ignored silently, a script would parse plain text
+        raise ProvmapError(f"trust: --json goes with --list (got {chosen[0]})")
     if args.artifact:
         return _record(args.artifact)
     if args.list:
