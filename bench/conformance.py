@@ -218,7 +218,7 @@ def _run_provmap(backend: str):
         from provmap.runtime_module import trust
         from provmap.runtime_module.module import load
 
-        opts = {"onnxruntime": {"threads": THREADS}, "openvino": {"threads": THREADS}}
+        opts = {backend: {"threads": THREADS}} if backend in ("onnxruntime", "openvino") else {}
         with tempfile.TemporaryDirectory(prefix="provmap-conf-") as d:
             path = os.path.join(d, "model.provmap")
             compile_model(model, f"single:{backend}", out=path, backend_options=opts)

@@ -124,8 +124,12 @@ def _step_strategy(task: dict) -> dict:
         from provmap.partition.collage import CollageOptions
         opts = CollageOptions(measure_budget_s=task["collage_budget_s"], e2e_repeats=3,
                               cache_path=task["cache_path"])
-    backend_options = {"onnxruntime": {"threads": task["threads"]},
-                       "openvino": {"threads": task["threads"]}}
+    from provmap.partition.backend_options import strategy_backends
+    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS
+
+    backend_options = {b: {"threads": task["threads"]}
+                       for b in strategy_backends(strategy, DEFAULT_COLLAGE_BACKENDS)
+                       if b in ("onnxruntime", "openvino")}
     t0 = time.perf_counter()
     art = compile_model(task["model"], strategy, out=task["artifact"],
                         input_shapes=task["shape_dict"], collage_options=opts,

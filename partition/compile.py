@@ -11,6 +11,7 @@ from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
 
+from .backend_options import check_backend_options, check_op_lists
 from .strategies import greedy, parse_strategy, single
 from .view import load_view
 
@@ -58,7 +59,11 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
     when `model` is an already loaded GraphView, `source` names that model (path, bundled:NAME
     or ModelProto), else the view's derived copy is embedded.
     """
+    # The CLI checks these too, before the import; a script calling this gets the same errors
+    # instead of a plan silently made without its options.
+    check_backend_options(strategy, backend_options or {}, DEFAULT_COLLAGE_BACKENDS)
     view = model if isinstance(model, GraphView) else load_view(model, input_shapes=input_shapes)
+    check_op_lists(backend_options or {}, {n.op_type for n in view.nodes})
     kind, _ = parse_strategy(strategy)
     if kind == "collage" and view.op_nodes:
         from .collage import collage

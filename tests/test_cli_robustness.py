@@ -90,6 +90,25 @@ def test_backend_option_typos_are_refused_before_the_build(tmp_path, option, str
     assert "building" not in r.stderr and not (tmp_path / "a.provmap").exists()
 
 
+@pytest.mark.parametrize("options,strategy,words", [
+    ({"openvno": {"exclude_ops": "Softmax"}}, "greedy:openvino,onnxruntime", ("'openvno'",)),
+    ({"openvino": {"exclude_ops": ["Rleu"]}}, "greedy:openvino,onnxruntime",
+     ("'Rleu'", "did you mean 'Relu'")),
+    ({"openvino": {"threads": 1}}, "single:onnxruntime", ("does not use backend 'openvino'",)),
+])
+def test_python_api_refuses_the_backend_options_the_cli_refuses(tmp_path, options, strategy,
+                                                                 words):
+    """provmap.compile() used to take them and build a plan without them."""
+    from provmap.partition.compile import compile_model
+    from provmap.provenance.errors import ProvmapError
+    from small_models import conv_relu
+
+    with pytest.raises(ProvmapError) as e:
+        compile_model(conv_relu(), strategy, out=tmp_path / "a.provmap", backend_options=options)
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert not (tmp_path / "a.provmap").exists()
+
+
 def test_backend_options_that_apply_are_still_taken(tmp_path):
     """A contrib op the model has is a valid exclude_ops entry though onnx.defs lacks it."""
     from provmap.partition.backend_options import check_op_lists

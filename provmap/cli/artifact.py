@@ -127,11 +127,11 @@ def cmd_compile(args) -> int:
 
 def _set_tuning_db(backend_options: dict, strategy: str, path: str) -> None:
     """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants)."""
-    from provmap.partition.strategies import parse_strategy
+    from provmap.partition.backend_options import strategy_backends
+    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS
     from provmap.runtime_module.registry import parse_variant
 
-    _, names = parse_strategy(strategy)
-    for n in set(names or ()) | {"tvm"}:
+    for n in strategy_backends(strategy, DEFAULT_COLLAGE_BACKENDS):
         if parse_variant(n)[0] == "tvm":
             backend_options.setdefault(n, {})["tuning_db"] = path
 
