@@ -187,11 +187,15 @@ def cmd_run(args) -> int:
     return 0
 
 
-def inspect_artifact(path: str) -> dict:
-    """The data `provmap inspect --json` prints (partitions, boundary tensors, kernels)."""
+def inspect_artifact(path: str, model=None) -> dict:
+    """The data `provmap inspect --json` prints (partitions, boundary tensors, kernels, and the
+    placement table over `model`, the embedded model, or else the compiled copy's nodes)."""
     from provmap.runtime_module.module import load
+    from provmap.workbench.placement import placement
 
     mod = load(path, runnable=False)
+    if model is not None or mod.manifest["model"].get("member"):
+        model = mod.artifact.resolve_model(model)[0]
     man = mod.manifest
     nodes = {n.id: n for n in mod.lookup.map.nodes}
     producer = {}
@@ -213,15 +217,23 @@ def inspect_artifact(path: str) -> dict:
     return {"artifact": path, "format_version": man["format_version"], "model": man["model"],
             "strategy": man["strategy"], "backends": man["backends"], "host": man["host"],
             "created_utc": man["created_utc"], "coverage": man["coverage"], "partitions": parts,
-            "warnings": man.get("warnings", [])}
+            "warnings": man.get("warnings", []), "placement": placement(model, mod)}
 
 
 def cmd_inspect(args) -> int:
-    info = inspect_artifact(args.artifact)
+    info = inspect_artifact(args.artifact, args.model)
     if args.relax:
         from provmap.runtime_module.module import load
         print(load(args.artifact, runnable=False).artifact.members["partitioned.relax"].decode())
         return 0
+    if args.sqlite:
+        from provmap.runtime_module.module import load
+        from provmap.workbench.placement import write_sqlite
+
+        members = load(args.artifact, runnable=False).artifact.members
+        write_sqlite(info["placement"], members["map.sqlite"], args.sqlite)
+        _progress(f"wrote {args.sqlite}: the map with its placement table "
+                  f"({len(info['placement']['nodes'])} ONNX nodes)")
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -378,7 +390,12 @@ def add_artifact_commands(sub) -> None:
 
     i = sub.add_parser("inspect", help="partitions, nodes, kernels and boundary tensors (offline)")
     i.add_argument("artifact")
-    i.add_argument("--json", action="store_true", help="print everything as JSON")
+    i.add_argument("--json", action="store_true", help="print everything as JSON, with the "
+                   "placement table: one row per ONNX node (docs/map-schema.md)")
+    i.add_argument("--model", help="the ONNX model the placement table is keyed to, if the "
+                   "artifact does not embed it (default: the compiled copy's nodes)")
+    i.add_argument("--sqlite", metavar="FILE", help="write the artifact's SQLite map with the "
+                   "placement table added (docs/map-schema.md)")
     i.add_argument("--relax", action="store_true", help="print the partitioned Relax module")
     i.add_argument("--limit", type=count, default=12, help="nodes/kernels listed per partition "
                    "in text mode (0: all)")
