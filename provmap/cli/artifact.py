@@ -142,6 +142,8 @@ def cmd_run(args) -> int:
     # Everything the command line says is checked before the artifact loads (seconds for a
     # large one): the counts by argparse, the inputs file here.
     check_inputs_choice(args)
+    polygraphy_inputs = (args.save_inputs or "").endswith(".json")
+    writers = _polygraphy_writers() if args.save_outputs or polygraphy_inputs else None
     given = _load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
     mod = load(args.artifact, trust=args.trust)
@@ -158,8 +160,10 @@ def cmd_run(args) -> int:
         times.append(time.perf_counter() - s)
     if args.output:
         save_npz_atomic(args.output, outs)
-    if args.save_inputs:
-        save_npz_atomic(args.save_inputs, inputs)
+    if args.save_inputs:  # .json: Polygraphy's inputs file, for its --load-inputs
+        (writers[1] if polygraphy_inputs else save_npz_atomic)(args.save_inputs, inputs)
+    if args.save_outputs:
+        writers[0](outs, args.save_outputs, f"provmap-runner-{os.path.basename(args.artifact)}")
     summary = {"artifact": args.artifact, "load_s": round(t1 - t0, 4),
                "run_ms": [round(t * 1e3, 3) for t in times],
                "warmup": args.warmup,
@@ -185,6 +189,18 @@ def cmd_run(args) -> int:
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
     return 0
+
+
+def _polygraphy_writers():
+    """Polygraphy's RunResults and inputs writers, or one line saying how to get them (the
+    [polygraphy] extra), before the artifact loads."""
+    try:
+        from provmap.workbench.polygraphy_plugin import save_inputs_json, save_run_results
+    except ImportError as e:
+        raise ProvmapError(f"--save-outputs and --save-inputs FILE.json write Polygraphy's "
+                           f"formats and need Polygraphy ({e}): pip install "
+                           "'provmap[polygraphy]'") from None
+    return save_run_results, save_inputs_json
 
 
 def inspect_artifact(path: str, model=None) -> dict:
@@ -372,8 +388,12 @@ def add_artifact_commands(sub) -> None:
     r.add_argument("--inputs", help=".npz with one array per model input")
     add_random_options(r)
     r.add_argument("-o", "--output", help=".npz to write the outputs to")
+    r.add_argument("--save-outputs", metavar="FILE", help="write the outputs as a Polygraphy "
+                   "RunResults JSON file, for `polygraphy run MODEL --onnxrt --load-outputs "
+                   "FILE` (needs the [polygraphy] extra)")
     r.add_argument("--save-inputs", help=".npz to write the inputs used (the random ones "
-                   "without --inputs)")
+                   "without --inputs); a .json name writes Polygraphy's inputs file, for "
+                   "`polygraphy run --load-inputs`")
     r.add_argument("--warmup", type=count, default=0, metavar="N",
                    help="untimed runs first (default 0)")
     r.add_argument("--repeats", type=positive_int, default=1, metavar="N",
