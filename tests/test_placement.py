@@ -130,3 +130,20 @@ def test_node_names_are_model_explorers(art):
     NameFixPass()(model)
     table = json.loads(cli("inspect", art / "a.provmap", "--json").stdout)["placement"]
     assert [r["node"] for r in table["nodes"]] == [n.name for n in model.graph]
+
+
+def test_overlays_and_sqlite_bad_paths_are_one_line_each(art, tmp_path):
+    """Needs no extra: the overlays are plain JSON; only --open needs Model Explorer."""
+    from cli_runner import one_error
+
+    one_error(cli("overlays", art / "a.provmap", "-o", "/proc/ov"), "/proc/ov", "not writable")
+    one_error(cli("inspect", art / "a.provmap", "--sqlite", "/proc/p.sqlite"), "not writable")
+    (tmp_path / "p.json").write_text("[]")
+    one_error(cli("overlays", art / "a.provmap", "-o", tmp_path / "ov", "--profile",
+                  tmp_path / "p.json"), "p.json", "not the output of `provmap profile --json`")
+    r = cli("overlays", art / "a.provmap", "-o", tmp_path / "ov", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    part = json.loads(open(out["files"]["partition"]).read())["g"]["results"]
+    assert set(part) == {"node", "dup", "node_1", "dup_1", "node_2"}
+    assert out["command"][0] == "model-explorer" and "--no_open_in_browser" in out["command"]
