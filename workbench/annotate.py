@@ -1,11 +1,14 @@
-"""The user's ONNX model with each node's placement written into it, for Netron.
+"""The user's ONNX model with each node's placement written into it, for Netron and Model Explorer.
 
 Netron shows a node's `metadata_props` in its properties pane, so a vendor opening the
 annotated model sees, on the graph they know, which backend and partition run each node, which
 kernels implement it and which Relax expressions it became, and for a node that runs nowhere,
 why (provmap folded it to a constant, TVM cannot compile it, it computes nothing at run time).
 The model is otherwise unchanged (same nodes in the same order, names, shapes, weights): the
-result differs from the input in metadata_props only, so it still runs anywhere.
+result differs from the input in metadata_props only, so it still runs anywhere.  Each node's `namespace` (Model Explorer's layer key) is
+its partition and backend ("p0 openvino") above the node's own namespace, so Model Explorer
+opens the model grouped by partition.  The rows come from placement.py, the same table
+`provmap inspect --json` prints.
 
 It annotates the model the user compiled, not provmap's derived copy (input shapes fixed, nodes
 sorted, shape arithmetic folded).  Nodes are matched to the map by their output tensor names,
@@ -19,54 +22,47 @@ import json
 
 import onnx
 
-#: Keys this module writes on a node; any older provmap.* key is dropped first.
+from .placement import group, placement
+
+#: Keys this module writes on a node; any older provmap.* key is dropped first.  "namespace"
+#: is Model Explorer's: it groups nodes into collapsible layers, here one per partition.
 KEYS = ("provmap.id", "provmap.backend", "provmap.partition", "provmap.kernels",
         "provmap.exprs", "provmap.reason")
 
 
-def _placement(answer: dict) -> dict:
-    return {
-        "provmap.backend": ",".join(answer["backends"]),
-        "provmap.partition": ",".join(answer["partitions"]),
-        "provmap.kernels": ",".join(k["kernel"] for k in answer["kernels"]
-                                    if k["role"] == "compute"),
-        "provmap.exprs": ",".join(answer["exprs"]),
-    }
-
-
-def _reason(answer: dict) -> str:
-    """Why a node runs in no partition, in the map's own words."""
-    if answer["elided"]:
-        return answer["elided"]  # folded before import, not compilable by TVM, alias, ...
-    if answer["exprs"]:
-        return ("its Relax bindings were folded into constants of the compiled module "
-                f"({','.join(answer['exprs'])})")
-    return "computes nothing at run time"
+def _namespace(node, row: dict) -> str:
+    """The partition layer, above the node's own namespace (its metadata, or the /a/b/ prefix
+    of its name as exporters write it), so the model's hierarchy stays inside each partition."""
+    props = {p.key: p.value for p in node.metadata_props}
+    # A model annotated before carries our namespace already: the node's own is in its name.
+    own = None if any(k.startswith("provmap.") for k in props) else props.get("namespace")
+    if own is None:
+        own = "/".join([s for s in node.name.strip("/").split("/") if s][:-1])
+    return "/".join(s for s in (group(row), own.strip("/")) if s)
 
 
 def annotate_model(model: onnx.ModelProto, mod) -> onnx.ModelProto:
     """A copy of `model` whose every node carries provmap.* metadata: placement, or a reason."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    by_outputs = {tuple(n.outputs): n for n in mod.lookup.map.nodes}
-    for node in out.graph.node:
-        pnode = by_outputs.get(tuple(node.output))
-        if pnode is None:
-            props = {"provmap.reason": "not a node of the compiled model"}
+    rows = placement(out, mod)["nodes"]
+    for node, row in zip(out.graph.node, rows):
+        props = {"provmap.id": row["id"] or "", "provmap.exprs": ",".join(row["exprs"])}
+        if row["backends"]:
+            props.update({"provmap.backend": ",".join(row["backends"]),
+                          "provmap.partition": ",".join(row["partitions"]),
+                          "provmap.kernels": ",".join(row["kernels"])})
         else:
-            answer = mod.lookup.onnx_node(pnode.id)[0]
-            props = {"provmap.id": pnode.id}
-            if answer["backends"]:
-                props.update(_placement(answer))
-            else:
-                props["provmap.reason"] = _reason(answer)
-                props["provmap.exprs"] = ",".join(answer["exprs"])
-        keep = [p for p in node.metadata_props if not p.key.startswith("provmap.")]
+            props["provmap.reason"] = row["reason"]
+        namespace = _namespace(node, row)
+        keep = [p for p in node.metadata_props
+                if not p.key.startswith("provmap.") and p.key != "namespace"]
         del node.metadata_props[:]
         node.metadata_props.extend(keep)
         for k in KEYS:
             if props.get(k):
                 node.metadata_props.add(key=k, value=props[k])
+        node.metadata_props.add(key="namespace", value=namespace)
     info = mod.manifest["model"]
     summary = {"strategy": mod.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"]}

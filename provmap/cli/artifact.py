@@ -142,6 +142,8 @@ def cmd_run(args) -> int:
     # Everything the command line says is checked before the artifact loads (seconds for a
     # large one): the counts by argparse, the inputs file here.
     check_inputs_choice(args)
+    polygraphy_inputs = (args.save_inputs or "").endswith(".json")
+    writers = _polygraphy_writers() if args.save_outputs or polygraphy_inputs else None
     given = _load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
     mod = load(args.artifact, trust=args.trust)
@@ -158,8 +160,10 @@ def cmd_run(args) -> int:
         times.append(time.perf_counter() - s)
     if args.output:
         save_npz_atomic(args.output, outs)
-    if args.save_inputs:
-        save_npz_atomic(args.save_inputs, inputs)
+    if args.save_inputs:  # .json: Polygraphy's inputs file, for its --load-inputs
+        (writers[1] if polygraphy_inputs else save_npz_atomic)(args.save_inputs, inputs)
+    if args.save_outputs:
+        writers[0](outs, args.save_outputs, f"provmap-runner-{os.path.basename(args.artifact)}")
     summary = {"artifact": args.artifact, "load_s": round(t1 - t0, 4),
                "run_ms": [round(t * 1e3, 3) for t in times],
                "warmup": args.warmup,
@@ -187,11 +191,27 @@ def cmd_run(args) -> int:
     return 0
 
 
-def inspect_artifact(path: str) -> dict:
-    """The data `provmap inspect --json` prints (partitions, boundary tensors, kernels)."""
+def _polygraphy_writers():
+    """Polygraphy's RunResults and inputs writers, or one line saying how to get them (the
+    [polygraphy] extra), before the artifact loads."""
+    try:
+        from provmap.workbench.polygraphy_plugin import save_inputs_json, save_run_results
+    except ImportError as e:
+        raise ProvmapError(f"--save-outputs and --save-inputs FILE.json write Polygraphy's "
+                           f"formats and need Polygraphy ({e}): pip install "
+                           "'provmap[polygraphy]'") from None
+    return save_run_results, save_inputs_json
+
+
+def inspect_artifact(path: str, model=None) -> dict:
+    """The data `provmap inspect --json` prints (partitions, boundary tensors, kernels, and the
+    placement table over `model`, the embedded model, or else the compiled copy's nodes)."""
     from provmap.runtime_module.module import load
+    from provmap.workbench.placement import placement
 
     mod = load(path, runnable=False)
+    if model is not None or mod.manifest["model"].get("member"):
+        model = mod.artifact.resolve_model(model)[0]
     man = mod.manifest
     nodes = {n.id: n for n in mod.lookup.map.nodes}
     producer = {}
@@ -213,15 +233,23 @@ def inspect_artifact(path: str) -> dict:
     return {"artifact": path, "format_version": man["format_version"], "model": man["model"],
             "strategy": man["strategy"], "backends": man["backends"], "host": man["host"],
             "created_utc": man["created_utc"], "coverage": man["coverage"], "partitions": parts,
-            "warnings": man.get("warnings", [])}
+            "warnings": man.get("warnings", []), "placement": placement(model, mod)}
 
 
 def cmd_inspect(args) -> int:
-    info = inspect_artifact(args.artifact)
+    info = inspect_artifact(args.artifact, args.model)
     if args.relax:
         from provmap.runtime_module.module import load
         print(load(args.artifact, runnable=False).artifact.members["partitioned.relax"].decode())
         return 0
+    if args.sqlite:
+        from provmap.runtime_module.module import load
+        from provmap.workbench.placement import write_sqlite
+
+        members = load(args.artifact, runnable=False).artifact.members
+        write_sqlite(info["placement"], members["map.sqlite"], args.sqlite)
+        _progress(f"wrote {args.sqlite}: the map with its placement table "
+                  f"({len(info['placement']['nodes'])} ONNX nodes)")
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -360,8 +388,12 @@ def add_artifact_commands(sub) -> None:
     r.add_argument("--inputs", help=".npz with one array per model input")
     add_random_options(r)
     r.add_argument("-o", "--output", help=".npz to write the outputs to")
+    r.add_argument("--save-outputs", metavar="FILE", help="write the outputs as a Polygraphy "
+                   "RunResults JSON file, for `polygraphy run MODEL --onnxrt --load-outputs "
+                   "FILE` (needs the [polygraphy] extra)")
     r.add_argument("--save-inputs", help=".npz to write the inputs used (the random ones "
-                   "without --inputs)")
+                   "without --inputs); a .json name writes Polygraphy's inputs file, for "
+                   "`polygraphy run --load-inputs`")
     r.add_argument("--warmup", type=count, default=0, metavar="N",
                    help="untimed runs first (default 0)")
     r.add_argument("--repeats", type=positive_int, default=1, metavar="N",
@@ -378,7 +410,12 @@ def add_artifact_commands(sub) -> None:
 
     i = sub.add_parser("inspect", help="partitions, nodes, kernels and boundary tensors (offline)")
     i.add_argument("artifact")
-    i.add_argument("--json", action="store_true", help="print everything as JSON")
+    i.add_argument("--json", action="store_true", help="print everything as JSON, with the "
+                   "placement table: one row per ONNX node (docs/map-schema.md)")
+    i.add_argument("--model", help="the ONNX model the placement table is keyed to, if the "
+                   "artifact does not embed it (default: the compiled copy's nodes)")
+    i.add_argument("--sqlite", metavar="FILE", help="write the artifact's SQLite map with the "
+                   "placement table added (docs/map-schema.md)")
     i.add_argument("--relax", action="store_true", help="print the partitioned Relax module")
     i.add_argument("--limit", type=count, default=12, help="nodes/kernels listed per partition "
                    "in text mode (0: all)")

@@ -180,8 +180,9 @@ def _version() -> str:
 
 
 #: Output options every command names the same way, and whether each is a directory.
-_OUTPUTS = {"output": False, "trace": False, "save_inputs": False}
-_DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench"}
+_OUTPUTS = {"output": False, "trace": False, "save_inputs": False, "sqlite": False,
+            "save_outputs": False}
+_DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
 
 
 def _check_outputs(args) -> None:

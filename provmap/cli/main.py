@@ -1,7 +1,8 @@
 """The `provmap` command: one parser with every subcommand, each defined in this package.
 
 map (provenance only, all-TVM), compile / run / trust / inspect / lookup (the artifact), bench,
-the workbench: compare, bisect, profile, report, annotate, explain; and rpc-server."""
+the workbench: compare, bisect, profile, report, annotate, explain; overlays (Model Explorer);
+and rpc-server."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .bench import add_bench_command
 from .common import _version, dispatch
 from .map import add_map_command
 from .rpc import add_rpc_commands
+from .vendor import add_vendor_commands
 from .workbench import add_workbench_commands
 
 
@@ -26,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_artifact_commands(sub)
     add_bench_command(sub)
     add_workbench_commands(sub)
+    add_vendor_commands(sub)
     add_rpc_commands(sub)
     return p
 

@@ -1,0 +1,87 @@
+"""`provmap overlays`: the artifact in the tools vendors already use (Model Explorer).
+
+Same conventions as the rest of `provmap`: data on stdout, progress and errors on stderr, files
+written to a temp path and renamed.  With --open it runs Model Explorer on the user's model with
+every overlay; without the [explorer] extra it prints that command instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import subprocess
+import sys
+
+from provmap.provenance.errors import ProvmapError
+
+from .common import _progress, tcp_port
+
+
+def _read_json(path: str, what: str, key: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ProvmapError(f"{path}: cannot read the {what} JSON: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), list):
+        raise ProvmapError(f"{path}: not the output of `provmap {what} --json`")
+    return data
+
+
+def cmd_overlays(args) -> int:
+    from provmap.runtime_module.module import load
+    from provmap.workbench.overlays import explorer_command, write_overlays
+
+    from .workbench import _check_profile_is_of, _reference_model
+
+    profile = _read_json(args.profile, "profile", "onnx_nodes") if args.profile else None
+    errors = _read_json(args.errors, "compare", "tensors") if args.errors else None
+    mod = load(args.artifact, runnable=False)
+    if profile is not None:
+        _check_profile_is_of(profile, args.profile, mod, args.artifact)
+    files = write_overlays(args.output, _reference_model(mod, args.model), mod, profile, errors)
+    command = explorer_command(files, args.port)
+    if args.json:
+        print(json.dumps({"files": files, "command": command}, indent=1))
+    else:
+        print(f"wrote {args.output}: model.onnx (annotated, grouped by partition) and overlays "
+              + ", ".join(k for k in files if k != "model"))
+    if not args.open:
+        if not args.json:
+            print(shlex.join(command))
+        return 0
+    if not (importlib.util.find_spec("model_explorer")
+            and importlib.util.find_spec("model_explorer_onnx")):
+        _progress("Model Explorer is not installed (pip install 'provmap[explorer]'); run:")
+        print(shlex.join(command))
+        return 0
+    _progress(f"starting Model Explorer on port {args.port} (Ctrl+C stops it)")
+    run = [sys.executable, "-m", "model_explorer", *command[1:], "--host", args.host]
+    try:
+        return subprocess.call(run)
+    except KeyboardInterrupt:
+        return 130
+
+
+def add_vendor_commands(sub) -> None:
+    o = sub.add_parser("overlays", help="Model Explorer node-data overlays on the user's model "
+                       "(partition, time, error) and the model grouped by partition; --open "
+                       "opens them")
+    o.add_argument("artifact")
+    o.add_argument("-o", "--output", required=True, help="directory to write model.onnx and "
+                   "the overlays (partition.json, time.json, error.json) to")
+    o.add_argument("--model", help="the ONNX model, if the artifact does not embed it")
+    o.add_argument("--profile", metavar="FILE", help="per-node time from a `provmap profile "
+                   "--json` file of this artifact (time.json, gradient)")
+    o.add_argument("--errors", metavar="FILE", help="per-node max abs error from a `provmap "
+                   "compare --json` or `provmap bisect --json` file (error.json, thresholds at "
+                   "its atol)")
+    o.add_argument("--open", action="store_true", help="run Model Explorer on them (the "
+                   "[explorer] extra; without it, print the command)")
+    o.add_argument("--port", type=tcp_port, default=8080, help="Model Explorer's port "
+                   "(default %(default)s)")
+    o.add_argument("--host", default="127.0.0.1", help="address Model Explorer listens on "
+                   "(default %(default)s)")
+    o.add_argument("--json", action="store_true", help="print the files and the command as JSON")
+    o.set_defaults(func=cmd_overlays)
