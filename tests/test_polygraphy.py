@@ -43,7 +43,10 @@ def perturbed_env(tmp_path_factory):
     (d / "entry_points.txt").write_text(
         "[provmap.backends]\nperturbed = crashing_backend:PerturbingBackend\n")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(site), str(TESTS), env.get("PYTHONPATH", "")])
+    # No empty entry: it would put the working directory on sys.path, and a checkout's stale
+    # provmap.egg-info there hides the installed entry points (importlib keeps the first).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(site), str(TESTS),
+                                                    env.get("PYTHONPATH", "")] if p)
     return env
 
 
@@ -109,3 +112,11 @@ def test_an_unwritable_run_results_file_is_refused_before_the_run(arts):
     r = cli("run", arts / "good.provmap", "--save-outputs", "/proc/out.json")
     assert r.returncode == 2 and "not writable" in r.stderr and "Traceback" not in r.stderr
     assert "loaded" not in r.stderr
+
+
+def test_a_missing_artifact_is_one_line_not_a_traceback(tmp_path, perturbed_env):
+    r = polygraphy("run", MODEL, "--onnxrt", "--provmap", tmp_path / "gone.provmap",
+                   "--input-shapes", "x:[2,5,16]", env=perturbed_env)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert f"[!] provmap: {tmp_path / 'gone.provmap'}: no such artifact" in out, out[-3000:]

@@ -21,6 +21,7 @@ from collections import OrderedDict
 
 import numpy as np
 from polygraphy import util  # pyright: ignore[reportMissingImports]
+from polygraphy.logger import G_LOGGER  # pyright: ignore[reportMissingImports]
 from polygraphy.backend.base import BaseRunner  # pyright: ignore[reportMissingImports]
 from polygraphy.common import TensorMetadata  # pyright: ignore[reportMissingImports]
 from polygraphy.datatype import DataType  # pyright: ignore[reportMissingImports]
@@ -40,9 +41,13 @@ class ProvmapRunner(BaseRunner):
         self.trust = trust
 
     def activate_impl(self):
+        from provmap.provenance.errors import ProvmapError
         from provmap.runtime_module.module import load
 
-        self.mod = load(self.artifact, trust=self.trust)
+        try:
+            self.mod = load(self.artifact, trust=self.trust)
+        except ProvmapError as e:  # Polygraphy prints its own exception as one line, no trace
+            G_LOGGER.critical(f"provmap: {e}")
 
     def get_input_metadata_impl(self):
         meta = TensorMetadata()
