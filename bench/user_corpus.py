@@ -213,7 +213,8 @@ def _workbench(runner, step, tag, art, model, fpath, rtol, atol, precision="fp32
         got = _json(out)
         if res["exit"] == 1 and got:  # exit 1: evaluated, some tensor differs
             bad = [f"{t['tensor']} ({t['backend']}): max abs {t.get('max_abs')}, cosine "
-                   f"{t.get('cosine')}" for t in got.get("tensors", []) if not t.get("ok")]
+                   f"{t.get('cosine')}" + (f" [{t['note']}]" if t.get("note") else "")
+                   for t in got.get("tensors", []) if not t.get("ok")]
             res["error"] = f"{got.get('mismatches')} tensor(s) differ: {'; '.join(bad[:3])}"
         if got:
             res["tensors"] = len(got.get("tensors", []))
