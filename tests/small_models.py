@@ -167,3 +167,18 @@ def pad_to_window_multiple() -> onnx.ModelProto:
          helper.make_node("Neg", ["x"], ["z"], name="neg")],
         [_t("x", [1, 3, 8, "W"])], [_t("y", [1, 3, 8, "W7"]), _t("z", [1, 3, 8, "W"])],
         [c("i3", 3), c("seven", 7), c("ax0", [0]), c("zeros6", [0] * 6), c("zero1", [0])])
+
+
+def branches() -> onnx.ModelProto:
+    """Two independent branches joined by an Add (MatMul -> Relu, Tanh -> Sigmoid), the second
+    also a graph output: with Tanh and Sigmoid kept off ONNX Runtime, greedy makes the branches
+    two partitions on two backends that can run at once."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "w")
+    return _model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm_a"),
+         helper.make_node("Relu", ["m"], ["r"], name="relu_a"),
+         helper.make_node("Tanh", ["x"], ["t"], name="tanh_b"),
+         helper.make_node("Sigmoid", ["t"], ["s"], name="sigmoid_b"),
+         helper.make_node("Add", ["r", "s"], ["y"], name="join")],
+        [_t("x", [4, 16])], [_t("y", [4, 16]), _t("s", [4, 16])], [w])

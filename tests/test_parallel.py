@@ -1,0 +1,170 @@
+"""Independent partitions run at once (runtime_module/schedule.py, the executor in module.py).
+
+Real backends throughout: ONNX Runtime and OpenVINO partitions, and ONNX Runtime subclasses
+from tests/crashing_backend.py registered through a real `provmap.backends` entry point (a
+dist-info directory written into a temp dir, as test_plugin_backend.py does), which fail at run
+time or meet at a barrier that only partitions running at the same time can pass.
+"""
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import small_models as sm
+
+import crashing_backend as cb
+from cli_runner import one_error, provmap
+from provmap.partition.compile import compile_model, load_view
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module import schedule as S
+from provmap.runtime_module.artifact import read_artifact, with_schedule
+from provmap.runtime_module.module import ArtifactModule, load
+
+TESTS = Path(__file__).resolve().parent
+SPLIT = {"onnxruntime": {"exclude_ops": ["Tanh", "Sigmoid"]}}
+
+
+def _ort_reference(model, feeds):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+@pytest.fixture
+def plugins(tmp_path, monkeypatch):
+    """The recording and failing backends as installed plugins; returns the site dir."""
+    site = tmp_path / "site"
+    d = site / "provmap_test_backends-0.1.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: provmap-test-backends\n"
+                                "Version: 0.1\n")
+    eps = {"slowpoke": "SlowBackend", "slowpoke2": "SlowBackend2", "runfail": "RunFailingBackend"}
+    (d / "entry_points.txt").write_text("[provmap.backends]\n" + "".join(
+        f"{k} = crashing_backend:{v}\n" for k, v in eps.items()))
+    monkeypatch.syspath_prepend(str(site))
+    cb.SlowBackend.FINISHED.clear()
+    yield site
+    cb.SlowBackend.DELAY_S, cb.SlowBackend.MEET = 0.0, None
+    cb.SlowBackend.FINISHED.clear()
+
+
+def _branches(strategy, options=SPLIT):
+    return compile_model(load_view(sm.branches(), "branches"), strategy, backend_options=options)
+
+
+def test_concurrent_schedule_matches_serial_and_ort_with_threads_per_partition():
+    art = _branches("greedy:onnxruntime,openvino")
+    parts = art.manifest["partitions"]
+    assert [p["backend"] for p in parts] == ["onnxruntime", "openvino", "onnxruntime"]
+    assert S.asap_stages(parts) == [["p0", "p1"], ["p2"]]
+    conc = with_schedule(art, S.make_schedule(parts, {"p0": 1, "p1": 1}))
+    assert conc.manifest["format_version"] == 2 and art.manifest["format_version"] == 1
+    serial, par = ArtifactModule(art, trust=True), ArtifactModule(conc, trust=True)
+    try:
+        feeds = serial.random_inputs(3)
+        want = _ort_reference(sm.branches(), feeds)
+        a, b = serial.run(feeds), par.run(feeds)
+        for name in ("y", "s"):
+            assert np.array_equal(a[name], b[name])
+            np.testing.assert_allclose(b[name], want[name], rtol=1e-3, atol=1e-6)
+        # The schedule's thread counts reached the libraries.
+        so = par.partitions[0].runner.sess.get_session_options()
+        assert so.intra_op_num_threads == 1
+        compiled = par.partitions[1].runner.compiled
+        assert int(compiled.get_property("INFERENCE_NUM_THREADS")) == 1
+        assert serial.partitions[0].runner.sess.get_session_options().intra_op_num_threads == 0
+        assert par._pool is not None and serial._pool is None
+    finally:
+        serial.close()
+        par.close()
+
+
+def test_partitions_of_one_stage_really_run_at_once(plugins):
+    # Both branch partitions wait at a 2-party barrier: a serial executor leaves the first
+    # alone there until the barrier breaks.
+    art = _branches("greedy:slowpoke,slowpoke2", {"slowpoke": {"exclude_ops": ["Tanh", "Sigmoid"]}})
+    parts = art.manifest["partitions"]
+    assert S.asap_stages(parts) == [["p0", "p1"], ["p2"]]
+    cb.SlowBackend.MEET, cb.SlowBackend.MEET_TIMEOUT_S = threading.Barrier(2), 2.0
+    mod = ArtifactModule(with_schedule(art, S.make_schedule(parts)), trust=True)
+    try:
+        out = mod.run(mod.random_inputs(0))
+    finally:
+        mod.close()
+    assert set(out) == {"y", "s"}
+    assert sorted(cb.SlowBackend.FINISHED[:2]) == [("r",), ("s",)]
+    cb.SlowBackend.MEET = threading.Barrier(2)
+    serial = ArtifactModule(art, trust=True)
+    try:
+        with pytest.raises(ProvmapError, match=r"partition p0 \(slowpoke\) failed"):
+            serial.run(serial.random_inputs(0))
+    finally:
+        serial.close()
+
+
+def test_a_failing_partition_is_reported_after_its_stage_is_joined(plugins):
+    art = _branches("greedy:slowpoke,runfail", {"slowpoke": {"exclude_ops": ["Tanh", "Sigmoid"]}})
+    parts = art.manifest["partitions"]
+    assert [p["backend"] for p in parts] == ["slowpoke", "runfail", "slowpoke"]
+    cb.SlowBackend.DELAY_S = 0.3  # the partner is still running when p1 fails
+    mod = ArtifactModule(with_schedule(art, S.make_schedule(parts)), trust=True)
+    try:
+        with pytest.raises(ProvmapError) as e:
+            mod.run(mod.random_inputs(0))
+        assert str(e.value) == "partition p1 (runfail) failed: runfail: kernel faulted at run time"
+        # p0 was joined before the error came back; p2 (next stage) never started.
+        assert cb.SlowBackend.FINISHED == [("r",)]
+        # The module still works for the next call (nothing wedged in the pool).
+        with pytest.raises(ProvmapError, match="runfail"):
+            mod.run(mod.random_inputs(1))
+    finally:
+        mod.close()
+
+
+def test_failing_partition_through_the_cli_is_one_error_line(plugins, tmp_path):
+    art = _branches("greedy:slowpoke,runfail", {"slowpoke": {"exclude_ops": ["Tanh", "Sigmoid"]}})
+    path = tmp_path / "fail.provmap"
+    with_schedule(art, S.make_schedule(art.manifest["partitions"])).save(path)
+    r = provmap("run", path, "--random", timeout=120,
+                env={**os.environ, "PYTHONPATH": f"{plugins}:{TESTS}"})
+    one_error(r, "partition p1 (runfail) failed: runfail: kernel faulted at run time")
+
+
+def test_schedule_is_recorded_inspected_and_old_artifacts_run_serially(tmp_path):
+    art = _branches("greedy:onnxruntime,openvino")
+    serial_path, conc_path = tmp_path / "serial.provmap", tmp_path / "conc.provmap"
+    art.save(serial_path)
+    with_schedule(art, S.make_schedule(art.manifest["partitions"], {"p0": 1, "p1": 1},
+                                       why="test")).save(conc_path)
+    stored = read_artifact(conc_path).manifest
+    assert stored["schedule"] == {"stages": [["p0", "p1"], ["p2"]],
+                                  "threads": {"p0": 1, "p1": 1}, "why": "test"}
+    assert "schedule" not in read_artifact(serial_path).manifest
+    assert load(serial_path).schedule is None
+    r = provmap("inspect", str(conc_path))
+    assert r.returncode == 0, r.stderr
+    assert "schedule: p0+p1 | p2 (threads p0=1, p1=1)" in r.stdout
+    r = provmap("inspect", str(serial_path))
+    assert "schedule: serial" in r.stdout
+    info = json.loads(provmap("inspect", str(conc_path), "--json").stdout)
+    assert info["schedule"]["stages"] == [["p0", "p1"], ["p2"]]
+    r = provmap("explain", str(conc_path))
+    assert r.returncode == 0, r.stderr
+    assert "schedule: p0+p1 | p2 (threads p0=1, p1=1)" in r.stdout
+    r = provmap("run", str(conc_path), "--random", "-o", str(tmp_path / "o.npz"))
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("stages, msg", [
+    ([["p0", "p1", "p2"]], "partition p2 (stage 0) reads an output of p0 (stage 0)"),
+    ([["p0", "p1"]], "partition p2 is in no stage"),
+    ([["p0"], ["p1", "p0"], ["p2"]], "partition p0 is in stages 0 and 1"),
+    ([["p0", "p9"], ["p1", "p2"]], "stage 0 names 'p9'"),
+])
+def test_an_impossible_schedule_is_refused(stages, msg):
+    art = _branches("greedy:onnxruntime,openvino")
+    with pytest.raises(ProvmapError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        with_schedule(art, {"stages": stages, "threads": {}})
