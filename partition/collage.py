@@ -62,6 +62,7 @@ class CollageOptions:
     measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
     refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
+    schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers
     reuse_plan: bool = True         # a kept plan stored in the cost cache for this model and
@@ -344,6 +345,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             winner = "refined"
         _say(progress, f"collage: second level: {len(ref.trail)} proposal(s), {kept} kept "
                        f"({ref.stopped}, {ref.seconds:.0f} s)")
+    if opts.schedules and opts.refine_budget_s and opts.refine_budget_s > 0:
+        from .schedule_search import search_schedules
+        art = search_schedules(art, winner, report, margin=opts.refine_margin,
+                               progress=lambda m: _say(progress, f"collage: {m}"))
     if opts.in_context:
         from .in_context import feed_back
 

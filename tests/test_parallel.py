@@ -168,3 +168,68 @@ def test_an_impossible_schedule_is_refused(stages, msg):
     art = _branches("greedy:onnxruntime,openvino")
     with pytest.raises(ProvmapError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         with_schedule(art, {"stages": stages, "threads": {}})
+
+
+def test_second_level_measures_concurrent_schedules_and_explain_shows_the_numbers():
+    from provmap.partition.schedule_search import search_schedules
+    from provmap.workbench.explain import explain_artifact, format_explain
+
+    art = _branches("greedy:onnxruntime,openvino")
+    report: dict = {}
+    kept = search_schedules(art, "greedy", report, repeats=6, passes=2, min_block_s=0.05,
+                            cores=2)
+    found = report["schedule_search"]
+    assert [t["change"].split(":")[0] for t in found["trail"]] == [
+        "run independent partitions at once, each backend with its own threads",
+        "run independent partitions at once, 2 core(s) split among them"]
+    assert found["trail"][1]["schedule"]["threads"] == {"p0": 1, "p1": 1}
+    for t in found["trail"]:
+        assert t["status"] in ("kept", "rejected"), t
+        assert t["proposal"]["median_ms"] > 0 and t["incumbent"]["median_ms"] > 0
+    assert found["kept"] == sum(t["status"] == "kept" for t in found["trail"])
+    assert (kept.manifest.get("schedule") is None) == (found["kept"] == 0)
+    mod = ArtifactModule(kept, trust=True)
+    ref = ArtifactModule(art, trust=True)
+    try:
+        feeds = ref.random_inputs(0)
+        got, want = mod.run(feeds), ref.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+    finally:
+        mod.close()
+        ref.close()
+    manifest = dict(kept.manifest, plan_info={"collage": {"schedule_search": found}})
+    text = format_explain(explain_artifact(manifest))
+    for t in found["trail"]:
+        verdict = "kept because" if t["status"] == "kept" else "rejected:"
+        assert (f"[{t['status']}] {t['change']}: {verdict} {t['proposal']['median_ms']:.3f} vs "
+                f"{t['incumbent']['median_ms']:.3f} ms median") in text
+
+
+def test_a_plan_without_independent_partitions_proposes_no_schedule():
+    from provmap.partition.schedule_search import search_schedules
+
+    art = compile_model(load_view(sm.conv_relu(), "cr"), "greedy:onnxruntime,openvino",
+                        backend_options={"onnxruntime": {"exclude_ops": ["Relu"]}})
+    assert len(art.manifest["partitions"]) == 2
+    report: dict = {}
+    assert search_schedules(art, "greedy", report) is art
+    assert report["schedule_search"]["trail"] == []
+
+
+@pytest.mark.slow
+def test_collage_second_level_runs_the_schedule_search(tmp_path):
+    from provmap.partition.collage import CollageOptions
+
+    opts = CollageOptions(max_depth=3, max_size=4, cache_path=str(tmp_path / "c.sqlite"),
+                          e2e_repeats=5, refine_budget_s=5.0,
+                          pins=["tanh_b=openvino", "sigmoid_b=openvino", "mm_a=onnxruntime",
+                                "relu_a=onnxruntime"], cuts=["relu_a"])
+    art = compile_model(load_view(sm.branches(), "branches"), "collage:onnxruntime,openvino",
+                        collage_options=opts, out=tmp_path / "b.provmap")
+    found = art.manifest["plan_info"]["collage"]["schedule_search"]
+    assert len(found["trail"]) == 2 and all(t["status"] in ("kept", "rejected")
+                                            for t in found["trail"])
+    r = provmap("explain", tmp_path / "b.provmap")
+    assert r.returncode == 0, r.stderr
+    assert "concurrent schedules measured end to end against" in r.stdout
