@@ -54,7 +54,7 @@ def search_schedules(artifact, label: str, report: dict, margin: float = 0.02, p
                      progress=None):
     """The kept artifact, under the fastest measured schedule (or as it was); what was measured
     goes to report["schedule_search"]."""
-    say = progress or (lambda m: None)
+    say = (lambda m: progress(f"collage: {m}")) if progress else (lambda m: None)
     parts = artifact.manifest["partitions"]
     cores = cores or os.cpu_count() or 1
     todo = proposals(parts, cores)

@@ -233,3 +233,27 @@ def test_collage_second_level_runs_the_schedule_search(tmp_path):
     r = provmap("explain", tmp_path / "b.provmap")
     assert r.returncode == 0, r.stderr
     assert "concurrent schedules measured end to end against" in r.stdout
+    # A schedule kept with the plan is honoured when the plan is reused from the cache.
+    from provmap.partition.cache import CostCache
+    from provmap.partition.collage import plan_cache_keys
+    from provmap.runtime_module.registry import get_backend
+
+    view = load_view(sm.branches(), "branches")
+    keys = plan_cache_keys(view, {n: get_backend(n) for n in ("onnxruntime", "openvino")}, opts)
+    cache = CostCache(opts.cache_path)
+    stored, rep, _created = cache.get_plan(*keys)
+    assert stored["schedule"] == art.manifest.get("schedule")
+    stored["schedule"] = S.make_schedule(art.manifest["partitions"], {"p0": 1, "p1": 1})
+    cache.put_plan(*keys, stored, rep)
+    cache.close()
+    again = compile_model(view, "collage:onnxruntime,openvino", collage_options=opts)
+    assert again.manifest["plan_info"]["collage"]["plan_cache"]["reused"]
+    assert again.manifest["schedule"]["threads"] == {"p0": 1, "p1": 1}
+    mod = ArtifactModule(again, trust=True)
+    try:
+        feeds = mod.random_inputs(0)
+        want, got = _ort_reference(sm.branches(), feeds), mod.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-6)
+    finally:
+        mod.close()
