@@ -175,10 +175,10 @@ def check_dag(data, backends):
     finally:
         conc.close()
         serial.close()
-    return len(parts), S.is_concurrent(sched)
+    return [p["backend"] for p in parts], S.is_concurrent(sched)
 
 
-SEEN: dict = {"examples": 0, "partitions": 0, "multi": 0, "concurrent": 0}
+SEEN: dict = {"examples": 0, "partitions": 0, "multi": 0, "concurrent": 0, "tvm_partitions": 0}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -189,10 +189,11 @@ def _print_counts():
     print(f"\nproperty examples: {SEEN}")
 
 
-def _count(n_parts, concurrent):
+def _count(backends, concurrent):
     SEEN["examples"] += 1
-    SEEN["partitions"] += n_parts
-    SEEN["multi"] += n_parts > 1
+    SEEN["partitions"] += len(backends)
+    SEEN["multi"] += len(backends) > 1
+    SEEN["tvm_partitions"] += backends.count("tvm")
     SEEN["concurrent"] += concurrent
 
 

@@ -34,7 +34,7 @@ def format_schedule(s: dict) -> list[str]:
     if not s["independent_stages"] and not s["schedule"]:
         lines.append("  no two partitions are independent: nothing can run at once")
     found = s.get("search")
-    if found:
+    if found and found.get("trail"):
         lines.append(f"concurrent schedules measured end to end against {found['start']}: "
                      f"{len(found['trail'])} proposal(s), {found['kept']} kept")
         for t in found["trail"]:
