@@ -11,7 +11,7 @@ How.  When the kept plan has partitions with no data dependency between them
 (`runtime_module.schedule.asap_stages`), two schedules are proposed: the earliest-stage
 schedule with each backend's own thread count, and the same with the cores split evenly among
 the partitions of each concurrent stage (1 thread each for two partitions on 2 cores), for the
-backends that take a `threads` option.  Each is the same built artifact under another manifest
+backends that take a thread count (`Backend.takes_threads`: ONNX Runtime, OpenVINO, TVM).  Each is the same built artifact under another manifest
 (nothing is rebuilt), measured against the incumbent interleaved, with the second level's test
 (`refine._wins`): lower median by more than the margin, lower in every pass and by minimum.
 Every proposal and its numbers go into the report ("schedule_search"), which explain shows.
@@ -36,7 +36,7 @@ def proposals(partitions: list[dict], cores: int) -> list[tuple[str, dict]]:
     if not has_independent(partitions):
         return []
     stages = asap_stages(partitions)
-    takes = {p["id"] for p in partitions if "threads" in backend_class(p["backend"]).option_names()}
+    takes = {p["id"] for p in partitions if backend_class(p["backend"]).takes_threads()}
     out = [("run independent partitions at once, each backend with its own threads",
             make_schedule(partitions, {}, why="second level: concurrent stages, measured faster "
                                               "end to end"))]

@@ -87,10 +87,13 @@ class PartitionModule(Module):
             options = self.artifact.manifest["backends"].get(self.backend, {}).get("options", {})
             threads = ((self.artifact.manifest.get("schedule") or {}).get("threads") or {}).get(self.id)
             try:
-                if threads and "threads" in backend_class(self.backend).option_names():
+                by_option = threads and "threads" in backend_class(self.backend).option_names()
+                if by_option:
                     options = {**options, "threads": threads}
                 be = get_backend(self.backend, **options)
                 self._runner = be.load(self.artifact.blob(self.id))
+                if threads and not by_option and hasattr(self._runner, "set_threads"):
+                    self._runner.set_threads(threads)
             except BackendError as e:
                 raise ProvmapError(f"partition {self.id} ({self.backend}): {e}") from None
         return self._runner

@@ -257,3 +257,39 @@ def test_collage_second_level_runs_the_schedule_search(tmp_path):
             np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-6)
     finally:
         mod.close()
+
+
+def test_a_tvm_partition_gets_its_thread_count_on_the_calling_threads_pool():
+    import tvm
+
+    num_threads = tvm.get_global_func("runtime.NumThreads")
+    art = _branches("greedy:tvm,openvino", {"tvm": {"exclude_ops": ["Tanh", "Sigmoid"]}})
+    parts = art.manifest["partitions"]
+    assert [p["backend"] for p in parts] == ["tvm", "openvino", "tvm"]
+    conc = ArtifactModule(with_schedule(art, S.make_schedule(parts, {"p0": 1, "p1": 1})),
+                          trust=True)
+    serial = ArtifactModule(art, trust=True)
+    seen = {}
+
+    def in_a_fresh_thread():
+        seen["default"] = num_threads()
+        x = [conc.random_inputs(0)["x"]]
+        conc.partitions[0].runner(x)
+        seen["set"] = num_threads()
+        serial.partitions[0].runner(x)  # a runner without a count puts the pool back
+        seen["back"] = num_threads()
+
+    try:
+        feeds = serial.random_inputs(0)
+        want = _ort_reference(sm.branches(), feeds)
+        a, b = serial.run(feeds), conc.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(b[name], want[name], rtol=1e-3, atol=1e-6)
+            np.testing.assert_allclose(b[name], a[name], rtol=1e-6, atol=1e-7)
+        t = threading.Thread(target=in_a_fresh_thread)
+        t.start()
+        t.join()
+    finally:
+        conc.close()
+        serial.close()
+    assert seen["set"] == 1 and seen["back"] == seen["default"] >= 1

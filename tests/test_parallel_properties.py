@@ -123,8 +123,7 @@ def schedules(draw, partitions):
         stage[p["id"]] = low + (draw(st.integers(0, 1)) if draw(st.booleans()) else 0)
     used = sorted(set(stage.values()))
     stages = [[pid for pid in stage if stage[pid] == s] for s in used]
-    threads = {p["id"]: draw(st.sampled_from((1, 2))) for p in partitions
-               if p["backend"] != "tvm" and draw(st.booleans())}
+    threads = {p["id"]: draw(st.sampled_from((1, 2))) for p in partitions if draw(st.booleans())}
     return S.make_schedule(partitions, threads, stages=stages)
 
 
