@@ -25,6 +25,7 @@ from provmap.runtime_module.interleave import (break_tie, measure_artifacts, nea
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
+from .schedule_search import search_schedules
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
 from .measured import tuning_summary
@@ -62,6 +63,7 @@ class CollageOptions:
     measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
     refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
+    schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers
     reuse_plan: bool = True         # a kept plan stored in the cost cache for this model and
@@ -344,6 +346,9 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             winner = "refined"
         _say(progress, f"collage: second level: {len(ref.trail)} proposal(s), {kept} kept "
                        f"({ref.stopped}, {ref.seconds:.0f} s)")
+    if opts.schedules and opts.refine_budget_s and opts.refine_budget_s > 0:  # concurrent runs
+        art = search_schedules(art, winner, report, opts.refine_margin, progress=progress)
+        chosen_plan.info["schedule"] = art.manifest.get("schedule")  # kept with the plan
     if opts.in_context:
         from .in_context import feed_back
 
@@ -383,14 +388,14 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
                     "max_depth", "max_size", "max_exits", "pins", "forbids", "cuts",
                     "e2e_repeats", "e2e_single_factor", "e2e_margin", "e2e_tie_margin",
                     "e2e_tie_passes", "e2e_variants", "measure_budget_s",
-                    "refine_budget_s", "refine_margin", "in_context")}}
+                    "refine_budget_s", "refine_margin", "in_context", "schedules")}}
     search = hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(),
                              digest_size=16).hexdigest()
     return model, search
 
 
 def _plan_json(view: GraphView, plan: Plan, strategy: str) -> dict:
-    return {"strategy": strategy,
+    return {"strategy": strategy, "schedule": plan.info.get("schedule"),
             "partitions": [{"backend": p.backend, "ops": [view.node_ids[i] for i in p.ops],
                             "why": p.why} for p in plan.partitions]}
 
@@ -417,7 +422,7 @@ def _reuse_plan(view: GraphView, cache, keys, progress) -> CollageResult | None:
                                     "measured (--research searches again)"}
     _say(progress, f"collage: reusing the plan kept by the search of {when} ({stored['strategy']},"
                    f" {len(parts)} partition(s)) from the cost cache; --research searches again")
-    plan.info["collage"] = report
+    plan.info.update(collage=report, schedule=stored.get("schedule"))
     return CollageResult(plan, None, report)
 
 

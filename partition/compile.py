@@ -6,7 +6,8 @@ from __future__ import annotations
 import onnx
 
 from provmap.provenance import zoo
-from provmap.runtime_module.artifact import Artifact, build_artifact, embed_source_model
+from provmap.runtime_module.artifact import (Artifact, build_artifact, embed_source_model,
+                                             with_schedule)
 from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
@@ -70,8 +71,10 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
 
         _, backends = make_plan(view, strategy, backend_options)
         res = collage(view, backends, collage_options, progress=progress)
-        art = res.artifact or build_artifact(view, res.plan, res.backends or backends,
-                                             progress=progress)
+        art = res.artifact
+        if art is None:  # a plan reused from the cache, with the schedule kept with it
+            art = with_schedule(build_artifact(view, res.plan, res.backends or backends,
+                                               progress=progress), res.plan.info.get("schedule"))
         if embed_model:
             embed_source_model(art, _given_model(source or model, view))
         if out is not None:

@@ -48,6 +48,11 @@ from .subgraph import Subgraph
 FORMAT = "provmap-artifact"
 SOURCE_MODEL = "source/model.onnx"  # optional: the user's ONNX model (compile --embed-model)
 FORMAT_VERSION = 1
+#: An artifact with a concurrent schedule (see schedule.py) is written as version 2, so a provmap
+#: that cannot honour the schedule refuses it instead of running it differently; one without
+#: stays version 1 and older readers keep reading it.
+SCHEDULED_VERSION = 2
+READS_VERSIONS = (FORMAT_VERSION, SCHEDULED_VERSION)
 MANIFEST = trust.MANIFEST
 
 
@@ -189,9 +194,10 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
                 raise ProvmapError(f"{p}: corrupt manifest: {e}") from None
             if manifest.get("format") != FORMAT:
                 raise ProvmapError(f"{p}: not a provmap artifact (format {manifest.get('format')!r})")
-            if manifest.get("format_version") != FORMAT_VERSION:
+            if manifest.get("format_version") not in READS_VERSIONS:
                 raise ProvmapError(f"{p}: artifact format version {manifest.get('format_version')} "
-                                   f"is not supported (this provmap reads {FORMAT_VERSION})")
+                                   f"is not supported (this provmap reads "
+                                   f"{', '.join(map(str, READS_VERSIONS))})")
             expected = manifest.get("members") or {}
             for name in list(names) + list(expected):
                 # Never written by provmap; refused so no tool extracting members can be
@@ -390,6 +396,22 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "warnings": list(imp.warnings),
     }
     return Artifact(manifest=manifest, members=members)
+
+
+def with_schedule(art: Artifact, schedule: dict | None) -> Artifact:
+    """The same artifact (members shared, nothing rebuilt) run under `schedule`
+    (provmap.runtime_module.schedule; None or a one-partition-per-stage schedule without
+    threads: serial, version 1)."""
+    from .schedule import check_schedule, is_concurrent
+
+    manifest = json.loads(json.dumps(art.manifest))
+    manifest.pop("schedule", None)
+    manifest["format_version"] = FORMAT_VERSION
+    if schedule and (is_concurrent(schedule) or schedule.get("threads")):
+        check_schedule(manifest["partitions"], schedule)
+        manifest["schedule"] = json.loads(json.dumps(schedule))
+        manifest["format_version"] = SCHEDULED_VERSION
+    return Artifact(manifest=manifest, members=art.members)
 
 
 def embed_source_model(art: Artifact, model) -> None:

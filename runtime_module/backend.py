@@ -185,6 +185,14 @@ class Backend(ABC):
     def options(self) -> dict:
         return dict(self._options)
 
+    @classmethod
+    def takes_threads(cls) -> bool:
+        """Whether a schedule's per-partition thread count (runtime_module/schedule.py) reaches
+        this backend: through its `threads` option (ONNX Runtime, OpenVINO), or through its
+        runner's `set_threads(n)` (TVM: not an option, so the end-to-end check's thread variants
+        still skip it).  A backend that takes neither keeps its own threads."""
+        return "threads" in cls.option_names()
+
     #: Options that change no measured price (e.g. where a tuning database lives): left out of
     #: the cost cache's keys, so moving the directory does not throw prices away.
     UNPRICED_OPTIONS: Sequence[str] = ()

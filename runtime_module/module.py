@@ -6,7 +6,10 @@ partition module's function (named by the partition id) runs one partition.  The
 deliberately small: partitions run in the manifest's topological order, tensors live in a dict
 keyed by ONNX tensor name and are dropped after their last use, and arrays are handed from one
 backend to the next as-is (numpy views; TVM takes them zero-copy over DLPack when aligned and
-writeable).
+writeable).  An artifact whose manifest has a concurrent schedule (`schedule.py`) runs the
+partitions of one stage at once on a thread pool, each with the thread count the schedule gives
+it; a stage starts when the previous one has finished, and a failing partition's error is raised
+only after the rest of its stage has been joined (nothing keeps running behind it).
 
 `load(path)` verifies the whole file first (see artifact.read_artifact); with `runnable=False`
 nothing backend-specific is imported or loaded, which is what offline inspection uses.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import io
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Mapping
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, with numpy)
@@ -27,7 +31,8 @@ from .artifact import Artifact, read_artifact
 from .backend import BackendError
 from .lookup import Lookup
 from . import trust as _trust
-from .registry import get_backend
+from .registry import backend_class, get_backend
+from .schedule import check_schedule, is_concurrent
 
 
 class Module:
@@ -80,9 +85,15 @@ class PartitionModule(Module):
             if self._gate is not None:
                 self._gate(self)
             options = self.artifact.manifest["backends"].get(self.backend, {}).get("options", {})
+            threads = ((self.artifact.manifest.get("schedule") or {}).get("threads") or {}).get(self.id)
             try:
+                by_option = threads and "threads" in backend_class(self.backend).option_names()
+                if by_option:
+                    options = {**options, "threads": threads}
                 be = get_backend(self.backend, **options)
                 self._runner = be.load(self.artifact.blob(self.id))
+                if threads and not by_option and hasattr(self._runner, "set_threads"):
+                    self._runner.set_threads(threads)
             except BackendError as e:
                 raise ProvmapError(f"partition {self.id} ({self.backend}): {e}") from None
         return self._runner
@@ -114,6 +125,9 @@ class ArtifactModule(Module):
         self._lookup = None
         self._plan = None
         self._constants: dict[str, np.ndarray] | None = None
+        self.schedule = self.manifest.get("schedule")  # None: serial (see schedule.py)
+        self._stages = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def _may_load(self, m: "PartitionModule") -> None:
         """The gate in front of every partition's code (see provmap.runtime_module.trust)."""
@@ -154,19 +168,28 @@ class ArtifactModule(Module):
         if self._plan is not None:
             return self._plan
         steps = []
+        # Stages of step positions: one per partition when serial.
+        if is_concurrent(self.schedule):
+            check_schedule(self.manifest["partitions"], self.schedule)
+            pos = {m.id: k for k, m in enumerate(self.partitions)}
+            stages = [[pos[pid] for pid in s] for s in self.schedule["stages"]]
+        else:
+            stages = [[k] for k in range(len(self.partitions))]
+        stage_of = {k: n for n, s in enumerate(stages) for k in s}
         last_use: dict[str, int] = {}
         for k, m in enumerate(self.partitions):
             for n in m.runner.input_names:
-                last_use[n] = k
+                last_use[n] = max(last_use.get(n, -1), stage_of[k])
         keep = set(self.output_names)
         produced = set(self.input_specs) | set(self._constant_outputs())
         for k, m in enumerate(self.partitions):
             r = m.runner
-            drop = [n for n, last in last_use.items() if last == k and n not in keep]
             specs = {t["name"]: (tuple(t["shape"]), np.dtype(t["dtype"])) for t in m.info["outputs"]}
             expect = [specs.get(n) for n in r.output_names]
-            steps.append((r, list(r.input_names), list(r.output_names), drop, m, expect))
+            steps.append((r, list(r.input_names), list(r.output_names), m, expect))
             produced.update(r.output_names)
+        self._stages = [(s, [n for n, last in last_use.items() if last == i and n not in keep])
+                        for i, s in enumerate(stages)]
         missing = [n for n in self.output_names if n not in produced]
         if missing:
             raise ProvmapError(f"graph output(s) {missing} are computed by no partition, are no "
@@ -195,36 +218,41 @@ class ArtifactModule(Module):
         after each partition: what compare and profile hook into.
         """
         env = self._check_inputs(inputs)
-        for runner, ins, outs, drop, m, expect in self._compile_plan():
-            try:
+        steps = self._compile_plan()
+        for stage, drop in self._stages:
+            if len(stage) == 1:
+                done = [_call(steps[stage[0]], env)]
+            else:
+                done = self._run_stage([steps[k] for k in stage], env)
+            for k, (results, args, dt) in zip(stage, done):
+                _runner, ins, outs, m, expect = steps[k]
+                # A backend handing back the wrong dtype or shape would silently poison the
+                # next partition; the check costs well under a microsecond per tensor.
+                for name, a, spec in zip(outs, results, expect):
+                    if spec is not None and (a.dtype != spec[1] or not _shape_ok(a.shape, spec[0])):
+                        raise ProvmapError(f"partition {m.id} ({m.backend}) returned {name!r} as "
+                                           f"{a.dtype}{list(a.shape)}, expected "
+                                           f"{spec[1]}{list(spec[0])}")
+                env.update(zip(outs, results))
                 if on_partition is not None:
-                    args = [env[n] for n in ins]
-                    t0 = time.perf_counter()
-                    results = runner(args)
-                    dt = time.perf_counter() - t0
-                else:
-                    results = runner([env[n] for n in ins])
-            except ProvmapError:
-                raise
-            except Exception as e:
-                first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-                raise ProvmapError(f"partition {m.id} ({m.backend}) failed: {first}") from None
-            # A backend handing back the wrong dtype or shape would silently poison the next
-            # partition; the check costs well under a microsecond per tensor.
-            for name, a, spec in zip(outs, results, expect):
-                if spec is not None and (a.dtype != spec[1] or not _shape_ok(a.shape, spec[0])):
-                    raise ProvmapError(f"partition {m.id} ({m.backend}) returned {name!r} as "
-                                       f"{a.dtype}{list(a.shape)}, expected "
-                                       f"{spec[1]}{list(spec[0])}")
-            env.update(zip(outs, results))
-            if on_partition is not None:
-                on_partition(m, dict(zip(ins, args)), dict(zip(outs, results)), dt)
+                    on_partition(m, dict(zip(ins, args)), dict(zip(outs, results)), dt)
             for n in drop:
                 env.pop(n, None)
         # Constants are copied: a caller writing into a returned array must not change what
         # the next run returns.
         consts = self._constant_outputs()
         return {n: consts[n].copy() if n in consts else env[n] for n in self.output_names}
+
+    def _run_stage(self, steps: list, env: dict) -> list:
+        """The partitions of one stage at once.  Every one is joined before anything is raised,
+        so a failure never leaves a partition running behind the error (or writing into arrays
+        the caller gets back); the first failure in execution order is the one reported."""
+        if self._pool is None:
+            width = max(len(s) for s, _d in self._stages)
+            self._pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="provmap-stage")
+        futures = [self._pool.submit(_call, step, env) for step in steps]
+        wait(futures)
+        return [f.result() for f in futures]
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
         env = {}
@@ -265,9 +293,27 @@ class ArtifactModule(Module):
                 m._runner.close()
                 m._runner = None
         self._plan = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def save(self, path) -> None:
         self.artifact.save(path)
+
+
+def _call(step, env: dict) -> tuple:
+    """(results, inputs, seconds) of one partition; its failure as one ProvmapError line."""
+    runner, ins, _outs, m, _expect = step
+    args = [env[n] for n in ins]
+    try:
+        t0 = time.perf_counter()
+        results = runner(args)
+        return results, args, time.perf_counter() - t0
+    except ProvmapError:
+        raise
+    except Exception as e:
+        first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise ProvmapError(f"partition {m.id} ({m.backend}) failed: {first}") from None
 
 
 def _shape_ok(shape: tuple, spec: tuple) -> bool:

@@ -89,3 +89,71 @@ class CrashingPrepareBackend(OnnxRuntimeBackend):
 
     def prepare(self, subs):
         os.abort()
+
+
+class _FailingRun(Runner):
+    def __init__(self, inner: Runner):
+        self.inner = inner
+        self.input_names = inner.input_names
+        self.output_names = inner.output_names
+
+    def __call__(self, inputs):
+        raise RuntimeError("runfail: kernel faulted at run time\nsecond line")
+
+    def close(self):
+        self.inner.close()
+
+
+class RunFailingBackend(OnnxRuntimeBackend):
+    """Builds and loads like ONNX Runtime; every call of its partitions then fails, as a kernel
+    faulting at run time would (the executor must report it and leave nothing running)."""
+
+    name = "runfail"
+
+    def load(self, blob):
+        return _FailingRun(super().load(blob))
+
+
+class _Recording(Runner):
+    """Waits `delay` seconds (at a 2-party barrier first when `meet`), runs, records the call."""
+
+    def __init__(self, inner: Runner, owner):
+        self.inner = inner
+        self.owner = owner
+        self.input_names = inner.input_names
+        self.output_names = inner.output_names
+
+    def __call__(self, inputs):
+        owner = self.owner
+        if owner.MEET is not None and owner.MEET_INPUT in self.input_names:
+            owner.MEET.wait(timeout=owner.MEET_TIMEOUT_S)  # BrokenBarrierError: nobody came
+        time.sleep(owner.DELAY_S)
+        out = self.inner(inputs)
+        owner.FINISHED.append(tuple(self.output_names))
+        return out
+
+    def close(self):
+        self.inner.close()
+
+
+class SlowBackend(OnnxRuntimeBackend):
+    """ONNX Runtime whose calls take DELAY_S longer and are recorded in FINISHED (shared by
+    every recording backend).  With MEET set (a threading.Barrier), a partition reading
+    MEET_INPUT first waits there for a partner: only partitions running at the same time meet,
+    so a serial executor fails them with BrokenBarrierError after MEET_TIMEOUT_S."""
+
+    name = "slowpoke"
+    DELAY_S = 0.0
+    FINISHED: list = []
+    MEET = None
+    MEET_INPUT = "x"
+    MEET_TIMEOUT_S = 10.0
+
+    def load(self, blob):
+        return _Recording(super().load(blob), SlowBackend)
+
+
+class SlowBackend2(SlowBackend):
+    """A second name for SlowBackend, so greedy puts two branches on two partitions."""
+
+    name = "slowpoke2"

@@ -187,3 +187,46 @@ def shape_of_filled() -> onnx.ModelProto:
              for n, v in (("one", [1, 1]), ("st", [0]), ("en", [-1]), ("ax", [0]))]
     return _model(nodes, [_t("x", ["N", "M"])],
                   [_t("out", ["A", "B"]), _t("w", [2])], inits)
+
+
+def branches() -> onnx.ModelProto:
+    """Two independent branches joined by an Add (MatMul -> Relu, Tanh -> Sigmoid), the second
+    also a graph output: with Tanh and Sigmoid kept off ONNX Runtime, greedy makes the branches
+    two partitions on two backends that can run at once."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "w")
+    return _model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm_a"),
+         helper.make_node("Relu", ["m"], ["r"], name="relu_a"),
+         helper.make_node("Tanh", ["x"], ["t"], name="tanh_b"),
+         helper.make_node("Sigmoid", ["t"], ["s"], name="sigmoid_b"),
+         helper.make_node("Add", ["r", "s"], ["y"], name="join")],
+        [_t("x", [4, 16])], [_t("y", [4, 16]), _t("s", [4, 16])], [w])
+
+
+def inception_like(channels: int = 64, size: int = 28) -> onnx.ModelProto:
+    """One Inception module (1x1; 1x1 -> 3x3; 1x1 -> 5x5; 3x3 max pool -> 1x1; each conv with a
+    Relu; Concat; GlobalAveragePool), nodes named b1_... to b4_... by branch: docs/collage.md
+    measures concurrent schedules on it with the branches pinned to two backends."""
+    rng = np.random.default_rng(7)
+    inits, nodes = [], []
+
+    def conv(name, src, cin, cout, k):
+        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k)))
+        inits.append(numpy_helper.from_array(w.astype(np.float32), f"{name}_w"))
+        inits.append(numpy_helper.from_array(np.zeros(cout, np.float32), f"{name}_b"))
+        nodes.append(helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [f"{name}_c"],
+                                      name=f"{name}_conv", pads=[k // 2] * 4))
+        nodes.append(helper.make_node("Relu", [f"{name}_c"], [f"{name}_r"], name=f"{name}_relu"))
+        return f"{name}_r"
+
+    c = channels
+    b1 = conv("b1", "x", c, c, 1)
+    b2 = conv("b2b", conv("b2a", "x", c, 3 * c // 4, 1), 3 * c // 4, c, 3)
+    b3 = conv("b3b", conv("b3a", "x", c, c // 4, 1), c // 4, c // 2, 5)
+    nodes.append(helper.make_node("MaxPool", ["x"], ["b4_p"], name="b4_pool", kernel_shape=[3, 3],
+                                  pads=[1, 1, 1, 1]))
+    b4 = conv("b4", "b4_p", c, c // 2, 1)
+    nodes.append(helper.make_node("Concat", [b1, b2, b3, b4], ["cat"], name="join", axis=1))
+    nodes.append(helper.make_node("GlobalAveragePool", ["cat"], ["y"], name="gap"))
+    return _model(nodes, [_t("x", [1, c, size, size])], [_t("y", [1, 3 * c, 1, 1])], inits)

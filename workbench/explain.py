@@ -5,10 +5,54 @@ candidates inside it), the same region priced as one partition on each backend, 
 greedy would have used; then the end-to-end check that may have replaced the searched plan by a
 single-backend or greedy plan (isolated costs do not add up), with its measured latencies;
 then the second level's trail: every change it proposed to that plan, measured end to end, and
-whether it was kept.  Offline: everything comes from the artifact.
+whether it was kept; and the schedule the artifact runs under (serial, or stages of partitions
+run at once), with the concurrent schedules the second level measured.  Offline: everything comes
+from the artifact.
 """
 
 from __future__ import annotations
+
+from provmap.runtime_module.schedule import asap_stages, describe
+
+
+def explain_schedule(manifest: dict) -> dict:
+    """The schedule the artifact runs under, whether its partitions could run at once at all,
+    and what the second level measured for concurrent schedules (kept or rejected, with the
+    medians and minimums of both sides)."""
+    parts = manifest.get("partitions") or []
+    sched = manifest.get("schedule")
+    search = ((manifest.get("plan_info") or {}).get("collage") or {}).get("schedule_search")
+    return {"schedule": sched, "text": describe(sched),
+            "independent_stages": [s for s in asap_stages(parts) if len(s) > 1] if parts else [],
+            "search": search}
+
+
+def format_schedule(s: dict) -> list[str]:
+    lines = [f"schedule: {s['text']}"]
+    if s["schedule"] and s["schedule"].get("why"):
+        lines.append(f"  {s['schedule']['why']}")
+    if not s["independent_stages"] and not s["schedule"]:
+        lines.append("  no two partitions are independent: nothing can run at once")
+    found = s.get("search")
+    if found and found.get("trail"):
+        lines.append(f"concurrent schedules measured end to end against {found['start']}: "
+                     f"{len(found['trail'])} proposal(s), {found['kept']} kept")
+        for t in found["trail"]:
+            if "proposal" in t:
+                p, i = t["proposal"], t["incumbent"]
+                verdict = ("kept because" if t["status"] == "kept" else "rejected:")
+                lines.append(f"  [{t['status']}] {t['change']}: {verdict} {p['median_ms']:.3f} "
+                             f"vs {i['median_ms']:.3f} ms median, {p['min_ms']:.3f} vs "
+                             f"{i['min_ms']:.3f} ms min")
+            else:
+                lines.append(f"  [{t['status']}] {t['change']}")
+            if t.get("reason"):
+                lines.append(f"      {t['reason']}")
+    elif found is None and s["independent_stages"] and not s["schedule"]:
+        lines.append("  independent partitions: " + "; ".join("+".join(x) for x in
+                                                              s["independent_stages"])
+                     + " (no concurrent schedule was measured)")
+    return lines
 
 
 def explain_artifact(manifest: dict) -> dict:
@@ -25,6 +69,7 @@ def explain_artifact(manifest: dict) -> dict:
             note += (f" (greedy: each node goes to the first of {', '.join(order)} that supports "
                      f"it; {len(decisions)} node(s) did not get {order[0]})")
         return {"strategy": strategy, "searched": False, "note": note,
+                "schedule": explain_schedule(manifest),
                 "partitions": [{"partition": p["id"], "backend": p["backend"], "ops": len(p["ops"]),
                                 "why": p.get("why", ""),
                                 "nodes_declined_elsewhere": [by_node[n] for n in p["ops"]
@@ -72,6 +117,7 @@ def explain_artifact(manifest: dict) -> dict:
             "measured_on": info.get("measured_on"),
             "e2e_skipped": info.get("e2e_skipped"),
             "level": info.get("level"),
+            "schedule": explain_schedule(manifest),
             "kept": strategy}
 
 
@@ -93,6 +139,8 @@ def _tie_reason(e: dict, tb: dict, k: str) -> str:
 
 def format_explain(x: dict) -> str:
     lines = [f"strategy: {x['strategy']}"]
+    if x.get("schedule"):
+        lines.extend(format_schedule(x["schedule"]))
     if not x["searched"]:
         lines.append(x["note"])
         for p in x["partitions"]:

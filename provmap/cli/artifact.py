@@ -233,7 +233,8 @@ def inspect_artifact(path: str, model=None) -> dict:
     return {"artifact": path, "format_version": man["format_version"], "model": man["model"],
             "strategy": man["strategy"], "backends": man["backends"], "host": man["host"],
             "created_utc": man["created_utc"], "coverage": man["coverage"], "partitions": parts,
-            "warnings": man.get("warnings", []), "placement": placement(model, mod)}
+            "warnings": man.get("warnings", []), "schedule": man.get("schedule"),
+            "placement": placement(model, mod)}
 
 
 def cmd_inspect(args) -> int:
@@ -263,6 +264,9 @@ def cmd_inspect(args) -> int:
         print(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
     for w in info["warnings"]:
         print(f"  warning: {w}")
+    from provmap.runtime_module.schedule import describe
+
+    print(f"  schedule: {describe(info['schedule'])}")
     for p in info["partitions"]:
         ops = [n for n in p["onnx_nodes"] if not n["helper"]]
         nk = len(p["kernels"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from types import SimpleNamespace
 from typing import Sequence
 
@@ -59,10 +60,32 @@ class TVMRunner(Runner):
         # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
         return tvm.runtime.tensor(np.asarray(a, order="C"), self._dev)
 
+    #: A schedule's thread count for this partition (None: TVM's default, every core).
+    threads: int | None = None
+
+    def set_threads(self, n: int | None) -> None:
+        """Run on `n` threads (runtime_module/schedule.py).  TVM's thread pool belongs to the
+        calling thread (one per thread, thread-local), so the count is set on the calling
+        thread's pool before each call, and only when it differs from what that thread was
+        last set to: a runner without a count puts a thread back to the default."""
+        self.threads = int(n) if n else None
+
+    def _configure_pool(self) -> None:
+        want = self.threads or 0  # 0: TVM's default (every core, TVM_NUM_THREADS respected)
+        if getattr(_POOL, "threads", 0) != want:
+            # mode 1 = kBig, what TVM's pool starts with (all cores on a homogeneous CPU)
+            tvm.get_global_func("runtime.config_threadpool")(1, want)
+            _POOL.threads = want
+
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self._configure_pool()
         out = self._main(*[self._to_tvm(a) for a in inputs])
         outs = list(out) if self._tuple_out else [out]
         return [_to_numpy(o) for o in outs]
+
+
+#: What each calling thread's TVM pool was last configured to (see TVMRunner.set_threads).
+_POOL = threading.local()
 
 
 def _to_numpy(t) -> np.ndarray:
@@ -170,6 +193,10 @@ class TVMBackend(Backend):
     @classmethod
     def option_names(cls):
         return ("tune", "trials", "tune_budget", "tuning_db", "mcpu")
+
+    @classmethod
+    def takes_threads(cls) -> bool:
+        return True  # through TVMRunner.set_threads, not an option (see Backend.takes_threads)
 
     def version(self) -> str:
         return tvm.__version__
