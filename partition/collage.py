@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.contention import Window
 from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.interleave import (break_tie, measure_artifacts, near_ties,
                                                 pick_fastest)
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
+from .hygiene import measure_clean, reuse_refusal, search_conditions, store_plan
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
 from .measured import tuning_summary
@@ -150,6 +152,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                             budget_s=opts.measure_budget_s, in_context=opts.in_context,
                             remote=pool)
     est.begin(len(kept))
+    phases = {"candidates": Window()}  # measuring conditions (partition/hygiene.py)
     try:
         if est.parallel > 1:
             _say(progress, f"collage: measuring {len(kept)} candidates on {est.parallel} "
@@ -179,6 +182,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             _say(progress, f"collage: {line}")
     finally:
         est.close()
+        phases["candidates"] = phases["candidates"].stop()
     # Candidates are each convex, but two of them can still feed each other (a -> y, x -> b
     # for P1 = a->b, P2 = x->y).  Such a cover cannot run; say so and fall back.
     cyclic = None
@@ -290,9 +294,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             report.setdefault("e2e_failed", {})[label] = str(e)
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report['e2e_failed']['collage']}")
-    lat = measure_artifacts(built, repeats=opts.e2e_repeats, min_block_s=0.5,
-                            never_cap=("collage",),
-                            progress=lambda msg: _say(progress, f"collage: {msg}"))
+    say = lambda m: _say(progress, f"collage: {m}")  # noqa: E731
+    lat, phases["e2e"] = measure_clean(lambda: measure_artifacts(
+        built, repeats=opts.e2e_repeats, min_block_s=0.5, never_cap=("collage",),
+        progress=say), say)
     parts = {k: len(a.manifest["partitions"]) for k, a in built.items()}
     winner, why = pick_fastest(lat, parts, margin=opts.e2e_margin)
     measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
@@ -305,9 +310,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         first = winner
         _say(progress, f"collage: {winner} and {', '.join(tied)} within "
                        f"{opts.e2e_tie_margin:.0%}: measuring them again to break the tie")
-        again = measure_artifacts({k: built[k] for k in [winner, *tied]},
-                                  repeats=2 * opts.e2e_repeats, passes=opts.e2e_tie_passes,
-                                  min_block_s=1.0, never_cap=tuple([winner, *tied]))
+        again, phases["tie_break"] = measure_clean(lambda: measure_artifacts(
+            {k: built[k] for k in [winner, *tied]}, repeats=2 * opts.e2e_repeats,
+            passes=opts.e2e_tie_passes, min_block_s=1.0, never_cap=tuple([winner, *tied])),
+            say, "tie-break")
         winner, why = break_tie(again)
         report["e2e"]["tie_break"] = {
             "first_pick": first, "tied": tied, "winner": winner, "why": why,
@@ -328,12 +334,14 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
 
         # A variant supports what its searched backend supports.
         vverdicts = {**verdicts, **{v: verdicts[o] for v, (o, _be) in variants.items()}}
+        win = Window()
         ref = refine(view, chosen_plan, art, winner, every,
                      supported_fn(view, vverdicts, cons), dp_plan=None if cyclic else plan,
                      cuts=frozenset(cons.cuts) if cons else frozenset(),
                      budget_s=opts.refine_budget_s, margin=opts.refine_margin, blobs=blobs,
                      progress=lambda m: _say(progress, f"collage: {m}"),
                      suggestions=suggestions_from(res.estimates))
+        phases["refine"] = win.stop()
         kept = sum(1 for t in ref.trail if t.get("status") == "kept")
         report["refine"] = {"start": winner, "budget_s": opts.refine_budget_s,
                             "seconds": round(ref.seconds, 1), "stopped": ref.stopped,
@@ -357,12 +365,9 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     art.manifest["plan_info"] = info
     art.manifest["strategy"] = "collage" if winner == "collage" else f"collage->{winner}"
     chosen_plan.info["collage"] = report
+    report["conditions"] = search_conditions(phases, report["estimator"])
     if plan_keys is not None:
-        try:
-            cache.put_plan(*plan_keys, _plan_json(view, chosen_plan, art.manifest["strategy"]),
-                           report)
-        except Exception as e:  # a cache that cannot store must not lose the built plan
-            report["plan_cache_error"] = f"{type(e).__name__}: {e}"
+        store_plan(cache, plan_keys, view, chosen_plan, art.manifest["strategy"], report, say)
     return CollageResult(chosen_plan, art, report, every)
 
 
@@ -389,12 +394,6 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
     return model, search
 
 
-def _plan_json(view: GraphView, plan: Plan, strategy: str) -> dict:
-    return {"strategy": strategy,
-            "partitions": [{"backend": p.backend, "ops": [view.node_ids[i] for i in p.ops],
-                            "why": p.why} for p in plan.partitions]}
-
-
 def _reuse_plan(view: GraphView, cache, keys, progress) -> CollageResult | None:
     """The stored kept plan for `keys`, as a plan to build, or None (none stored, or it no
     longer fits this view)."""
@@ -402,6 +401,9 @@ def _reuse_plan(view: GraphView, cache, keys, progress) -> CollageResult | None:
     if hit is None:
         return None
     stored, report, created = hit
+    if (why := reuse_refusal(report)) is not None:
+        _say(progress, f"collage: not reusing the plan cached for this model: {why}; searching")
+        return None
     index = {nid: i for i, nid in enumerate(view.node_ids)}
     try:
         parts = [PartitionSpec(p["backend"], [index[n] for n in p["ops"]], why=p.get("why", ""))

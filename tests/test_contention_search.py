@@ -1,0 +1,88 @@
+"""What a Collage search does under contention (provmap.partition.hygiene), with a real CPU
+hog started by the test: the search says so, marks its record, and does not store its kept plan
+in the plan cache as if it were clean; a stored plan recorded as contended is not reused."""
+
+import pytest
+
+from provmap.partition import hygiene
+from provmap.partition.cache import CostCache
+from provmap.partition.collage import CollageOptions, plan_cache_keys
+from provmap.partition.compile import compile_model, load_view
+from provmap.runtime_module.contention import snapshot
+from provmap.runtime_module.registry import get_backend
+
+from cpu_hog import cpu_hog
+from small_models import conv_relu
+
+pytestmark = pytest.mark.skipif(not snapshot().known, reason="needs Linux /proc")
+
+STRATEGY = "collage:onnxruntime,openvino"
+
+
+def _opts(cache):
+    return CollageOptions(max_depth=2, max_size=2, cache_path=str(cache), e2e_repeats=3,
+                          refine_budget_s=0.0, e2e_variants=())
+
+
+@pytest.fixture
+def acting(monkeypatch):
+    monkeypatch.setenv("PROVMAP_CONTENTION", "act")  # conftest turns the actions off
+    monkeypatch.setattr(hygiene, "PAUSE_S", 1.0)     # the hog outlasts any pause
+
+
+def test_a_search_under_a_cpu_hog_is_marked_and_its_plan_not_cached(tmp_path, acting):
+    view = load_view(conv_relu(), "conv_relu")
+    cache = tmp_path / "costs.sqlite"
+    said = []
+    with cpu_hog(240.0):
+        art = compile_model(view, STRATEGY, collage_options=_opts(cache), progress=said.append)
+    rep = art.manifest["plan_info"]["collage"]
+    cond = rep["conditions"]
+    assert cond["contended"] and "other processes used" in cond["reason"]
+    assert cond["phases"]["e2e"]["contended"] and cond["phases"]["e2e"]["retried"]
+    assert cond["policy"] == "act"
+    # said in one line each: the end-to-end check's contention, and the refusal with its reason
+    assert any("end-to-end check ran under contention" in m for m in said)
+    refusal = [m for m in said if "not storing the kept plan in the plan cache" in m]
+    assert len(refusal) == 1 and "decided under contention" in refusal[0]
+    assert "decided under contention" in rep["plan_cache_refused"]
+    backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+    with CostCache(cache) as c:
+        assert c.get_plan(*plan_cache_keys(view, backends, _opts(cache))) is None
+
+
+def test_a_cached_plan_recorded_as_contended_is_not_reused(tmp_path, acting):
+    view = load_view(conv_relu(), "conv_relu")
+    cache = tmp_path / "costs.sqlite"
+    backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+    keys = plan_cache_keys(view, backends, _opts(cache))
+    plan = {"strategy": "collage", "partitions": [
+        {"backend": "openvino", "ops": [view.node_ids[i] for i in view.op_nodes], "why": "x"}]}
+    with CostCache(cache) as c:  # as another provmap (or an older one) would have left it
+        c.put_plan(*keys, plan, {"conditions": {"contended": True, "reason": "e2e: hog"}})
+    said = []
+    art = compile_model(view, STRATEGY, collage_options=_opts(cache), progress=said.append)
+    rep = art.manifest["plan_info"]["collage"]
+    assert "plan_cache" not in rep and "e2e" in rep  # searched and measured, not reused
+    assert any("not reusing the plan cached for this model: it was decided under contention"
+               in m for m in said)
+
+
+def test_candidate_prices_under_a_cpu_hog_are_measured_again_and_kept_out_of_the_cache(
+        tmp_path, acting):
+    from provmap.partition.candidate import Candidate
+    from provmap.partition.measured import MeasuredEstimator
+
+    view = load_view(conv_relu(), "conv_relu")
+    ops = frozenset(view.op_nodes)
+    cands = [Candidate(b, ops, "whole-model") for b in ("onnxruntime", "openvino")] + \
+        [Candidate("openvino", frozenset([i]), "single-op") for i in view.op_nodes]
+    backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+    with cpu_hog(240.0), MeasuredEstimator(backends, CostCache(tmp_path / "c.sqlite"),
+                                           repeats=5, min_time_s=0.3) as est:
+        prices = [est.estimate(view, c) for c in cands]
+        st = est.stats()
+    assert all(p.valid for p in prices)
+    assert st["remeasured"] >= 1 and st["contended_prices"] >= 1, st
+    # the prices still contended were used in this run but not written to the file
+    assert len(CostCache(tmp_path / "c.sqlite")) == st["measured"] - st["contended_prices"]
