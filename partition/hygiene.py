@@ -6,7 +6,9 @@ with its verdicts (issue 28):
 * a candidate price measured under contention is measured once more at once and the faster of
   the two kept (contention only inflates a time); one still contended is priced for this run
   but not written to the persistent cost cache, so a later search on a quiet machine measures
-  it again (`quarantine`);
+  it again (`quarantine`).  Once `RETRY_GIVE_UP` second measurements in a row all stayed
+  contended, the contention is persistent and a second measurement only doubles the search:
+  later contended prices are quarantined without one (`retry_helps`);
 * the end-to-end check measured under contention says so in one line, pauses until the machine
   is quiet (at most `PAUSE_S`) and measures every alternative again (`measure_clean`);
 * the search records the conditions of each phase in its report (`report["conditions"]`), and
@@ -21,12 +23,14 @@ from provmap.runtime_module.contention import Window, acting, combine, wait_for_
 
 #: The longest pause for quiet before the end-to-end check measures again.
 PAUSE_S = 10.0
+#: Re-measured prices that all stayed contended before re-measuring stops (persistent load).
+RETRY_GIVE_UP = 5
 
 
-def measure_candidate(measure, local: bool = True):
+def measure_candidate(measure, local: bool = True, retry: bool = True):
     """`measure()` -> (result dict, cacheable), judged by a window.  Returns (result, cacheable,
-    contended, retried): a valid price measured under contention is measured again and the
-    faster kept; `contended` says whether the kept one still was."""
+    contended, retried): a valid price measured under contention is measured again (if
+    `retry`) and the faster kept; `contended` says whether the kept one still was."""
     if not local or not acting():  # remote servers: this host's load says nothing of theirs
         res, ok = measure()
         return res, ok, False, False
@@ -34,12 +38,19 @@ def measure_candidate(measure, local: bool = True):
     res, ok = measure()
     if res.get("seconds") is None or not w.stop().contended:
         return res, ok, False, False
+    if not retry:
+        return res, ok, True, False
     w = Window()
     again, ok2 = measure()
     contended = w.stop().contended
     if again.get("seconds") is not None and again["seconds"] < res["seconds"]:
         return again, ok2, contended, True
     return res, ok, contended, True
+
+
+def retry_helps(remeasured: int, still_contended: int) -> bool:
+    """Whether re-measuring a contended price is still worth it (see the module doc)."""
+    return remeasured < RETRY_GIVE_UP or still_contended < remeasured
 
 
 def measure_clean(measure, say, what: str = "end-to-end check", pause_s: float | None = None):

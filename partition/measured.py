@@ -58,7 +58,7 @@ from .accuracy import RefCache
 from .cache import CostCache, backend_identity
 from .candidate import Candidate, Estimate
 from .cost import CostEstimator
-from .hygiene import measure_candidate
+from .hygiene import measure_candidate, retry_helps
 from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -239,7 +239,8 @@ class MeasuredEstimator(CostEstimator):
         t0 = time.perf_counter()
         res, cacheable, contended, retried = measure_candidate(
             lambda: self._measure_region(view, sub, key, label, candidate.backend),
-            local=self.remote is None)
+            local=self.remote is None, retry=retry_helps(self._c["remeasured"],
+                                                         self._c["contended_prices"]))
         dt = time.perf_counter() - t0
         est = Estimate(res.get("seconds"), reason=res.get("reason") or "",
                        spread=res.get("spread") or 0.0, cached=False,

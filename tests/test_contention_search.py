@@ -86,3 +86,11 @@ def test_candidate_prices_under_a_cpu_hog_are_measured_again_and_kept_out_of_the
     assert st["remeasured"] >= 1 and st["contended_prices"] >= 1, st
     # the prices still contended were used in this run but not written to the file
     assert len(CostCache(tmp_path / "c.sqlite")) == st["measured"] - st["contended_prices"]
+
+
+def test_re_measuring_stops_when_the_contention_is_persistent():
+    """Five second measurements that all stayed contended: a sixth would only double the
+    search; one that helped keeps re-measuring on."""
+    assert hygiene.retry_helps(0, 0) and hygiene.retry_helps(4, 4)
+    assert not hygiene.retry_helps(hygiene.RETRY_GIVE_UP, hygiene.RETRY_GIVE_UP)
+    assert hygiene.retry_helps(hygiene.RETRY_GIVE_UP, hygiene.RETRY_GIVE_UP - 1)
