@@ -94,3 +94,25 @@ def test_re_measuring_stops_when_the_contention_is_persistent():
     assert hygiene.retry_helps(0, 0) and hygiene.retry_helps(4, 4)
     assert not hygiene.retry_helps(hygiene.RETRY_GIVE_UP, hygiene.RETRY_GIVE_UP)
     assert hygiene.retry_helps(hygiene.RETRY_GIVE_UP, hygiene.RETRY_GIVE_UP - 1)
+
+
+def test_the_cli_says_in_one_line_why_a_plan_is_not_cached(tmp_path):
+    import os
+
+    import onnx
+
+    from cli_runner import provmap
+
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_relu(), model)
+    env = {**os.environ, "PROVMAP_CONTENTION": "act"}
+    with cpu_hog(240.0):
+        r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--strategy", STRATEGY,
+                    "--max-size", "2", "--max-depth", "2", "--refine-budget", "0",
+                    "--no-variants", "--cache", tmp_path / "k.sqlite", env=env)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "not storing the kept plan" in ln]
+    assert len(lines) == 1 and "decided under contention (" in lines[0]
+    assert "plan not stored in the plan cache: decided under contention" in r.stdout
+    x = provmap("explain", tmp_path / "a.provmap")
+    assert "measuring conditions: contended (" in x.stdout
