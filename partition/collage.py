@@ -222,6 +222,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                         {"where": "local", "device": {"host": host_fingerprint()}}),
     }
     plan.info["estimated_ms"] = res.estimated_s * 1e3
+    report["conditions"] = search_conditions(phases, report["estimator"])  # again after e2e
     if cyclic:
         report["search_plan_cyclic"] = cyclic
         if not opts.e2e_check:

@@ -116,3 +116,15 @@ def test_the_cli_says_in_one_line_why_a_plan_is_not_cached(tmp_path):
     assert "plan not stored in the plan cache: decided under contention" in r.stdout
     x = provmap("explain", tmp_path / "a.provmap")
     assert "measuring conditions: contended (" in x.stdout
+
+
+def test_a_search_without_the_end_to_end_check_records_its_conditions_too(tmp_path):
+    """(Under the suite's PROVMAP_CONTENTION=ignore: detected and recorded, not acted on.)"""
+    view = load_view(conv_relu(), "conv_relu")
+    opts = CollageOptions(max_depth=2, max_size=2, cache_path=str(tmp_path / "k.sqlite"),
+                          e2e_check=False)
+    rep = compile_model(view, STRATEGY, collage_options=opts).manifest["plan_info"]["collage"]
+    cond = rep["conditions"]
+    assert cond["policy"].startswith("ignore") and set(cond["phases"]) == {"candidates"}
+    assert cond["phases"]["candidates"]["known"] and cond["phases"]["candidates"]["seconds"] > 0
+    assert rep["estimator"]["remeasured"] == 0  # ignored: nothing measured twice
