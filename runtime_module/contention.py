@@ -9,14 +9,15 @@ bench's latency runs) records the conditions it ran under, and says so when they
 
 What is read, Linux only (elsewhere `Conditions.known` is False and nothing is flagged):
 
-* `/proc/stat`'s first line: busy (non-idle) and steal jiffies over all CPUs;
+* `/proc/stat`: busy (non-idle) and steal jiffies of the CPUs this process may run on
+  (`os.sched_getaffinity`: a neighbour on a CPU we cannot use does not slow us);
 * `/proc/<pid>/stat` of this process and every live descendant (the measuring worker, spawned
   tools): their user+system time, plus what their reaped children used;
 * `/proc/loadavg`'s one-minute load, against the CPUs this process may use
   (`os.sched_getaffinity`).
 
-Over a window, `others_cores` = (busy - steal - this tree's CPU) / wall: how many CPUs other
-processes kept busy while we measured.  That is the direct signal; the load average is a
+Over a window, `others_cores` = (busy - steal - this tree's CPU) / wall: how many of our CPUs
+other processes kept busy while we measured.  That is the direct signal; the load average is a
 one-minute mean (a hog started 2 s ago hardly shows in it) and counts our own threads, so it is
 recorded and only flags a clearly overcommitted machine.  The spread of the samples taken in the
 window, (p90 - min) / median, is the third signal: it catches what the counters cannot see
@@ -103,11 +104,37 @@ def _proc_tree_jiffies(root: int) -> int:
     return total
 
 
+def _affinity() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return None
+
+
+def _cpu_jiffies() -> list[int]:
+    """/proc/stat's counters summed over the CPUs this process may run on (a neighbour busy on
+    a CPU we cannot use does not slow us); all CPUs if the per-CPU lines cannot be matched."""
+    mine = _affinity()
+    total, per = None, []
+    with open("/proc/stat") as f:
+        for line in f:
+            if not line.startswith("cpu"):
+                break
+            head, *vals = line.split()
+            vals = [int(x) for x in vals]
+            if head == "cpu":
+                total = vals
+            elif mine is None or int(head[3:]) in mine:
+                per.append(vals)
+    if not per or mine is None or len(per) != len(mine):
+        return total
+    return [sum(col) for col in zip(*per)]
+
+
 def snapshot(root: int | None = None) -> Snapshot:
     now = time.monotonic()
     try:
-        with open("/proc/stat") as f:
-            cpu = [int(x) for x in f.readline().split()[1:]]
+        cpu = _cpu_jiffies()
         with open("/proc/loadavg") as f:
             load1 = float(f.read().split()[0])
         ours = _proc_tree_jiffies(os.getpid() if root is None else root)
@@ -174,8 +201,7 @@ def between(a: Snapshot, b: Snapshot, spread: float | None = None) -> Conditions
     cores = usable_cores()
     if not (a.known and b.known) or b.total <= a.total:
         return judge(cores, b.load1, 0.0, 0.0, spread, wall, known=False)
-    cpus = max(os.cpu_count() or 1, 1)
-    per_cpu = (b.total - a.total) / cpus  # jiffies one CPU had in the window
+    per_cpu = (b.total - a.total) / cores  # jiffies one of our CPUs had in the window
     steal = b.steal - a.steal
     ours = max(b.ours - a.ours, 0)
     others = max((b.busy - a.busy) - steal - ours, 0)
