@@ -49,6 +49,10 @@ def test_a_search_under_a_cpu_hog_is_marked_and_its_plan_not_cached(tmp_path, ac
     backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
     with CostCache(cache) as c:
         assert c.get_plan(*plan_cache_keys(view, backends, _opts(cache))) is None
+        # the kept plan's partition times in context were not stored as clean either
+        assert rep["in_context"] and all(r["not_stored"] for r in rep["in_context"])
+        for p in art.manifest["partitions"]:
+            assert c.get_in_context(p["key"], backends[p["backend"]]) is None
 
 
 def test_a_cached_plan_recorded_as_contended_is_not_reused(tmp_path, acting):

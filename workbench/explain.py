@@ -152,7 +152,9 @@ def format_explain(x: dict) -> str:
         for r in x["in_context"]:
             iso = f"{r['isolated_ms']:.3f}" if r.get("isolated_ms") is not None else "-"
             lines.append(f"  {r['partition']} {r['backend']} ({r['ops']} ops): "
-                         f"{r['in_context_ms']:.3f} ms in context, {iso} ms isolated")
+                         f"{r['in_context_ms']:.3f} ms in context, {iso} ms isolated"
+                         + (" (not stored: measured under contention)"
+                            if r.get("not_stored") else ""))
     on = x.get("measured_on")
     if on:
         dev = on.get("device") or {}
