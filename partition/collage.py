@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 
 from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
-from provmap.runtime_module.contention import Window
 from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.interleave import (break_tie, measure_artifacts, near_ties,
                                                 pick_fastest)
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
-from .hygiene import measure_clean, reuse_refusal, search_conditions, store_plan
+from .hygiene import Window, measure_clean, reuse_refusal, search_conditions, store_plan
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
 from .measured import tuning_summary
