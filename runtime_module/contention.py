@@ -228,6 +228,34 @@ class Window:
         return between(self.start, snapshot(), spread_of(samples) if samples else None)
 
 
+class RecentWindow(Window):
+    """A window that, when it ends shorter than `MIN_WINDOW_S`, is judged from an earlier start
+    (a snapshot kept from a previous recent window, at most `reach_s` old): short measurements
+    in a row (small candidates, each a few ms) are judged by the time around them instead of
+    by the load average alone.  Snapshots are shared by every RecentWindow in the process."""
+
+    _snaps: list = []
+
+    def __init__(self, reach_s: float = 2.0):
+        super().__init__()
+        self.reach_s = reach_s
+        self._keep(self.start)
+
+    @classmethod
+    def _keep(cls, snap: Snapshot) -> None:
+        cls._snaps = [s for s in cls._snaps if snap.wall - s.wall <= 10.0][-32:] + [snap]
+
+    def stop(self, samples=None) -> Conditions:
+        end = snapshot()
+        self._keep(end)
+        start = self.start
+        if end.wall - start.wall < MIN_WINDOW_S:
+            older = [s for s in self._snaps
+                     if MIN_WINDOW_S <= end.wall - s.wall <= self.reach_s]
+            start = older[-1] if older else start
+        return between(start, end, spread_of(samples) if samples else None)
+
+
 def wait_for_quiet(max_wait_s: float = 10.0, probe_s: float = 0.5) -> Conditions:
     """Pause until a `probe_s` window shows no contention, or `max_wait_s` has passed; returns
     the last probe's conditions.  A measurement that was contended is repeated after this."""

@@ -70,3 +70,20 @@ def test_a_cpu_hog_is_detected():
     assert got.contended, got.to_dict()
     assert got.others_cores >= 0.7
     assert "other processes used" in got.line()
+
+
+def test_a_short_window_is_judged_with_the_time_before_it():
+    """Small candidates take a few ms each: alone, their windows are too short for the counters;
+    judged with the recent past, a hog running through them is still seen."""
+    with cpu_hog(20.0):
+        time.sleep(0.3)
+        c.RecentWindow()
+        time.sleep(0.3)
+        short = c.RecentWindow()
+        time.sleep(0.01)
+        got = short.stop()
+        alone = c.Window()
+        time.sleep(0.01)
+        plain = alone.stop()
+    assert got.seconds >= c.MIN_WINDOW_S and got.contended, got.to_dict()
+    assert plain.seconds < c.MIN_WINDOW_S and "other processes" not in plain.line()

@@ -83,7 +83,7 @@ def test_candidate_prices_under_a_cpu_hog_are_measured_again_and_kept_out_of_the
         [Candidate("openvino", frozenset([i]), "single-op") for i in view.op_nodes]
     backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
     with cpu_hog(240.0), MeasuredEstimator(backends, CostCache(tmp_path / "c.sqlite"),
-                                           repeats=5, min_time_s=0.3) as est:
+                                           repeats=5) as est:
         prices = [est.estimate(view, c) for c in cands]
         st = est.stats()
     assert all(p.valid for p in prices)
