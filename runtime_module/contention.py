@@ -18,8 +18,9 @@ What is read, Linux only (elsewhere `Conditions.known` is False and nothing is f
 
 Over a window, `others_cores` = (busy - steal - this tree's CPU) / wall: how many of our CPUs
 other processes kept busy while we measured.  That is the direct signal; the load average is a
-one-minute mean (a hog started 2 s ago hardly shows in it) and counts our own threads, so it is
-recorded and only flags a clearly overcommitted machine.  The spread of the samples taken in the
+one-minute mean (a hog started 2 s ago hardly shows in it, one that stopped a minute ago still
+does) and counts our own threads (a search's own thread pools raise it), so it is recorded, and
+judges only a window too short for the counters.  The spread of the samples taken in the
 window, (p90 - min) / median, is the third signal: it catches what the counters cannot see
 (frequency changes, a hypervisor's neighbours that do not show as steal).
 
@@ -28,7 +29,7 @@ do about it (re-measuring, pausing, refusing to cache): for a machine that is al
 accepted as such, and for the test suite, whose plumbing tests run beside other jobs.
 
 Thresholds (`judge`): others above 0.3 CPU (a quiet 2-core host idles at 0.02-0.1), steal above
-5%, load above CPUs + 1, spread above 0.5.  Jiffies tick at 100 Hz, so a window under
+5%, spread above 0.5; load above CPUs + 1 only where the counters cannot judge.  Jiffies tick at 100 Hz, so a window under
 `MIN_WINDOW_S` is not judged by the counters (its others_cores is +- 0.2 CPU of quantization).
 """
 
@@ -187,7 +188,7 @@ def judge(cores: int, load1: float, others_cores: float, steal_share: float,
             c.reasons.append(f"other processes used {others_cores:.2f} of {cores} CPUs")
         if steal_share > STEAL_MAX_SHARE:
             c.reasons.append(f"the hypervisor stole {steal_share:.0%} of CPU time")
-    if known and load1 > cores + LOAD_OVER_CORES:
+    elif known and load1 > cores + LOAD_OVER_CORES:  # the counters cannot tell: the load may
         c.reasons.append(f"load average {load1:.2f} on {cores} CPUs")
     if spread is not None and spread > SPREAD_MAX:
         c.reasons.append(f"samples spread {spread:.2f} ((p90 - min) / median)")

@@ -24,7 +24,7 @@ def test_quiet_inputs_are_not_flagged():
 @pytest.mark.parametrize("kw,word", [
     ({"others_cores": 0.95}, "other processes used 0.95 of 2 CPUs"),
     ({"steal_share": 0.2}, "stole 20%"),
-    ({"load1": 3.6}, "load average 3.60 on 2 CPUs"),
+    ({"load1": 3.6, "seconds": 0.05}, "load average 3.60 on 2 CPUs"),
     ({"spread": 0.9}, "samples spread 0.90"),
 ])
 def test_each_signal_alone_flags_contention(kw, word):
@@ -37,6 +37,12 @@ def test_each_signal_alone_flags_contention(kw, word):
 def test_a_window_too_short_for_the_counters_is_not_judged_by_them():
     # 0.05 s is 5 jiffies a CPU: one tick of someone else reads as 0.2 CPU.
     assert not c.judge(2, 0.5, 0.9, 0.5, seconds=0.05).contended
+
+
+def test_the_load_average_alone_does_not_flag_a_window_the_counters_judged_quiet():
+    """A one-minute mean that counts our own threads: a search's own pools (or a job that ended
+    30 s ago) must not keep every plan out of the cache."""
+    assert not c.judge(2, 3.5, 0.05, 0.0, seconds=2.0).contended
 
 
 def test_combine_names_the_contended_phase():
