@@ -68,7 +68,7 @@ def markdown(res: dict) -> str:
         "a single-backend plan is measured once and reported for both); err = max abs "
         "difference from ONNX Runtime on the original model; load = CPUs other processes "
         "used during the model's latency run / CPUs, and **noisy** when that run was contended "
-        "or the row's samples spread over 0.5 (its ratio is then not a result).",
+        "or the row's samples spread over 0.75 (its ratio is then not a result).",
         ["model", "strategy", "kept", "median ms", "p90 ms", "min ms", "spread", "ratio",
          "ratio (min)", "partitions", "err", "load"], rows)
     if res.get("headroom"):
