@@ -31,6 +31,14 @@ def _table(intro: str, header: list[str], rows: list[list]) -> list[str]:
     return ["", intro, "", line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
+def _load(r: dict) -> str:
+    """A row's load cell: other processes' CPUs / CPUs, and the noisy mark (bench/limits.py)."""
+    ld = r.get("load")
+    if not ld:
+        return "-"
+    return f"{ld['others_cores']:.1f}/{ld['cores']}" + (" **noisy**" if r.get("noisy") else "")
+
+
 def markdown(res: dict) -> str:
     v, h = res["versions"], res["host"]
     lines = [
@@ -51,16 +59,32 @@ def markdown(res: dict) -> str:
                      f"{r['kept']} [{', '.join(r.get('backends') or [])}]{twin}",
                      f"{r['median_ms']:.2f}{capped}", f"{r['p90_ms']:.2f}", f"{r['min_ms']:.2f}",
                      f"{r['spread']:.2f}", ratio, ratio_min, r["partitions"],
-                     f"{r['max_abs_err_vs_ort']:.1e}"])
+                     f"{r['max_abs_err_vs_ort']:.1e}", _load(r)])
     lines += _table(
         "End-to-end latency (all strategies of a model measured together, interleaved blocks; "
         "below 1 ms a sample is the mean of enough calls to last 1 ms); "
         "ratio = median / best single backend's median; ratio (min) = the same with minimums "
         "(steadier on a noisy machine); kept = the plan the artifact runs (a plan identical to "
         "a single-backend plan is measured once and reported for both); err = max abs "
-        "difference from ONNX Runtime on the original model.",
+        "difference from ONNX Runtime on the original model; load = CPUs other processes "
+        "used during the model's latency run / CPUs, and **noisy** when that run was contended "
+        "or the row's samples spread over 0.75 (its ratio is then not a result).",
         ["model", "strategy", "kept", "median ms", "p90 ms", "min ms", "spread", "ratio",
-         "ratio (min)", "partitions", "err"], rows)
+         "ratio (min)", "partitions", "err", "load"], rows)
+    if res.get("headroom"):
+        lines += _table(
+            "The limit: the per-node oracle (each ONNX node on the fastest of the searched "
+            "backends and variants, as profile attributes time; boundaries and per-call costs "
+            "free) and the share of the headroom the kept plan captured, (best single - kept) / "
+            "(best single - oracle), from the latency run's medians.",
+            ["model", "best single", "best single ms", "kept", "kept ms", "oracle ms",
+             "captured", "nodes fastest on"],
+            [[h["model"], h.get("best_single") or "-", _f(h.get("best_single_ms"), "{:.3f}"),
+              h.get("kept") or "-", _f(h.get("kept_ms"), "{:.3f}"), f"{h['oracle_ms']:.3f}",
+              _f(h.get("captured"), "{:.0%}", "- (no headroom)") + (" noisy" if h.get("noisy")
+                                                                     else ""),
+              ", ".join(f"{b} {n}" for b, n in sorted(h["nodes_fastest_on"].items()))]
+             for h in res["headroom"]])
     if res["search"]:
         lines += _table(
             "Collage search: first compile (cold when the cache is fresh; includes the "
@@ -76,7 +100,9 @@ def markdown(res: dict) -> str:
               f"{s['warm_s']:.1f} ({s['warm_measured']})",
               (_f(s.get("warm_e2e_s"), "{:.1f}") + ("" if s.get("warm_e2e_plan_reused", True)
                                                    else " (searched)")), s["kept"],
-              (s.get("e2e_why") or "-").replace("|", "/")] for s in res["search"]])
+              (s.get("e2e_why") or "-").replace("|", "/")
+              + (" (measured under contention: not stored in the plan cache)"
+                 if s.get("plan_cache_refused") else "")] for s in res["search"]])
         levels = [s for s in res["search"] if s.get("level")]
         if levels:
             lines += _table(

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .limits import headroom, measured_with_load, row_load
+
 DEFAULT_MODELS = ["bundled:transformer", "bundled:squeezenet", "bundled:bvlc_alexnet",
                   "bundled:inception_v1", "bundled:resnet50", "bundled:vgg19"]
 QUICK_MODELS = ["bundled:transformer", "bundled:squeezenet"]
@@ -61,6 +63,7 @@ class SuiteOptions:
     search_budget_s: float | None = 150.0
     refine_budget_s: float = 60.0          # collage's second level (0: first level and e2e only)
     measure_on: str | None = None          # tracker:HOST:PORT/KEY for the collage searches
+    headroom_repeats: int = 10             # profiled runs per plan for the oracle (0: skip it)
 
 
 def quick_options(**kw) -> SuiteOptions:
@@ -182,6 +185,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
         "refine": {k: (rep.get("refine") or {}).get(k) for k in
                    ("proposals", "kept", "seconds", "stopped")} if rep.get("refine") else None,
         "in_context": rep.get("in_context"),
+        "conditions": rep.get("conditions"), "plan_cache_refused": rep.get("plan_cache_refused"),
     }
     return row, art
 
@@ -332,7 +336,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
     view = load_view(model, name)
     strategies = opts.strategies or default_strategies(opts.backends, opts.search_backends)
     out: dict = {"model": name, "op_nodes": len(view.op_nodes), "rows": [], "artifacts": [],
-                 "search": None, "provenance": None, "container": []}
+                 "search": None, "provenance": None, "container": [], "headroom": None}
     feeds = None
     tmp = tempfile.mkdtemp(prefix="provmap-bench-")
     try:
@@ -365,8 +369,9 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
         log(f"latency: {len(fns)} alternatives, interleaved blocks")
         from provmap.runtime_module.interleave import measure_interleaved
 
-        lat = measure_interleaved(fns, repeats=opts.repeats, passes=opts.passes,
-                                  min_block_s=0.5 if opts.quick else 1.0, progress=log)
+        lat, load = measured_with_load(lambda: measure_interleaved(
+            fns, repeats=opts.repeats, passes=opts.passes,
+            min_block_s=0.5 if opts.quick else 1.0, progress=log), log)
         for s, twin in same.items():
             log(f"{s} kept the very plan of {twin}: measured once, reported for both")
             lat[s] = lat[twin]
@@ -389,7 +394,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 "best_single": best, "partitions": len(m.manifest["partitions"]),
                 "same_plan_as": same.get(s),
                 "backends": sorted({p["backend"] for p in m.manifest["partitions"]}),
-                "max_abs_err_vs_ort": err})
+                "max_abs_err_vs_ort": err, **row_load(load, summ)})
             m.close()
         # The minimum is the steadier estimate on a noisy 2-core machine: ratios by min too.
         mins = {s: min(lat[s].samples_s) for s in singles}
@@ -402,6 +407,8 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                                      "direct_ms": d["median_ms"],
                                      "overhead": c["median_ms"] / d["median_ms"] - 1})
         del mods, fns, direct
+        if opts.headroom_repeats > 0 and any(s.startswith("collage") for s in strategies):
+            out["headroom"] = headroom(view, opts, out["rows"], log, opts.headroom_repeats)
         if opts.provenance_repeats > 0:
             log("provenance overhead: TVM import+compile, plain vs tracked")
             out["provenance"] = {"model": name, **_provenance(model, opts.provenance_repeats)}
@@ -429,6 +436,7 @@ def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> 
            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": host_info(),
            "versions": versions(), "options": {k: v for k, v in vars(opts).items()},
            "rows": [], "search": [], "artifacts": [], "container": [], "provenance": [],
+           "headroom": [],
            "scaling": None, "duration_s": None}
     for spec in opts.models:
         t0 = time.perf_counter()
@@ -437,8 +445,9 @@ def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> 
             res[k].extend(m[k])
         if m["search"]:
             res["search"].append(m["search"])
-        if m["provenance"]:
-            res["provenance"].append(m["provenance"])
+        for k in ("provenance", "headroom"):
+            if m[k]:
+                res[k].append(m[k])
         say(f"[{m['model']}] done in {time.perf_counter() - t0:.0f} s")
         res["duration_s"] = time.perf_counter() - t_start
         report.write_all(res, out_dir)  # after every model: a partial run is still usable

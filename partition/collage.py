@@ -25,6 +25,8 @@ from provmap.runtime_module.interleave import (break_tie, measure_artifacts, nea
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
+from .hygiene import Window, measure_clean, reuse_refusal, search_conditions, store_plan
+from .region_alternatives import region_alternatives
 from .schedule_search import search_schedules
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
@@ -152,6 +154,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                             budget_s=opts.measure_budget_s, in_context=opts.in_context,
                             remote=pool)
     est.begin(len(kept))
+    phases = {"candidates": Window()}  # measuring conditions (partition/hygiene.py)
     try:
         if est.parallel > 1:
             _say(progress, f"collage: measuring {len(kept)} candidates on {est.parallel} "
@@ -170,7 +173,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         # Counted before _explain, which prices each kept partition on every backend too
         # (cache hits mostly): counted after, it said "priced 888 of 886 candidates".
         st = est.stats()
-        explained = _explain(view, plan, res, est, verdicts, names)
+        explained = region_alternatives(view, plan, res, est, verdicts, names)
         # The running count stops where the search stopped asking: say what the rest was.
         asked = st.get("estimates", 0)
         _say(progress, f"collage: priced {asked} of {len(kept)} candidates (measured "
@@ -181,6 +184,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             _say(progress, f"collage: {line}")
     finally:
         est.close()
+        phases["candidates"] = phases["candidates"].stop()
     # Candidates are each convex, but two of them can still feed each other (a -> y, x -> b
     # for P1 = a->b, P2 = x->y).  Such a cover cannot run; say so and fall back.
     cyclic = None
@@ -220,6 +224,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                         {"where": "local", "device": {"host": host_fingerprint()}}),
     }
     plan.info["estimated_ms"] = res.estimated_s * 1e3
+    report["conditions"] = search_conditions(phases, report["estimator"])  # again after e2e
     if cyclic:
         report["search_plan_cyclic"] = cyclic
         if not opts.e2e_check:
@@ -292,9 +297,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             report.setdefault("e2e_failed", {})[label] = str(e)
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report['e2e_failed']['collage']}")
-    lat = measure_artifacts(built, repeats=opts.e2e_repeats, min_block_s=0.5,
-                            never_cap=("collage",),
-                            progress=lambda msg: _say(progress, f"collage: {msg}"))
+    say = lambda m: _say(progress, f"collage: {m}")  # noqa: E731
+    lat, phases["e2e"] = measure_clean(lambda: measure_artifacts(
+        built, repeats=opts.e2e_repeats, min_block_s=0.5, never_cap=("collage",),
+        progress=say), say)
     parts = {k: len(a.manifest["partitions"]) for k, a in built.items()}
     winner, why = pick_fastest(lat, parts, margin=opts.e2e_margin)
     measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
@@ -307,9 +313,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         first = winner
         _say(progress, f"collage: {winner} and {', '.join(tied)} within "
                        f"{opts.e2e_tie_margin:.0%}: measuring them again to break the tie")
-        again = measure_artifacts({k: built[k] for k in [winner, *tied]},
-                                  repeats=2 * opts.e2e_repeats, passes=opts.e2e_tie_passes,
-                                  min_block_s=1.0, never_cap=tuple([winner, *tied]))
+        again, phases["tie_break"] = measure_clean(lambda: measure_artifacts(
+            {k: built[k] for k in [winner, *tied]}, repeats=2 * opts.e2e_repeats,
+            passes=opts.e2e_tie_passes, min_block_s=1.0, never_cap=tuple([winner, *tied])),
+            say, "tie-break")
         winner, why = break_tie(again)
         report["e2e"]["tie_break"] = {
             "first_pick": first, "tied": tied, "winner": winner, "why": why,
@@ -330,12 +337,14 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
 
         # A variant supports what its searched backend supports.
         vverdicts = {**verdicts, **{v: verdicts[o] for v, (o, _be) in variants.items()}}
+        win = Window()
         ref = refine(view, chosen_plan, art, winner, every,
                      supported_fn(view, vverdicts, cons), dp_plan=None if cyclic else plan,
                      cuts=frozenset(cons.cuts) if cons else frozenset(),
                      budget_s=opts.refine_budget_s, margin=opts.refine_margin, blobs=blobs,
                      progress=lambda m: _say(progress, f"collage: {m}"),
                      suggestions=suggestions_from(res.estimates))
+        phases["refine"] = win.stop()
         kept = sum(1 for t in ref.trail if t.get("status") == "kept")
         report["refine"] = {"start": winner, "budget_s": opts.refine_budget_s,
                             "seconds": round(ref.seconds, 1), "stopped": ref.stopped,
@@ -362,12 +371,9 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     art.manifest["plan_info"] = info
     art.manifest["strategy"] = "collage" if winner == "collage" else f"collage->{winner}"
     chosen_plan.info["collage"] = report
+    report["conditions"] = search_conditions(phases, report["estimator"])
     if plan_keys is not None:
-        try:
-            cache.put_plan(*plan_keys, _plan_json(view, chosen_plan, art.manifest["strategy"]),
-                           report)
-        except Exception as e:  # a cache that cannot store must not lose the built plan
-            report["plan_cache_error"] = f"{type(e).__name__}: {e}"
+        store_plan(cache, plan_keys, view, chosen_plan, art.manifest["strategy"], report, say)
     return CollageResult(chosen_plan, art, report, every)
 
 
@@ -394,12 +400,6 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
     return model, search
 
 
-def _plan_json(view: GraphView, plan: Plan, strategy: str) -> dict:
-    return {"strategy": strategy, "schedule": plan.info.get("schedule"),
-            "partitions": [{"backend": p.backend, "ops": [view.node_ids[i] for i in p.ops],
-                            "why": p.why} for p in plan.partitions]}
-
-
 def _reuse_plan(view: GraphView, cache, keys, progress) -> CollageResult | None:
     """The stored kept plan for `keys`, as a plan to build, or None (none stored, or it no
     longer fits this view)."""
@@ -407,6 +407,9 @@ def _reuse_plan(view: GraphView, cache, keys, progress) -> CollageResult | None:
     if hit is None:
         return None
     stored, report, created = hit
+    if (why := reuse_refusal(report)) is not None:
+        _say(progress, f"collage: not reusing the plan cached for this model: {why}; searching")
+        return None
     index = {nid: i for i, nid in enumerate(view.node_ids)}
     try:
         parts = [PartitionSpec(p["backend"], [index[n] for n in p["ops"]], why=p.get("why", ""))
@@ -424,36 +427,3 @@ def _reuse_plan(view: GraphView, cache, keys, progress) -> CollageResult | None:
                    f" {len(parts)} partition(s)) from the cost cache; --research searches again")
     plan.info.update(collage=report, schedule=stored.get("schedule"))
     return CollageResult(plan, None, report)
-
-
-def _explain(view: GraphView, plan: Plan, res, est, verdicts: dict, names: list[str]) -> list:
-    """Per partition of the searched plan: what the search paid for it, and what the same
-    region would cost on each backend as one partition (None: unsupported or invalid, with
-    the reason).  Regions the search never priced whole (coalesced ones) are priced now, from
-    the cache when possible.  `greedy` names the backend greedy would have used for it: the
-    first backend, in the order given, that supports every node of the region."""
-    from .candidate import Candidate
-
-    chosen = [(frozenset(c.ops), c, e) for c, e in res.chosen]
-    out = []
-    for p in plan.partitions:
-        region = frozenset(p.ops)
-        paid = sum(e.seconds for ops, _c, e in chosen if ops <= region and e.valid)
-        parts = [c.rule for ops, c, _e in chosen if ops <= region]
-        alts = {}
-        supported = []
-        for b in names:
-            bad = next((i for i in sorted(region)
-                        if not (verdicts[b].get(i) and verdicts[b][i].ok)), None)
-            if bad is not None:
-                alts[b] = {"ms": None, "reason": f"unsupported: {view.describe(bad)}"}
-                continue
-            supported.append(b)
-            e = est.estimate(view, Candidate(b, region, "explain"))
-            alts[b] = {"ms": e.seconds * 1e3 if e.valid else None, "reason": e.reason}
-        greedy_b = supported[0] if supported else None
-        out.append({"op_ids": sorted(view.node_ids[i] for i in p.ops), "backend": p.backend,
-                    "ops": len(p.ops),
-                    "first": view.describe(p.ops[0]), "searched_ms": paid * 1e3,
-                    "from_candidates": parts, "alternatives": alts, "greedy_backend": greedy_b})
-    return out

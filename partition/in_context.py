@@ -6,18 +6,24 @@ more (or less).  After the kept plan is chosen, each partition is timed by the e
 per-partition hook over the same runs a user makes, and the median is stored beside the
 isolated price (`CostCache.put_in_context`); the next search that meets the same region on the
 same backend, host and options prices it from that (`MeasuredEstimator(in_context=True)`).
+Times measured under contention are reported but not stored (`not_stored` says why).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 
+from provmap.runtime_module.contention import MIN_WINDOW_S, Window, acting
 from provmap.runtime_module.module import ArtifactModule
 
 
-def measure_partitions(artifact, runs: int = 20, warmup: int = 3) -> dict[str, float]:
-    """Median seconds of each partition call over `runs` end-to-end runs (after `warmup`).
-    `artifact` is the plan the search just built in this process: its native code is ours."""
+def measure_partitions(artifact, runs: int = 20, warmup: int = 3,
+                       min_s: float = MIN_WINDOW_S + 0.05) -> dict[str, float]:
+    """Median seconds of each partition call over at least `runs` end-to-end runs (after
+    `warmup`), and for at least `min_s`: a window that short could not be judged for
+    contention (runtime_module/contention.py).  `artifact` is the plan the search just built
+    in this process: its native code is ours."""
     mod = ArtifactModule(artifact, trust=True)
     feeds = mod.random_inputs(0)
     mod.load_runners()
@@ -25,8 +31,10 @@ def measure_partitions(artifact, runs: int = 20, warmup: int = 3) -> dict[str, f
     try:
         for _ in range(warmup):
             mod.run(feeds)
-        for _ in range(runs):
+        end, n = time.monotonic() + min_s, 0
+        while n < runs or time.monotonic() < end:
             mod.run(feeds, on_partition=lambda m, _i, _o, dt: times[m.id].append(dt))
+            n += 1
     finally:
         mod.close()
     return {pid: statistics.median(ts) for pid, ts in times.items() if ts}
@@ -35,7 +43,11 @@ def measure_partitions(artifact, runs: int = 20, warmup: int = 3) -> dict[str, f
 def feed_back(artifact, cache, backends: dict, plan_label: str, runs: int = 20) -> list[dict]:
     """Measure the partitions in context, store them in `cache`, and return one row per
     partition: its isolated price (if the cache has it) beside the in-context time."""
+    win = Window()
     times = measure_partitions(artifact, runs=runs)
+    cond = win.stop()
+    # times taken under contention are this run's only: never stored as clean (hygiene.py)
+    skip = cond.contended and acting()
     rows = []
     for p in artifact.manifest["partitions"]:
         be = backends[p["backend"]]
@@ -43,10 +55,12 @@ def feed_back(artifact, cache, backends: dict, plan_label: str, runs: int = 20) 
         if sec is None:
             continue
         iso = cache.get(p["key"], be)
-        cache.put_in_context(p["key"], be, seconds=sec, runs=runs, plan=plan_label,
-                             label=f"{plan_label} {p['id']} ({len(p['ops'])} op(s))")
+        if not skip:
+            cache.put_in_context(p["key"], be, seconds=sec, runs=runs, plan=plan_label,
+                                 label=f"{plan_label} {p['id']} ({len(p['ops'])} op(s))")
         rows.append({"partition": p["id"], "backend": p["backend"], "ops": len(p["ops"]),
                      "in_context_ms": sec * 1e3,
                      "isolated_ms": (iso.seconds * 1e3 if iso is not None and iso.seconds
-                                     else None)})
+                                     else None),
+                     **({"not_stored": "; ".join(cond.reasons)} if skip else {})})
     return rows

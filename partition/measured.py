@@ -38,8 +38,8 @@ Design
 Timing: `Backend.time` (the artifact's own runner) with `warmup`/`repeats`/`min_time_s`; a
 candidate whose first call shows that would take more than `max_time_s` gets 1 warm-up and
 >= 3 repeats instead (untuned TVM convolutions run 30-170 ms; 12 samples of them buy nothing).
-The estimator measures one candidate at a time, in one process; another process benchmarking
-on the same cores will inflate numbers (see `Estimate.spread`).
+The estimator measures one candidate at a time, in one process; another process busy on the
+same cores inflates numbers: see `provmap.partition.hygiene` for what is done about it.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from .accuracy import RefCache
 from .cache import CostCache, backend_identity
 from .candidate import Candidate, Estimate
 from .cost import CostEstimator
+from .hygiene import measure_candidate, retry_helps
 from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -132,7 +133,10 @@ class MeasuredEstimator(CostEstimator):
         self._t_begin = 0.0
         self._c = {"estimates": 0, "measured": 0, "cache_hits": 0, "invalid": 0,
                    "unchecked": 0, "measure_s": 0.0, "build_load_s": 0.0, "check_s": 0.0,
-                   "time_s": 0.0, "skipped_budget": 0, "in_context": 0}
+                   "time_s": 0.0, "skipped_budget": 0, "in_context": 0, "remeasured": 0,
+                   "contended_prices": 0}
+        # prices still contended after a second measurement: this run only (partition/hygiene)
+        self._quarantine = CostCache(":memory:")
         self._invalid: list[dict] = []
         # what tuning backends (tvm tune=metaschedule) did over the measured candidates
         self._tuning = {"regions": 0, "tasks": 0, "tuned": 0, "reused": 0, "untuned": 0,
@@ -199,7 +203,7 @@ class MeasuredEstimator(CostEstimator):
             if row is not None:
                 self._c["in_context"] += 1
                 return Estimate(row[0], cached=True)
-        hit = self.cache.get(key, ident)
+        hit = self.cache.get(key, ident) or self._quarantine.get(key, ident)
         if hit is not None:
             if (key, ident) not in self._prefetched:
                 self._c["cache_hits"] += 1
@@ -233,7 +237,10 @@ class MeasuredEstimator(CostEstimator):
                             label: str) -> Estimate:
         """Measure one region, count it and store it in the cache (thread-safe: prefetch)."""
         t0 = time.perf_counter()
-        res, cacheable = self._measure_region(view, sub, key, label, candidate.backend)
+        res, cacheable, contended, retried = measure_candidate(
+            lambda: self._measure_region(view, sub, key, label, candidate.backend),
+            local=self.remote is None, retry=retry_helps(self._c["remeasured"],
+                                                         self._c["contended_prices"]))
         dt = time.perf_counter() - t0
         est = Estimate(res.get("seconds"), reason=res.get("reason") or "",
                        spread=res.get("spread") or 0.0, cached=False,
@@ -248,8 +255,10 @@ class MeasuredEstimator(CostEstimator):
                 self._c["unchecked"] += 1
             if res.get("tuning"):
                 self._add_tuning(res["tuning"])
+            self._c["remeasured"] += retried
+            self._c["contended_prices"] += contended
             if cacheable:
-                self.cache.put(key, ident, seconds=est.seconds, reason=est.reason,
+                (self._quarantine if contended else self.cache).put(key, ident, seconds=est.seconds, reason=est.reason,
                                spread=est.spread, repeats=res.get("repeats") or 0,
                                max_abs_err=est.max_abs_err, label=label)
         return est

@@ -17,6 +17,10 @@ _HOME = Path(tempfile.mkdtemp(prefix="provmap-tests-"))
 for _var, _name in (("PROVMAP_TRUST", "trusted"), ("PROVMAP_CACHE", "costs.sqlite"),
                     ("PROVMAP_TUNING_DB", "tuning")):
     os.environ[_var] = str(_HOME / _name)
+# The suite runs beside other jobs: a search's plumbing (plan reuse, cache hits) must not
+# depend on the load.  Contention is still detected and recorded; the hygiene tests
+# (test_contention*.py) set PROVMAP_CONTENTION=act to test what is done about it.
+os.environ["PROVMAP_CONTENTION"] = "ignore"
 
 
 def _user_trust_entries_under(prefixes, since: str) -> list[str]:

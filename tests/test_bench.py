@@ -133,6 +133,50 @@ def test_bench_markdown_and_chart(small_run):
     assert not list(out.glob(".*tmp*"))  # written atomically, no leftovers
 
 
+def test_bench_rows_record_the_load_and_the_limit(small_run):
+    out, res, _ = small_run
+    for r in res["rows"]:  # every row: the latency run's load, and whether it is noisy
+        assert set(r["load"]) == {"load1", "others_cores", "steal_share", "cores"}
+        assert r["load"]["cores"] >= 1 and r["load"]["others_cores"] >= 0
+        assert isinstance(r["noisy"], bool) and (r["noisy"] == bool(r["noisy_why"]))
+    (h,) = res["headroom"]
+    # the oracle over the searched backends and their one-thread variants
+    assert set(h["profiled"]) == {"onnxruntime", "openvino", "onnxruntime[threads=1]",
+                                  "openvino[threads=1]"}
+    assert 0 < h["oracle_ms"] <= min(h["profiled"].values())
+    rows = {r["strategy"]: r for r in res["rows"]}
+    kept = rows["collage:onnxruntime,openvino"]
+    assert h["best_single"] == kept["best_single"]
+    assert (h["best_single_ms"], h["kept_ms"]) == (rows[h["best_single"]]["median_ms"],
+                                                   kept["median_ms"])
+    if h["best_single_ms"] > h["oracle_ms"]:
+        assert h["captured"] == pytest.approx((h["best_single_ms"] - h["kept_ms"])
+                                              / (h["best_single_ms"] - h["oracle_ms"]))
+    assert kept["oracle_ms"] == h["oracle_ms"] and kept["headroom_captured"] == h["captured"]
+    md = (out / "results.md").read_text()
+    assert "| load |" in md and "The limit: the per-node oracle" in md
+    assert f"| {h['model']} | {h['best_single']} |" in md
+
+
+def test_a_contended_window_or_a_wide_spread_marks_a_row_noisy():
+    from provmap.bench.limits import row_load
+    from provmap.runtime_module.contention import judge
+
+    quiet = judge(2, 0.8, 0.05, 0.0, seconds=5.0)
+    assert row_load(quiet, {"spread": 0.1})["noisy"] is False
+    busy = row_load(judge(2, 0.8, 1.1, 0.0, seconds=5.0), {"spread": 0.1})
+    assert busy["noisy"] and "other processes used 1.10 of 2 CPUs" in busy["noisy_why"]
+    wide = row_load(quiet, {"spread": 0.8})
+    assert wide["noisy"] and "samples spread 0.80" in wide["noisy_why"]
+    assert markdown_load({"load": busy["load"], "noisy": True}) == "1.1/2 **noisy**"
+
+
+def markdown_load(row):
+    from provmap.bench.report import _load
+
+    return _load(row)
+
+
 def test_bench_progress_on_stderr(small_run):
     _, _, err = small_run
     assert "[transformer] search collage" in err and "scaling:" in err

@@ -118,6 +118,8 @@ def explain_artifact(manifest: dict) -> dict:
             "e2e_skipped": info.get("e2e_skipped"),
             "level": info.get("level"),
             "schedule": explain_schedule(manifest),
+            "conditions": info.get("conditions"),
+            "plan_cache_refused": info.get("plan_cache_refused"),
             "kept": strategy}
 
 
@@ -148,7 +150,7 @@ def format_explain(x: dict) -> str:
             for d in p.get("nodes_declined_elsewhere") or []:
                 why = "; ".join(f"{b}: {r}" for b, r in d["declined_by"].items())
                 lines.append(f"      {d['node_desc']} -> {d['backend']} because {why}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + _measuring_section(x)) + "\n"
     est = x.get("estimated_ms") or {}
     lines.append("search estimates (ms): " + ", ".join(
         f"{k} {v:.3f}" if v is not None else f"{k} invalid" for k, v in est.items()))
@@ -198,7 +200,9 @@ def format_explain(x: dict) -> str:
         for r in x["in_context"]:
             iso = f"{r['isolated_ms']:.3f}" if r.get("isolated_ms") is not None else "-"
             lines.append(f"  {r['partition']} {r['backend']} ({r['ops']} ops): "
-                         f"{r['in_context_ms']:.3f} ms in context, {iso} ms isolated")
+                         f"{r['in_context_ms']:.3f} ms in context, {iso} ms isolated"
+                         + (" (not stored: measured under contention)"
+                            if r.get("not_stored") else ""))
     on = x.get("measured_on")
     if on:
         dev = on.get("device") or {}
@@ -208,4 +212,21 @@ def format_explain(x: dict) -> str:
     if x.get("level"):
         lines.append(f"kept plan found by: {x['level']} level" if x["level"] in ("first", "second")
                      else f"kept plan found by: the {x['level']}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _measuring_section(x)) + "\n"
+
+
+def _measuring_section(x: dict) -> list[str]:
+    """The conditions the search measured under (partition/hygiene.py), and the limit when
+    `explain --headroom` measured it (workbench/headroom.py)."""
+    from .headroom import format_headroom
+
+    lines = []
+    cond = x.get("conditions")
+    if cond:
+        lines.append("measuring conditions: " + (
+            f"contended ({cond['reason']})" if cond.get("contended") else "no contention")
+            + ("; so the kept plan was not stored in the plan cache"
+               if x.get("plan_cache_refused") else ""))
+    if x.get("headroom"):
+        lines += format_headroom(x["headroom"])
+    return lines

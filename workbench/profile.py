@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from provmap.runtime_module.contention import Window
 from provmap.runtime_module.registry import get_backend
 
 
@@ -40,6 +41,7 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
     trace_run = None
     plain = []
     say(f"profile: {max(1, repeats)} end-to-end runs (plain and hooked, interleaved)")
+    win = Window()  # the conditions the runs were measured under (runtime_module/contention)
     for k in range(max(1, repeats)):
         t0 = time.perf_counter()
         mod.run(inputs)
@@ -55,6 +57,9 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
         if k == 0:
             trace_run = (start, marks)
     e2e_ms = statistics.median(e2e) * 1e3
+    conditions = win.stop(plain)
+    if conditions.contended:
+        say(conditions.line("profile"))
     lk = mod.lookup
     node_name = {n.id: (n.name or n.id) for n in lk.map.nodes}
     partitions, kernels_out, nodes_out = [], [], {}
@@ -118,6 +123,7 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
             "between_partitions_ms": e2e_ms - total,
             "artifact_digest": mod.artifact.digest,
             "coverage": total / e2e_ms if e2e_ms else None, "repeats": repeats,
+            "conditions": conditions.to_dict(),
             "partitions": partitions,
             "kernels": sorted(kernels_out, key=lambda r: -r["ms"]),
             "onnx_nodes": sorted(nodes_out.values(), key=lambda r: -r["ms"]),

@@ -107,6 +107,8 @@ def cmd_compile(args) -> int:
                 print(f"  plan reused from the cost cache: kept by the search of "
                       f"{search['plan_cache']['stored']}, whose numbers follow (nothing was "
                       "measured now; --research searches again)")
+            if search.get("plan_cache_refused"):
+                print(f"  plan not stored in the plan cache: {search['plan_cache_refused']}")
             c, e = search["candidates"], search["estimator"]
             print(f"  search: {c['generated']} candidates, {c['after_constraints']} after "
                   f"constraints, {c['after_pruning']} after pruning; measured {e.get('measured', 0)}, "

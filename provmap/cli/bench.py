@@ -36,7 +36,8 @@ def cmd_bench(args) -> int:
               search_backends=csv(args.search_backends), cache=args.cache,
               repeats=args.repeats, keep_weights=args.keep_weights or None,
               search_budget_s=args.search_budget, refine_budget_s=args.refine_budget,
-              provenance_repeats=args.provenance_repeats, measure_on=args.measure_on)
+              provenance_repeats=args.provenance_repeats, measure_on=args.measure_on,
+              headroom_repeats=args.headroom_repeats)
     if args.scaling_sizes is not None:
         kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
     if args.quick:
@@ -94,6 +95,8 @@ def add_bench_command(sub) -> None:
                    "level per model (default 60, --quick 10; 0: off)")
     b.add_argument("--provenance-repeats", type=count, metavar="N", help="TVM compiles per model "
                    "for the provenance-overhead table (default 1; 0: skip it)")
+    b.add_argument("--headroom-repeats", type=count, metavar="N", help="profiled runs per "
+                   "plan for the per-node oracle (the limit table; default 10; 0: skip it)")
     b.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY", help="measure collage's "
                    "candidates on the RPC servers of that key (see docs/remote.md)")
     b.add_argument("--repeats", type=positive_int, help="latency runs per alternative (default 30)")

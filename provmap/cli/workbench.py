@@ -9,6 +9,7 @@ reference failure): scripts can tell "wrong numbers" from "broken setup".
 from __future__ import annotations
 
 import json
+import os
 
 from .common import (MODEL_HELP, _load_inputs, _progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
@@ -245,8 +246,34 @@ def cmd_explain(args) -> int:
 
     mod = load(args.artifact, runnable=False)
     x = explain_artifact(mod.manifest)
+    if args.headroom:
+        x["headroom"] = _headroom(args, mod)
     print(json.dumps(x, indent=1) if args.json else format_explain(x), end="" if not args.json else "\n")
     return 0
+
+
+def _headroom(args, mod) -> dict:
+    """The per-node oracle over the backends the artifact's search tried (its variants too),
+    and the share of the headroom the artifact captured (provmap.workbench.headroom)."""
+    from provmap.partition.compile import load_view
+    from provmap.runtime_module.module import load
+    from provmap.runtime_module.registry import get_backend
+    from provmap.workbench.headroom import node_oracle
+
+    info = (mod.manifest.get("plan_info") or {}).get("collage") or {}
+    names = list(info.get("backends") or []) + list(info.get("e2e_variants") or [])
+    names = names or sorted({p["backend"] for p in mod.manifest["partitions"]})
+    model = _reference_model(mod, args.model)
+    run = load(args.artifact, trust=args.trust)
+    try:
+        return node_oracle(load_view(model, os.path.basename(args.artifact)),
+                           {n: get_backend(n) for n in dict.fromkeys(names)}, kept=run,
+                           inputs=run.random_inputs(0), repeats=args.repeats,
+                           progress=_progress)
+    except ValueError as e:
+        raise ProvmapError(str(e)) from None
+    finally:
+        run.close()
 
 
 def _common(p, inputs=True):
@@ -325,6 +352,15 @@ def add_workbench_commands(sub) -> None:
                        "vs other backends and greedy; the end-to-end check)")
     e.add_argument("artifact")
     e.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    e.add_argument("--headroom", action="store_true", help="also measure the limit: the "
+                   "per-node oracle over the searched backends and variants (each ONNX node on "
+                   "its fastest one, from profiling), and the share of the headroom the artifact "
+                   "captured")
+    e.add_argument("--model", help="the ONNX model, if the artifact does not embed it "
+                   "(--headroom)")
+    e.add_argument("--repeats", type=positive_int, default=10,
+                   help="profiled runs per plan for --headroom (default %(default)s)")
+    add_trust_option(e)
     e.set_defaults(func=cmd_explain)
 
 

@@ -1,0 +1,117 @@
+"""Measuring hygiene for Collage: what a search does when the machine is busy while it measures.
+
+The detector is `provmap.runtime_module.contention`; this module decides what the search does
+with its verdicts (issue 28):
+
+* a candidate price measured under contention is measured once more at once and the faster of
+  the two kept (contention only inflates a time); one still contended is priced for this run
+  but not written to the persistent cost cache, so a later search on a quiet machine measures
+  it again (`quarantine`).  Once `RETRY_GIVE_UP` second measurements in a row all stayed
+  contended, the contention is persistent and a second measurement only doubles the search:
+  later contended prices are quarantined without one (`retry_helps`);
+* the end-to-end check measured under contention says so in one line, pauses until the machine
+  is quiet (at most `PAUSE_S`) and measures every alternative again (`measure_clean`);
+* the search records the conditions of each phase in its report (`report["conditions"]`), and
+  a kept plan decided under contention is not stored in the plan cache (`store_plan`), with
+  one line saying why; a stored plan whose recorded conditions were contended is not reused
+  (`reuse_refusal`): the next compile searches again.
+"""
+
+from __future__ import annotations
+
+from provmap.runtime_module.contention import (RecentWindow, Window, acting, combine,
+                                               wait_for_quiet)
+
+#: The longest pause for quiet before the end-to-end check measures again.
+PAUSE_S = 10.0
+#: Re-measured prices that all stayed contended before re-measuring stops (persistent load).
+RETRY_GIVE_UP = 5
+
+
+def measure_candidate(measure, local: bool = True, retry: bool = True):
+    """`measure()` -> (result dict, cacheable), judged by a window.  Returns (result, cacheable,
+    contended, retried): a valid price measured under contention is measured again (if
+    `retry`) and the faster kept; `contended` says whether the kept one still was."""
+    if not local or not acting():  # remote servers: this host's load says nothing of theirs
+        res, ok = measure()
+        return res, ok, False, False
+    w = RecentWindow()  # a measurement of a few ms is judged with the time before it
+    res, ok = measure()
+    if res.get("seconds") is None or not w.stop().contended:
+        return res, ok, False, False
+    if not retry:
+        return res, ok, True, False
+    w = RecentWindow()
+    again, ok2 = measure()
+    contended = w.stop().contended
+    if again.get("seconds") is not None and again["seconds"] < res["seconds"]:
+        return again, ok2, contended, True
+    return res, ok, contended, True
+
+
+def retry_helps(remeasured: int, still_contended: int) -> bool:
+    """Whether re-measuring a contended price is still worth it (see the module doc)."""
+    return remeasured < RETRY_GIVE_UP or still_contended < remeasured
+
+
+def measure_clean(measure, say, what: str = "end-to-end check", pause_s: float | None = None):
+    """`measure()` in a window; under contention: one line, a pause for quiet, once again.
+    Returns (result, conditions dict: the kept measurement's, with `retried` and `first`)."""
+    w = Window()
+    out = measure()
+    first = w.stop()
+    if not first.contended or not acting():
+        return out, {**first.to_dict(), "retried": False}
+    pause_s = PAUSE_S if pause_s is None else pause_s
+    say(f"{first.line(what)}; pausing up to {pause_s:.0f} s for quiet, then measuring again")
+    wait_for_quiet(pause_s)
+    w = Window()
+    out = measure()
+    cond = w.stop()
+    say(f"{what}, measured again: " + ("no contention" if not cond.contended else
+                                       "still contended (" + "; ".join(cond.reasons) + ")"))
+    return out, {**cond.to_dict(), "retried": True, "first": first.to_dict()}
+
+
+def search_conditions(phases: dict, estimator_stats: dict | None = None) -> dict:
+    """The search's record: each phase's conditions, and the candidate prices that stayed
+    contended after their re-measurement (they count as a contended phase too)."""
+    rec = combine(phases)
+    st = estimator_stats or {}
+    if st.get("contended_prices"):
+        n = st["contended_prices"]
+        rec["contended"] = True
+        rec["reason"] = "; ".join(x for x in (rec["reason"], f"candidates: {n} price(s) "
+                                              "contended after a second measurement") if x)
+    rec["remeasured_prices"] = st.get("remeasured", 0)
+    rec["policy"] = "act" if acting() else "ignore (PROVMAP_CONTENTION)"
+    return rec
+
+
+def plan_json(view, plan, strategy: str) -> dict:
+    return {"strategy": strategy, "schedule": plan.info.get("schedule"),
+            "partitions": [{"backend": p.backend, "ops": [view.node_ids[i] for i in p.ops],
+                            "why": p.why} for p in plan.partitions]}
+
+
+def store_plan(cache, keys, view, plan, strategy: str, report: dict, say) -> None:
+    """Store the kept plan unless it was decided under contention (then say why, once)."""
+    cond = report.get("conditions") or {}
+    if cond.get("contended") and acting():
+        report["plan_cache_refused"] = (f"decided under contention ({cond['reason']}); the "
+                                        "next compile searches again")
+        say(f"not storing the kept plan in the plan cache: {report['plan_cache_refused']}")
+        return
+    try:
+        cache.put_plan(*keys, plan_json(view, plan, strategy), report)
+    except Exception as e:  # a cache that cannot store must not lose the built plan
+        report["plan_cache_error"] = f"{type(e).__name__}: {e}"
+
+
+def reuse_refusal(report: dict) -> str | None:
+    """Why a stored plan must not be reused: its search recorded contention (a file written by
+    another provmap, or by hand).  Plans stored before conditions were recorded are reused."""
+    cond = report.get("conditions") or {}
+    if cond.get("contended") and acting():
+        return f"it was decided under contention ({cond.get('reason') or 'recorded'})"
+    return None

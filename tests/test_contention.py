@@ -1,0 +1,95 @@
+"""Contention detection (provmap.runtime_module.contention): the verdict's logic on chosen
+inputs, and the real counters with a real CPU hog.  This machine is shared (other jobs may run
+while the tests do), so no test asserts that the real machine is quiet: quiet verdicts are
+tested on chosen inputs, the real counters only where the test itself controls the load."""
+
+import time
+
+import pytest
+
+from provmap.runtime_module import contention as c
+
+from cpu_hog import cpu_hog
+
+pytestmark = pytest.mark.skipif(not c.snapshot().known, reason="needs Linux /proc")
+
+
+def test_quiet_inputs_are_not_flagged():
+    q = c.judge(cores=2, load1=1.1, others_cores=0.05, steal_share=0.0, spread=0.08,
+                seconds=2.0, ours_cores=1.9)
+    assert not q.contended and q.reasons == []
+    assert "no contention" in q.line()
+
+
+@pytest.mark.parametrize("kw,word", [
+    ({"others_cores": 0.95}, "other processes used 0.95 of 2 CPUs"),
+    ({"steal_share": 0.2}, "stole 20%"),
+    ({"load1": 3.6, "seconds": 0.05}, "load average 3.60 on 2 CPUs"),
+    ({"spread": 0.9}, "samples spread 0.90"),
+])
+def test_each_signal_alone_flags_contention(kw, word):
+    args = dict(cores=2, load1=0.5, others_cores=0.0, steal_share=0.0, spread=0.1, seconds=2.0)
+    args.update(kw)
+    got = c.judge(**args)
+    assert got.contended and word in got.line()
+
+
+def test_a_window_too_short_for_the_counters_is_not_judged_by_them():
+    # 0.05 s is 5 jiffies a CPU: one tick of someone else reads as 0.2 CPU.
+    assert not c.judge(2, 0.5, 0.9, 0.5, seconds=0.05).contended
+
+
+def test_the_load_average_alone_does_not_flag_a_window_the_counters_judged_quiet():
+    """A one-minute mean that counts our own threads: a search's own pools (or a job that ended
+    30 s ago) must not keep every plan out of the cache."""
+    assert not c.judge(2, 3.5, 0.05, 0.0, seconds=2.0).contended
+
+
+def test_combine_names_the_contended_phase():
+    rec = c.combine({"candidates": c.judge(2, 0.5, 0.0, 0.0),
+                     "e2e": c.judge(2, 0.5, 1.0, 0.0)})
+    assert rec["contended"] and rec["reason"].startswith("e2e: other processes")
+    assert not c.combine({"candidates": c.judge(2, 0.5, 0.0, 0.0)})["contended"]
+
+
+def test_own_work_is_not_counted_as_other_processes():
+    """This process spinning for a second is `ours`, not `others` (the measuring worker, a
+    child, is counted the same way): the window's own share is the CPU time this process got,
+    however much of a core a busy machine left it."""
+    cpu0 = time.process_time()
+    w = c.Window()
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        pass
+    got = w.stop()
+    used = time.process_time() - cpu0
+    assert got.known and used > 0.1
+    assert got.ours_cores * got.seconds == pytest.approx(used, abs=0.06)
+
+
+def test_a_cpu_hog_is_detected():
+    with cpu_hog(20.0):
+        time.sleep(0.3)
+        w = c.Window()
+        time.sleep(1.5)
+        got = w.stop()
+    assert got.contended, got.to_dict()
+    assert got.others_cores >= 0.7
+    assert "other processes used" in got.line()
+
+
+def test_a_short_window_is_judged_with_the_time_before_it():
+    """Small candidates take a few ms each: alone, their windows are too short for the counters;
+    judged with the recent past, a hog running through them is still seen."""
+    with cpu_hog(20.0):
+        time.sleep(0.3)
+        c.RecentWindow()
+        time.sleep(0.3)
+        short = c.RecentWindow()
+        time.sleep(0.01)
+        got = short.stop()
+        alone = c.Window()
+        time.sleep(0.01)
+        plain = alone.stop()
+    assert got.seconds >= c.MIN_WINDOW_S and got.contended, got.to_dict()
+    assert plain.seconds < c.MIN_WINDOW_S and "other processes" not in plain.line()

@@ -1,0 +1,49 @@
+"""The limit (provmap.workbench.headroom): the per-node oracle over the searched backends and
+variants, and the share of the headroom the kept plan captured, through the real CLI."""
+
+import json
+
+import onnx
+import pytest
+
+from provmap.workbench.headroom import captured_share
+
+from cli_runner import provmap
+from small_models import conv_relu
+
+
+def test_captured_share_of_the_headroom():
+    assert captured_share(10.0, 10.0, 6.0) == 0.0      # kept the best single plan
+    assert captured_share(10.0, 6.0, 6.0) == 1.0       # reached the limit
+    assert captured_share(10.0, 9.0, 6.0) == pytest.approx(0.25)
+    assert captured_share(10.0, 11.0, 6.0) == pytest.approx(-0.25)  # slower than best single
+    assert captured_share(10.0, 9.0, 10.0) is None     # no headroom: nothing to capture
+    assert captured_share(10.0, None, 6.0) is None
+
+
+def test_explain_headroom_shows_the_oracle_and_the_captured_share(tmp_path):
+    model = tmp_path / "conv_relu.onnx"
+    onnx.save(conv_relu(), model)
+    art = tmp_path / "c.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", "collage", "--backends",
+                "onnxruntime,openvino", "--max-size", "2", "--max-depth", "2",
+                "--refine-budget", "0", "--cache", tmp_path / "k.sqlite", "--embed-model")
+    assert r.returncode == 0, r.stderr
+    r = provmap("explain", art, "--headroom", "--repeats", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    h = json.loads(r.stdout)["headroom"]
+    # every searched backend and one-thread variant profiled on the whole model
+    assert {"onnxruntime", "openvino"} <= set(h["per_backend"]) and len(h["per_backend"]) >= 2
+    best = h["per_backend"][h["best_single"].split(":", 1)[1]]
+    assert 0 < h["oracle_ms"] <= best["e2e_ms"] == h["best_single_ms"]
+    assert h["oracle_ms"] <= min(p["nodes_ms"] for p in h["per_backend"].values())
+    assert h["kept_ms"] > 0
+    assert h["captured"] == captured_share(h["best_single_ms"], h["kept_ms"], h["oracle_ms"])
+    assert sum(h["nodes_fastest_on"].values()) == h["nodes"] == 2
+    text = provmap("explain", art, "--headroom", "--repeats", "5")
+    assert text.returncode == 0, text.stderr
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith("limit (per-node oracle"))
+    assert "best single" in line and "headroom" in line
+    assert "kept plan" in text.stdout and ("of the headroom" in text.stdout
+                                           or "no headroom measured" in text.stdout)
+    assert "measuring conditions:" in text.stdout  # the search's record, contended or not

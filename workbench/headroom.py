@@ -1,0 +1,114 @@
+"""The limit of partitioning: the per-node oracle, and how much of the headroom a plan captured.
+
+Why: "no mixed plan won" means either that the search missed a win or that there was none to
+find; nothing told the two apart (issue 28).  The oracle is the sum, over ONNX nodes, of the
+fastest backend's time for that node, as `profile` attributes it (`provmap.workbench.profile`)
+on each searched backend and variant running the whole model alone: a plan that could run
+every node on its best backend with free boundaries.  Then
+
+    headroom = best single - oracle
+    captured = (best single - kept) / (best single - oracle)
+
+1 means the kept plan reached the limit, 0 that it is the best single plan, below 0 that it is
+slower.  The oracle is a bound, not a plan: it ignores boundary copies, each library's per-call
+cost (the partition's "outside kernels" time, which no node owns) and what fusion across a
+boundary loses; a kernel that fuses several nodes splits its time evenly among them.  Nodes a
+backend folds away cost it nothing.  Best single, kept and oracle come from the same profiling
+runs here (so oracle <= best single holds by construction: node times sum to at most their
+partition's time); bench uses its own interleaved latencies for best single and kept.
+"""
+
+from __future__ import annotations
+
+from provmap.runtime_module.contention import Window
+
+
+def captured_share(best_single_ms: float | None, kept_ms: float | None,
+                   oracle_ms: float | None) -> float | None:
+    """(best - kept) / (best - oracle); None when there is no headroom to capture."""
+    if None in (best_single_ms, kept_ms, oracle_ms) or best_single_ms - oracle_ms <= 0:
+        return None
+    return (best_single_ms - kept_ms) / (best_single_ms - oracle_ms)
+
+
+def _profile(art, inputs, repeats: int, say) -> dict:
+    from provmap.runtime_module.module import ArtifactModule
+
+    from .profile import profile_artifact
+
+    mod = art if hasattr(art, "partitions") else ArtifactModule(art, trust=True)
+    try:
+        prof = profile_artifact(mod, inputs, repeats=repeats, kernel_repeats=max(3, repeats // 2))
+    finally:
+        if mod is not art:
+            mod.close()
+    return {"e2e_ms": prof["e2e_ms"],
+            "nodes": {r["id"]: r["ms"] for r in prof["onnx_nodes"]},
+            "kernel_times": sorted({p["kernel_times"] for p in prof["partitions"]})}
+
+
+def node_oracle(view, backends: dict, kept=None, inputs=None, repeats: int = 10,
+                progress=None) -> dict:
+    """Profile the whole model alone on each of `backends` ({name: Backend}, variants
+    included) and, if given, the `kept` plan (an ArtifactModule or Artifact); see the module
+    doc.  Returns the oracle, the best single plan, the kept plan's time and the share."""
+    from provmap.provenance import zoo
+    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+
+    say = progress or (lambda m: None)
+    feeds = inputs if inputs is not None else zoo.random_inputs(view.model, seed=0)
+    per, failed = {}, {}
+    win = Window()
+    for name, be in backends.items():
+        say(f"headroom: profiling single:{name}")
+        try:
+            art = build_artifact(view, Plan(f"single:{name}", [PartitionSpec(
+                name, list(view.op_nodes), why="per-node oracle")]), {name: be})
+            per[name] = _profile(art, feeds, repeats, say)
+        except Exception as e:  # a backend that cannot run the whole model has no node times
+            failed[name] = f"{type(e).__name__}: {e}".splitlines()[0]
+    if not per:
+        raise ValueError("headroom: no backend ran the whole model: "
+                         + "; ".join(f"{k}: {v}" for k, v in failed.items()))
+    ids = sorted({i for p in per.values() for i in p["nodes"]})
+    fastest = {i: min(per, key=lambda b: per[b]["nodes"].get(i, 0.0)) for i in ids}
+    oracle = sum(per[fastest[i]]["nodes"].get(i, 0.0) for i in ids)
+    best = min(per, key=lambda b: per[b]["e2e_ms"])
+    kept_ms = None
+    if kept is not None:
+        say("headroom: profiling the kept plan")
+        kept_ms = _profile(kept, feeds, repeats, say)["e2e_ms"]
+    best_ms = per[best]["e2e_ms"]
+    wins = {}
+    for i, b in fastest.items():
+        wins[b] = wins.get(b, 0) + 1
+    return {"oracle_ms": oracle, "best_single": f"single:{best}", "best_single_ms": best_ms,
+            "kept_ms": kept_ms, "headroom_ms": best_ms - oracle,
+            "captured": captured_share(best_ms, kept_ms, oracle),
+            "per_backend": {b: {"e2e_ms": p["e2e_ms"], "nodes_ms": sum(p["nodes"].values()),
+                                "kernel_times": p["kernel_times"]} for b, p in per.items()},
+            "nodes_fastest_on": wins, "failed": failed, "nodes": len(ids),
+            "conditions": win.stop().to_dict()}
+
+
+def format_headroom(h: dict) -> list[str]:
+    """The lines `provmap explain --headroom` prints."""
+    share = h.get("captured")
+    lines = [f"limit (per-node oracle: each ONNX node on its fastest backend, boundaries free): "
+             f"{h['oracle_ms']:.3f} ms; best single {h['best_single']} {h['best_single_ms']:.3f}"
+             f" ms; headroom {h['headroom_ms']:.3f} ms"]
+    if h.get("kept_ms") is not None:
+        lines.append(f"  kept plan {h['kept_ms']:.3f} ms: captured "
+                     + (f"{share:.0%} of the headroom" if share is not None
+                        else "- (no headroom measured)"))
+    lines.append("  per backend (end to end / sum of its node times, ms): " + ", ".join(
+        f"{b} {p['e2e_ms']:.3f} / {p['nodes_ms']:.3f}" for b, p in h["per_backend"].items())
+        + "; nodes fastest on: " + ", ".join(f"{b} {n}" for b, n in
+                                             sorted(h["nodes_fastest_on"].items())))
+    for b, why in (h.get("failed") or {}).items():
+        lines.append(f"  {b}: could not run the whole model ({why})")
+    cond = h.get("conditions") or {}
+    if cond.get("contended"):
+        lines.append(f"  measured under contention: {'; '.join(cond.get('reasons') or [])}")
+    return lines
