@@ -93,3 +93,22 @@ def test_a_short_window_is_judged_with_the_time_before_it():
         plain = alone.stop()
     assert got.seconds >= c.MIN_WINDOW_S and got.contended, got.to_dict()
     assert plain.seconds < c.MIN_WINDOW_S and "other processes" not in plain.line()
+
+
+def test_only_an_end_to_end_phase_decides_whether_a_plan_was_chosen_under_contention():
+    """A few contended candidate prices do not stop a plan the clean end-to-end check kept from
+    being cached (the quiet bench host saw 1-6 of ~1,000 per model); a contended end-to-end
+    check does, and without one the prices decide."""
+    from provmap.partition.hygiene import search_conditions
+
+    clean = {"contended": False, "reasons": []}
+    busy = {"contended": True, "reasons": ["others used 1.0 CPU"]}
+    rec = search_conditions({"candidates": busy, "e2e": clean}, {"contended_prices": 3})
+    assert not rec["contended"] and "3 price(s)" in rec["not_decisive"]
+    assert "candidates contended" in rec["not_decisive"]
+    rec = search_conditions({"candidates": clean, "e2e": busy}, {"contended_prices": 0})
+    assert rec["contended"] and rec["reason"].startswith("e2e: others used")
+    rec = search_conditions({"candidates": clean}, {"contended_prices": 2})
+    assert rec["contended"] and "2 price(s)" in rec["reason"]
+    rec = search_conditions({"candidates": busy}, {})
+    assert rec["contended"]
