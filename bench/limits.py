@@ -65,4 +65,5 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10) -> dict | Non
                           or h["conditions"].get("contended")),
             "profiled": {b: p["e2e_ms"] for b, p in h["per_backend"].items()},
             "nodes_fastest_on": h["nodes_fastest_on"], "failed": h["failed"],
+            "unattributed": h.get("unattributed", {}),
             "conditions": h["conditions"]}

@@ -80,10 +80,13 @@ def markdown(res: dict) -> str:
             ["model", "best single", "best single ms", "kept", "kept ms", "oracle ms",
              "captured", "nodes fastest on"],
             [[h["model"], h.get("best_single") or "-", _f(h.get("best_single_ms"), "{:.3f}"),
-              h.get("kept") or "-", _f(h.get("kept_ms"), "{:.3f}"), f"{h['oracle_ms']:.3f}",
+              h.get("kept") or "-", _f(h.get("kept_ms"), "{:.3f}"),
+              _f(h.get("oracle_ms"), "{:.3f}", "- (no attributable profile)"),
               _f(h.get("captured"), "{:.0%}", "- (no headroom)") + (" noisy" if h.get("noisy")
                                                                      else ""),
-              ", ".join(f"{b} {n}" for b, n in sorted(h["nodes_fastest_on"].items()))]
+              ", ".join(f"{b} {n}" for b, n in sorted(h["nodes_fastest_on"].items()))
+              + "".join(f"; {b} left out ({w})" for b, w in
+                        sorted((h.get("unattributed") or {}).items()))]
              for h in res["headroom"]])
     if res["search"]:
         lines += _table(
