@@ -24,7 +24,8 @@ Each proposal that is valid (every node supported, the constraints respected, no
 partitions) is built (partition builds are cached across proposals) and measured against the
 incumbent, interleaved in blocks (`runtime_module.interleave`), `passes` passes.  It replaces the
 incumbent only if its median is lower by more than `margin` *and* its median is lower in every
-pass *and* its fastest run is lower: a win that is not beyond noise is not a win.  After an
+pass *and* its fastest run is lower by more than `margin` too: a win that is not beyond noise
+is not a win.  After an
 accepted change the proposals are generated again from the new incumbent.  The loop stops when
 no proposal wins or the time budget is spent.  Every proposal, built or not, and its
 measurement is recorded in the trail, which the manifest keeps and `explain` shows.
@@ -233,10 +234,14 @@ def _wins(new, old, margin: float) -> tuple[bool, str]:
     every = (len(new.pass_medians_s) == len(old.pass_medians_s) and not new.capped
              and not old.capped and all(x < y for x, y in zip(new.pass_medians_s,
                                                               old.pass_medians_s)))
-    faster_min = min(new.samples_s) < min(old.samples_s)
+    # The fastest run must gain the margin too: AlexNet's carve of Relu..Gemm onto ONNX Runtime
+    # won 2.6% by median and a hair by minimum here, and the bench measured it 2.1% slower by
+    # minimum afterwards (3.3% faster by median): a hair is within two moments' noise.
+    faster_min = min(new.samples_s) < (1 - margin) * min(old.samples_s)
     gain = 1 - mn / mo if mo > 0 else 0.0
     if mn < (1 - margin) * mo and every and faster_min:
-        return True, f"{gain:.1%} faster by median, faster in every pass and by minimum"
+        return True, (f"{gain:.1%} faster by median, faster in every pass, "
+                      f"{1 - min(new.samples_s) / min(old.samples_s):.1%} by minimum")
     why = []
     if not mn < (1 - margin) * mo:
         why.append(f"{-gain:.1%} slower by median" if gain < 0 else
@@ -244,7 +249,7 @@ def _wins(new, old, margin: float) -> tuple[bool, str]:
     if not every:
         why.append("not faster in every pass")
     if not faster_min:
-        why.append("not faster by minimum")
+        why.append(f"not faster by minimum by more than {margin:.0%}")
     return False, "kept the incumbent: " + ", ".join(why)
 
 
