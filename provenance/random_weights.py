@@ -24,7 +24,7 @@ def is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or "float" in dtype.name
 
 
-def _constant_values(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, np.ndarray]:
+def constant_values(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, np.ndarray]:
     """Values of the `wanted` names that are initializers or plain-tensor Constant outputs.
 
     Only the wanted tensors are converted, so big weight initializers are never copied out.
@@ -141,7 +141,7 @@ def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProt
     def is_cos(n: onnx.NodeProto) -> bool:
         return n.op_type == "ConstantOfShape" and n.domain in ("", "ai.onnx") and bool(n.input)
 
-    constants = _constant_values(graph, {n.input[0] for n in graph.node if is_cos(n)})
+    constants = constant_values(graph, {n.input[0] for n in graph.node if is_cos(n)})
 
     uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for n in graph.node:

@@ -76,22 +76,15 @@ def undefined_quantization(model: onnx.ModelProto) -> dict[str, str]:
     rounding of those undefined: ONNX Runtime gives 0 where OpenVINO gives -128, whole model or
     two-node model alike.  compare still reports the difference, with this reason beside it, so
     nobody hunts a kernel bug that the model itself carries."""
-    from onnx import numpy_helper
+    from provmap.provenance.random_weights import constant_values
 
-    consts = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                    consts[n.output[0]] = a.t
+    quant = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1]
+    consts = constant_values(model.graph, {n.input[1] for n in quant})
     out = {}
-    for n in model.graph.node:
-        if n.op_type != "QuantizeLinear" or len(n.input) < 2 or n.input[1] not in consts:
+    for n in quant:
+        if n.input[1] not in consts:
             continue
-        try:
-            scale = numpy_helper.to_array(consts[n.input[1]]).astype(np.float64)
-        except Exception:
-            continue
+        scale = consts[n.input[1]].astype(np.float64)
         if scale.size and not (np.isfinite(scale).all() and (scale != 0).all()):
             bad = scale[~np.isfinite(scale) | (scale == 0)].ravel()[0]
             out[n.output[0]] = (f"QuantizeLinear '{n.name or n.output[0]}' has scale {bad:g} in "

@@ -26,7 +26,7 @@ from .trust import add_trust_command
 
 
 def cmd_compile(args) -> int:
-    from provmap.partition.backend_options import check_backend_options, check_op_lists
+    from provmap.partition.backend_options import check_backend_options
     from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS, compile_model, load_view
 
     for flag, value in (("--max-depth", args.max_depth), ("--max-size", args.max_size)):
@@ -41,8 +41,7 @@ def cmd_compile(args) -> int:
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
               f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s")
-    check_op_lists(backend_options, {n.op_type for n in view.nodes})
-    warn(view.imported.warnings)
+    warn(view.imported.warnings)  # compile_model checks the op lists against this view
     t1 = time.perf_counter()
     strategy = args.strategy
     collage_options = None
