@@ -19,9 +19,11 @@ def screenshot_when(url: str, out, ready_js: str, then_js: str | None = None,
                     timeout: float = 120.0, size: tuple[int, int] = (1600, 1000)) -> bool:
     """Open `url` in headless Chromium and save a PNG screenshot to `out` once the JavaScript
     expression `ready_js` is true (polled in real time), or at `timeout`; returns whether it
-    became true; `then_js` (a click, say) runs once it is.  A page that renders after server round trips (Model Explorer converts the
-    model on its server) is not ready at the load event, where --screenshot takes its picture;
+    became true; `then_js` (a click, say) runs once it is.  A page that renders after server
+    round trips (Model Explorer converts the model on its server) is not ready at the load
+    event, where --screenshot takes its picture;
     this drives the browser over the DevTools protocol (tornado's websocket client) instead."""
+    import asyncio
     import base64
     import json
     import subprocess
@@ -74,11 +76,11 @@ def screenshot_when(url: str, out, ready_js: str, then_js: str | None = None,
                     if r.get("result", {}).get("value") is True:
                         ready = True
                         break
-                    await __import__("asyncio").sleep(1.0)
+                    await asyncio.sleep(1.0)
                 if ready and then_js:
                     await call("Runtime.evaluate", expression=then_js)
                 if ready:
-                    await __import__("asyncio").sleep(4.0)  # let the graph finish drawing
+                    await asyncio.sleep(4.0)  # let the graph finish drawing
                 shot = await call("Page.captureScreenshot", format="png")
                 Path(out).write_bytes(base64.b64decode(shot["data"]))
                 ws.close()
