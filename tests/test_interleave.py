@@ -130,3 +130,29 @@ def test_search_alternatives_with_native_code_run_without_a_trust_entry(tmp_path
     assert lat["tvm"].samples_s and np.isfinite(lat["tvm"].samples_s).all()
     assert set(measure_partitions(art, runs=3, warmup=1)) == {p["id"] for p in
                                                               art.manifest["partitions"]}
+
+
+def test_in_context_times_record_the_runs_actually_taken(tmp_path, monkeypatch):
+    """The window runs until it is long enough to judge for contention, so a 0.01 ms plan makes
+    far more than the 20 runs asked for: the cache says how many medians it holds."""
+    from onnx import TensorProto, helper
+
+    from provmap.partition.cache import CostCache
+    from provmap.partition.compile import compile_model
+    from provmap.partition.in_context import MIN_S, feed_back
+    from provmap.runtime_module.registry import get_backend
+
+    monkeypatch.setenv("PROVMAP_CONTENTION", "ignore")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    art = compile_model(m, "single:onnxruntime")
+    be = get_backend("onnxruntime")
+    cache = CostCache(tmp_path / "c.sqlite")
+    rows = feed_back(art, cache, {"onnxruntime": be}, "single:onnxruntime", runs=20)
+    (p,) = art.manifest["partitions"]
+    seconds, runs, _plan = cache.get_in_context(p["key"], be)
+    assert rows[0]["in_context_ms"] == seconds * 1e3
+    assert runs > 20 and runs * seconds < MIN_S  # a call is far under MIN_S / 20
