@@ -25,6 +25,7 @@ from tvm import relax
 from . import ids as _ids
 from .errors import ProvmapError, first_line
 from .fold import FOLD_REASON, fold_constants, infer_types
+from .int8_pairs import saturation_warning
 from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,
                     mark_vm_evaluated)
 from .normalize import for_checker, normalize, reconcile_outputs
@@ -227,7 +228,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.derived = derived
     if model is not given:
         imported.source_sha256 = _ids.model_sha256(given)
-    imported.warnings = [f"{label}: {w}" for w in notes]
+    imported.warnings = [f"{label}: {w}" for w in notes + saturation_warning(model)]
     return imported
 
 

@@ -19,6 +19,26 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown-cpu"
 
 
+def cpu_flags() -> frozenset[str]:
+    """The first processor's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith(("flags", "features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def int8_pairs_exact() -> bool:
+    """Whether uint8 x int8 dot products are exact here: an x86 CPU needs VNNI, without it ORT's
+    and OpenVINO's int8 kernels saturate int16 pair sums (provenance/int8_pairs.py)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return True
+    return bool(cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
 _HOST: str | None = None
 
 

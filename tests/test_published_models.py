@@ -27,6 +27,8 @@ from provmap.cli.main import main as cli_main
 from provmap.partition.compile import compile_model
 from provmap.provenance import store
 from provmap.provenance.errors import ProvmapError
+from provmap.provenance.int8_pairs import can_saturate, saturation_warning
+from provmap.runtime_module.host import int8_pairs_exact
 from provmap.runtime_module.module import load
 from cli_runner import provmap
 
@@ -201,6 +203,12 @@ def _bf16_reference(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
     return r(np.maximum(r(r(r(feeds["x"]) @ w["w"]) + w["b"]), 0))
 
 
+def int8_pairs_differ(model: onnx.ModelProto) -> bool:
+    """Whether ORT and the other libraries may legitimately disagree on `model` on this CPU:
+    uint8 x int8 weights beyond 7 bits, without VNNI (provmap.provenance.int8_pairs)."""
+    return can_saturate(model) and not int8_pairs_exact()
+
+
 def _output_step(model: onnx.ModelProto) -> float:
     """The scale of the model's last DequantizeLinear: one quantization step of the output."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -278,7 +286,12 @@ def test_ort_tool_outputs_run_where_the_plain_library_runs_them(variants, varian
         plain("onnxruntime", model, feeds)
     assert ours.shape == reference.shape and ours.dtype == reference.dtype
     tol = tolerance(variant, model) * (np.abs(reference).max() if variant == "bf16" else 1)
-    assert np.abs(ours - reference).max() <= tol, (np.abs(ours - reference).max(), tol)
+    if backend != "onnxruntime" and int8_pairs_differ(model):
+        # Both libraries saturate int16 pair sums here, on different ops (int8_pairs.py): the
+        # plain library's own numbers, checked below, are the contract; ORT's are not.
+        assert theirs is not None
+    else:
+        assert np.abs(ours - reference).max() <= tol, (np.abs(ours - reference).max(), tol)
     if theirs is not None:  # the plain library's own numbers (TVM's fp16 aside: see below)
         assert np.abs(ours - theirs).max() <= (tol if variant in ("fp16", "bf16") else 1e-5)
     else:
