@@ -30,9 +30,32 @@ def strategy_backends(strategy: str, default_collage) -> list[str]:
     return list(names) if names or kind != "collage" else list(default_collage)
 
 
+def _check_variants(strategy: str, used: list[str]) -> None:
+    """The options written inside a strategy's NAME[OPTION=VALUE] variants, before any work."""
+    for name in used:
+        base, opts = parse_variant(name)
+        if not opts or base not in available_backends():
+            continue
+        cls = backend_class(base)
+        names = list(cls.option_names()) + list(Backend.COMMON_OPTIONS)
+        for k, v in opts.items():
+            if k not in names:
+                raise ProvmapError(f"strategy {strategy!r}: backend {base!r} has no option "
+                                   f"{k!r}{_hint(k, names)} (options: {', '.join(names)})")
+            why = None if k in OP_LIST_OPTIONS else cls.option_problem(k, v)
+            if why:
+                raise ProvmapError(f"strategy {strategy!r}: {name}: backend {base!r} expects "
+                                   f"{why} for {k!r}")
+        why = cls.host_problem(opts)
+        if why:
+            raise ProvmapError(f"strategy {strategy!r}: {name}: {why}")
+
+
 def check_backend_options(strategy: str, options: dict, default_collage=()) -> None:
-    """Every backend named must be one the strategy uses, every option one that backend has."""
+    """Every backend named must be one the strategy uses, every option one that backend has,
+    every value of the option's type and range, and one this machine can honour."""
     used = strategy_backends(strategy, default_collage)
+    _check_variants(strategy, used)
     for backend, opts in options.items():
         flag = f"--backend-option {backend}.{next(iter(opts), '')}"
         try:
@@ -51,11 +74,20 @@ def check_backend_options(strategy: str, options: dict, default_collage=()) -> N
         except BackendError as e:
             raise ProvmapError(f"{flag}: {e}") from None
         names = list(cls.option_names()) + list(Backend.COMMON_OPTIONS)
-        for name in opts:
+        for name, value in opts.items():
             if name not in names:
                 raise ProvmapError(f"--backend-option {backend}.{name}: backend {backend!r} has "
                                    f"no option {name!r}{_hint(name, names)} (options: "
                                    f"{', '.join(names)})")
+            if name in OP_LIST_OPTIONS:
+                continue  # a string or a list here; check_op_lists checks the ops themselves
+            why = cls.option_problem(name, value)
+            if why:
+                raise ProvmapError(f"--backend-option {backend}.{name}={value}: backend "
+                                   f"{backend!r} expects {why} for {name!r}")
+        why = cls.host_problem(opts)
+        if why:
+            raise ProvmapError(f"--backend-option {backend}: {why}")
 
 
 def _onnx_op_types() -> set[str]:

@@ -18,6 +18,9 @@ from provmap.runtime_module.graph_view import GraphView
 
 def parse_strategy(spec: str) -> tuple[str, list[str]]:
     kind, _, rest = spec.partition(":")
+    if rest and any(not x.strip() for x in rest.split(",")) and "[" not in rest:
+        raise ProvmapError(f"strategy {spec!r}: an empty backend name (two commas, or a comma at "
+                           "either end)")
     try:  # variants: onnxruntime[threads=1;...], spelled canonically
         names = [variant_name(b) for b in split_outside_brackets(rest, ",")]
     except BackendError as e:

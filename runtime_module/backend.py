@@ -26,6 +26,8 @@ import numpy as np
 
 from provmap.provenance.errors import ProvmapError
 
+from .options import Option
+
 if TYPE_CHECKING:  # pragma: no cover
     from .graph_view import GraphView
     from .subgraph import Subgraph
@@ -141,6 +143,12 @@ def time_runner(runner: Runner, inputs: Sequence[np.ndarray], warmup: int = 2, r
                   samples_s=samples)
 
 
+_COMMON_SPECS = (
+    Option("only_ops", "ops", "run only these ONNX op types on this backend"),
+    Option("exclude_ops", "ops", "never run these ONNX op types on this backend"),
+)
+
+
 class Backend(ABC):
     """Base class of every backend.  Subclasses set `name` and implement the abstract methods.
 
@@ -176,11 +184,38 @@ class Backend(ABC):
         if unknown:
             raise BackendError(f"backend {self.name!r}: unknown option(s) {sorted(unknown)}; "
                                f"known: {sorted(known)}")
+        for k, v in options.items():
+            why = self.option_problem(k, v)
+            if why:
+                raise BackendError(f"backend {self.name!r}: option {k}={v!r}: expected {why}")
         self._options = dict(options)
+
+    #: The options this backend declares, with types and ranges (runtime_module/options.py),
+    #: checked by __init__.  A plugin may override `option_names` instead: its values are then
+    #: its own to check.
+    OPTIONS: Sequence[Option] = ()
 
     @classmethod
     def option_names(cls) -> Sequence[str]:
-        return ()
+        return tuple(o.name for o in cls.OPTIONS)
+
+    @classmethod
+    def option_specs(cls) -> dict[str, Option]:
+        specs = {o.name: o for o in _COMMON_SPECS}
+        specs.update({o.name: o for o in cls.OPTIONS})
+        return specs
+
+    @classmethod
+    def host_problem(cls, options: dict) -> str | None:
+        """None when this machine can honour `options` as given, else why not (e.g. a
+        precision the CPU lacks, which a library would replace without a word)."""
+        return None
+
+    @classmethod
+    def option_problem(cls, name: str, value) -> str | None:
+        """None when `value` suits option `name`, else what the option expects."""
+        spec = cls.option_specs().get(name)
+        return spec.problem(value) if spec is not None else None
 
     def options(self) -> dict:
         return dict(self._options)

@@ -143,16 +143,26 @@ def test_kernels_follow_fusion():
     assert max(len(k.nodes) for k in blob.kernels) < len(sub.closure) // 2
 
 
-def test_explicit_bf16_is_recorded():
+def _cpu_has(cap: str) -> bool:
+    return cap in [str(c) for c in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
+
+
+def test_explicit_bf16_is_recorded_or_refused_where_the_cpu_lacks_it():
+    """On a CPU without bf16 the plugin would run f32 under a bf16 label (issue 36): refused up
+    front, naming the option and the CPU's capabilities; elsewhere built and recorded."""
     view = GraphView(import_onnx(bundled_model("transformer")))
+    if not _cpu_has("BF16"):
+        with pytest.raises(BackendError, match=r"precision=bf16: this CPU cannot run bf16 "
+                                               r"\(OpenVINO CPU capabilities: FP32"):
+            OpenVINOBackend(precision="bf16")
+        return
     blob = OpenVINOBackend(precision="bf16").build(Subgraph(view, view.op_nodes[:4]))
     assert blob.meta["precision"] == "bf16"
     assert blob.meta["config"]["INFERENCE_PRECISION_HINT"] == "bf16"
+    assert blob.meta["inference_precision"] == "bf16"
     # loading with a default (f32) backend still compiles it as it was built
     runner = OpenVINOBackend().load(blob)
-    # meta records what the plugin actually chose (a CPU without bf16 would fall back to f32)
-    expected = {"bf16": ov.Type.bf16, "f32": ov.Type.f32}[blob.meta["inference_precision"]]
-    assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == expected
+    assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16
 
 
 def test_supports_everything_in_squeezenet_and_transformer(case, backend):

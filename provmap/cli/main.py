@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from .artifact import add_artifact_commands
+from .backends import add_backends_command
 from .bench import add_bench_command
 from .common import _version, dispatch
 from .map import add_map_command
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     add_map_command(sub)
     add_artifact_commands(sub)
+    add_backends_command(sub)
     add_bench_command(sub)
     add_workbench_commands(sub)
     add_vendor_commands(sub)

@@ -33,6 +33,7 @@ import onnx
 from provmap.provenance.dtypes import onnx_elem
 from provmap.provenance.errors import first_line
 
+from ..options import Option, as_bool, threads_option
 from ..backend import Backend, BackendError, Blob, Runner, Support
 from .ort_kernels import map_kernels
 
@@ -94,9 +95,13 @@ class OnnxRuntimeBackend(Backend):
     needs_relax = False  # builds from the cut ONNX model alone
     name = "onnxruntime"
 
-    @classmethod
-    def option_names(cls):
-        return ("threads", "allow_spinning", "optimization")
+    OPTIONS = (
+        threads_option("ONNX Runtime's default, one per core"),
+        Option("allow_spinning", "bool", "whether pool threads spin after a run "
+               "(session.intra_op.allow_spinning)"),
+        Option("optimization", "choice", "graph optimization level",
+               choices=("all", "extended", "basic", "disable")),
+    )
 
     def version(self) -> str:
         return _ort().__version__
@@ -122,7 +127,7 @@ class OnnxRuntimeBackend(Backend):
             so.intra_op_num_threads = int(threads)
         spin = self._options.get("allow_spinning")
         if spin is not None:
-            on = spin if isinstance(spin, bool) else str(spin).lower() not in ("0", "false", "no")
+            on = as_bool(spin)
             so.add_session_config_entry("session.intra_op.allow_spinning", "1" if on else "0")
         so.log_severity_level = 3  # no warning about serializing NCHWc graphs
         return so

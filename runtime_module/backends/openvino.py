@@ -43,6 +43,7 @@ import numpy as np
 
 from provmap.provenance.errors import first_line
 
+from ..options import Option, threads_option
 from ..backend import Backend, BackendError, Blob, Runner, Support
 from ..onnx_external import external_data_file, weight_bytes
 from ..subgraph import Subgraph
@@ -54,6 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _DEVICE = "CPU"
 _PRECISIONS = ("f32", "bf16", "f16")
+#: OPTIMIZATION_CAPABILITIES entry a precision needs on the CPU plugin.
+_CAPABILITY = {"bf16": "BF16", "f16": "FP16"}
 _HINTS = ("LATENCY", "THROUGHPUT")
 _core = None
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -137,11 +140,30 @@ class OpenVINOBackend(Backend):
         if hint not in _HINTS:
             raise BackendError(f"backend 'openvino': performance_hint must be one of {_HINTS}, "
                                f"got {hint!r}")
+        why = self.host_problem(self._options)
+        if why:
+            raise BackendError(f"backend 'openvino': {why}")
         self._support_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
+    OPTIONS = (
+        Option("precision", "choice", "inference precision (INFERENCE_PRECISION_HINT); bf16 and "
+               "f16 only on a CPU that has them", choices=_PRECISIONS),
+        Option("performance_hint", "choice", "PERFORMANCE_HINT", choices=_HINTS),
+        threads_option("OpenVINO's default, one per core"),
+    )
+
     @classmethod
-    def option_names(cls):
-        return ("precision", "performance_hint", "threads")
+    def host_problem(cls, options: dict) -> str | None:
+        # The CPU plugin takes a precision hint it cannot honour and runs f32 without a word:
+        # compare and bisect would then report f32 numbers under a bf16 label (issue 36).
+        prec = str(options.get("precision", "f32"))
+        if prec not in _CAPABILITY:
+            return None
+        caps = [str(c) for c in _get_core().get_property(_DEVICE, "OPTIMIZATION_CAPABILITIES")]
+        if _CAPABILITY[prec] in caps:
+            return None
+        return (f"option precision={prec}: this CPU cannot run {prec} (OpenVINO {_DEVICE} "
+                f"capabilities: {', '.join(caps)}); OpenVINO would run f32 instead")
 
     def version(self) -> str:
         return _ov().get_version()

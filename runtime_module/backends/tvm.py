@@ -24,6 +24,7 @@ from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 from provmap.provenance.salvage import failing_nodes
 
+from ..options import Option
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_regions,
                          tuned_pipeline)
@@ -190,9 +191,14 @@ class TVMBackend(Backend):
         self._spent = 0  # trials this instance has tuned so far (the budget is per instance)
         self.tuning: list[dict] = []  # one TuneStats dict per tuned build, for reports
 
-    @classmethod
-    def option_names(cls):
-        return ("tune", "trials", "tune_budget", "tuning_db", "mcpu")
+    OPTIONS = (
+        Option("tune", "choice", "MetaSchedule tuning of each partition (docs/tuning.md)",
+               choices=TUNERS),
+        Option("trials", "int", "MetaSchedule trials per partition", minimum=1),
+        Option("tune_budget", "int", "MetaSchedule trials this backend may spend in all", minimum=0),
+        Option("tuning_db", "str", "directory of the tuning database"),
+        Option("mcpu", "str", "LLVM -mcpu (default: this CPU)"),
+    )
 
     @classmethod
     def takes_threads(cls) -> bool:
