@@ -21,7 +21,7 @@ from provmap.provenance.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
 from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.interleave import (break_tie, measure_artifacts, near_ties,
-                                                pick_fastest)
+                                                pick_fastest, why_tied)
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
@@ -63,7 +63,8 @@ class CollageOptions:
     e2e_variants: tuple = ("threads=1",)
     isolate: bool = True
     measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
-    refine_budget_s: float = 60.0   # second level (provmap.partition.refine); 0: off
+    refine_budget_s: float | None = 60.0  # second level (partition/refine.py); 0: off, None: no
+    #                                       limit (it stops when it runs out of proposals)
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
     schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
@@ -311,8 +312,10 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         # A 1-2% gap between equally simple plans is often reversed by the next measurement:
         # measure just those again, longer, before one is kept (see near_ties).
         first = winner
-        _say(progress, f"collage: {winner} and {', '.join(tied)} within "
-                       f"{opts.e2e_tie_margin:.0%}: measuring them again to break the tie")
+        _say(progress, f"collage: {winner} picked ({why}), but one measurement cannot tell "
+                       f"it from " + "; ".join(why_tied(lat, winner, k, opts.e2e_tie_margin)
+                                                   for k in tied)
+                       + ": measuring them again to break the tie")
         again, phases["tie_break"] = measure_clean(lambda: measure_artifacts(
             {k: built[k] for k in [winner, *tied]}, repeats=2 * opts.e2e_repeats,
             passes=opts.e2e_tie_passes, min_block_s=1.0, never_cap=tuple([winner, *tied])),
@@ -329,10 +332,12 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                                  "(isolated costs do not add up); it is kept")
     art = built[winner]
     report["level"] = "first" if winner == "collage" else f"end-to-end check ({winner})"
-    if opts.refine_budget_s and opts.refine_budget_s > 0:
+    if opts.refine_budget_s is None or opts.refine_budget_s > 0:
         from .refine import refine, suggestions_from, supported_fn
 
-        _say(progress, f"collage: second level, up to {opts.refine_budget_s:.0f} s of "
+        _say(progress, f"collage: second level, up to "
+                       + ("no limit" if opts.refine_budget_s is None else
+                          f"{opts.refine_budget_s:.0f} s") + " of "
                        f"end-to-end measured changes to {winner}")
 
         # A variant supports what its searched backend supports.
@@ -355,7 +360,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
             winner = "refined"
         _say(progress, f"collage: second level: {len(ref.trail)} proposal(s), {kept} kept "
                        f"({ref.stopped}, {ref.seconds:.0f} s)")
-    if opts.schedules and opts.refine_budget_s and opts.refine_budget_s > 0:  # concurrent runs
+    if opts.schedules and (opts.refine_budget_s is None or opts.refine_budget_s > 0):  # concurrent
         art = search_schedules(art, winner, report, opts.refine_margin, progress=progress)
         chosen_plan.info["schedule"] = art.manifest.get("schedule")  # kept with the plan
     if opts.in_context:

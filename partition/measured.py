@@ -178,7 +178,13 @@ class MeasuredEstimator(CostEstimator):
                 if self.progress is not None:
                     el = time.perf_counter() - self._t_begin
                     left = max(self._total - self._done, 0)
-                    self.progress(self._done, self._total, el / self._done * left)
+                    eta = el / self._done * left
+                    if self.budget_s is not None:
+                        # Past the budget the rest are skipped (or cached) in moments: an ETA
+                        # of 1168 s under a 30 s budget misled (issue 36).
+                        eta = min(eta, max(self.budget_s - self._c["measure_s"], 0.0)
+                                  + 0.01 * left)
+                    self.progress(self._done, self._total, eta)
 
     def _invalid_est(self, candidate, label, reason, cached=False) -> Estimate:
         self._c["invalid"] += 1

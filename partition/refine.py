@@ -264,7 +264,8 @@ class RefineResult:
 
 
 def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, supported,
-           dp_plan: Plan | None = None, cuts: frozenset = frozenset(), budget_s: float = 60.0,
+           dp_plan: Plan | None = None, cuts: frozenset = frozenset(),
+           budget_s: float | None = 60.0,
            margin: float = 0.02, passes: int = 3, repeats: int = 30, min_block_s: float = 0.3,
            blobs: dict | None = None, progress=None,
            suggestions: list | None = None) -> RefineResult:
@@ -288,7 +289,7 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
             break
         accepted = False
         for n, pr in enumerate(proposals):
-            if time.perf_counter() - t0 >= budget_s:
+            if budget_s is not None and time.perf_counter() - t0 >= budget_s:
                 stopped = f"budget of {budget_s:.0f} s spent"
                 trail.extend({"kind": rest.kind, "change": rest.what,
                               "status": "not tried (budget)"} for rest in proposals[n:])

@@ -15,6 +15,16 @@ from __future__ import annotations
 from provmap.runtime_module.schedule import asap_stages, describe
 
 
+def level_words(level) -> str:
+    """The search level that found the kept plan, as a sentence says it (a summary that ended
+    "found by: first" told the user nothing: issue 36)."""
+    if level == "first":
+        return "the first level (the shortest path over measured candidates)"
+    if level == "second":
+        return "the second level (end-to-end measured changes to the first level's plan)"
+    return f"the {level}" if level else "(not recorded)"
+
+
 def explain_schedule(manifest: dict) -> dict:
     """The schedule the artifact runs under, whether its partitions could run at once at all,
     and what the second level measured for concurrent schedules (kept or rejected, with the
@@ -210,8 +220,7 @@ def format_explain(x: dict) -> str:
     if x.get("e2e_skipped"):
         lines.append(f"  {x['e2e_skipped']}")
     if x.get("level"):
-        lines.append(f"kept plan found by: {x['level']} level" if x["level"] in ("first", "second")
-                     else f"kept plan found by: the {x['level']}")
+        lines.append(f"kept plan found by: {level_words(x['level'])}")
     return "\n".join(lines + _measuring_section(x)) + "\n"
 
 

@@ -37,6 +37,7 @@ def cmd_compile(args) -> int:
     if searched.split(":", 1)[0] == "collage" and args.backends and ":" not in searched:
         searched = f"collage:{args.backends}"
     check_backend_options(searched, backend_options, DEFAULT_COLLAGE_BACKENDS)
+    _collage_flags_only_under_collage(args)
     t0 = time.perf_counter()
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
@@ -46,7 +47,7 @@ def cmd_compile(args) -> int:
     strategy = args.strategy
     collage_options = None
     if strategy.split(":", 1)[0] == "collage":
-        from provmap.partition.collage import CollageOptions
+        from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S, CollageOptions
 
         if args.backends and ":" not in strategy:
             strategy = f"collage:{args.backends}"
@@ -57,14 +58,12 @@ def cmd_compile(args) -> int:
         collage_options = CollageOptions(
             max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
             forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
-            e2e_check=not args.no_e2e_check, measure_budget_s=args.search_budget,
-            refine_budget_s=0.0 if args.no_e2e_check else args.refine_budget,
+            e2e_check=not args.no_e2e_check,
+            measure_budget_s=getattr(args, "search_budget", DEFAULT_SEARCH_BUDGET_S),
+            refine_budget_s=0.0 if args.no_e2e_check else getattr(args, "refine_budget", 60.0),
             measure_on=args.measure_on, reuse_plan=not args.research,
             **({"e2e_variants": ()} if args.no_variants else
                {"e2e_variants": tuple(args.variant)} if args.variant else {}))
-    elif args.pin or args.forbid or args.cut or args.backends or args.measure_on:
-        raise ProvmapError("--pin/--forbid/--cut/--backends/--measure-on apply to --strategy "
-                           "collage")
     if args.tuning_db:
         _set_tuning_db(backend_options, strategy, args.tuning_db)
     art = compile_model(view, strategy, out=args.output,
@@ -101,6 +100,7 @@ def cmd_compile(args) -> int:
                   f"database {t['reused']}, tuned now {t['tuned']}, untuned {t['untuned']}")
         if search is not None:
             from provmap.partition.measured import tuning_summary
+            from provmap.workbench.explain import level_words
 
             if search.get("plan_cache"):
                 print(f"  plan reused from the cost cache: kept by the search of "
@@ -122,8 +122,25 @@ def cmd_compile(args) -> int:
             r2 = search.get("refine")
             if r2:
                 print(f"  second level: {r2['proposals']} change(s) proposed, {r2['kept']} kept "
-                      f"({r2['stopped']}); kept plan found by: {search.get('level')}")
+                      f"({r2['stopped']}); kept plan found by: {level_words(search.get('level'))}")
     return 0
+
+
+def _collage_flags_only_under_collage(args) -> None:
+    """Search flags under single:/greedy: used to be taken and ignored (issue 36): refused in
+    one line before the model is read."""
+    if args.strategy.split(":", 1)[0] == "collage":
+        return
+    given = [flag for flag, given in (
+        ("--search-budget", hasattr(args, "search_budget")),
+        ("--refine-budget", hasattr(args, "refine_budget")), ("--cache", args.cache is not None),
+        ("--pin", bool(args.pin)), ("--forbid", bool(args.forbid)), ("--cut", bool(args.cut)),
+        ("--backends", bool(args.backends)), ("--measure-on", bool(args.measure_on)))
+        if given]
+    if given:
+        raise ProvmapError(f"{'/'.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                           f"--strategy collage only; {args.strategy} would ignore "
+                           f"{'it' if len(given) == 1 else 'them'}")
 
 
 def _set_tuning_db(backend_options: dict, strategy: str, path: str) -> None:
@@ -354,15 +371,19 @@ def add_artifact_commands(sub) -> None:
                    "earlier search kept for this model, backends and options (it is reused "
                    "otherwise: nothing is measured)")
     c.add_argument("--search-budget", type=budget, metavar="SECONDS",
-                   default=DEFAULT_SEARCH_BUDGET_S,
+                   default=argparse.SUPPRESS,
                    help="collage: stop measuring multi-op candidates after this much measuring "
-                   "time (single ops and whole-model plans are still measured); default "
-                   "%(default)g s, which keeps cold searches of the bundled models to a few "
-                   "minutes on 2 cores (provmap.compile() uses the same); 'none': no limit")
-    c.add_argument("--refine-budget", type=seconds, default=60.0, metavar="SECONDS",
+                   f"time (single ops and whole-model plans are still measured); default "
+                   f"{DEFAULT_SEARCH_BUDGET_S:g} s, which keeps cold searches of the bundled "
+                   "models to a few minutes on 2 cores (provmap.compile() uses the same); "
+                   "'none': no limit.  It bounds candidate measuring only: building, the "
+                   "end-to-end check and the second level come on top")
+    c.add_argument("--refine-budget", type=budget, default=argparse.SUPPRESS, metavar="SECONDS",
                    help="collage: time for the second level, which changes the kept plan "
                    "(moves, merges, boundary nodes) and keeps a change only if it measures "
-                   "faster end to end in every pass (default %(default)s; 0: off)")
+                   "faster end to end in every pass (default 60; 0: off; 'none': until it runs "
+                   "out of proposals).  A proposal started before the budget ends is finished, "
+                   "and concurrent schedules are searched after it")
     c.add_argument("--variant", action="append", metavar="OPTION=VALUE[;...]",
                    help="collage: options tried as a whole-partition variant of each searched "
                    "backend that takes them, in the end-to-end check (single plans) and the "
