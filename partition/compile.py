@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 import onnx
 
@@ -48,6 +50,16 @@ def make_plan(view: GraphView, strategy: str, backend_options: dict | None = Non
     return None, backends  # collage: the search makes the plan (see compile_model)
 
 
+def _record_given(art: Artifact, given) -> None:
+    """How the model was named to compile, so compare/annotate can say which --model to pass
+    when it is not embedded: bundled:NAME as given, a file by its name only (an artifact is
+    sent to others; the user's directories are none of their business)."""
+    if isinstance(given, (str, os.PathLike)):
+        text = os.fspath(given)
+        art.manifest["model"]["given_as"] = text if text.startswith("bundled:") else \
+            os.path.basename(text)
+
+
 def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
                   collage_options=None, embed_model: bool = False,
@@ -75,6 +87,7 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         if art is None:  # a plan reused from the cache, with the schedule kept with it
             art = with_schedule(build_artifact(view, res.plan, res.backends or backends,
                                                progress=progress), res.plan.info.get("schedule"))
+        _record_given(art, source or model)
         if embed_model:
             embed_source_model(art, _given_model(source or model, view))
         if out is not None:
@@ -86,6 +99,7 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         plan, backends = Plan(strategy=strategy, partitions=[],
                               info={"note": "no node computes at run time"}), {}
     art = build_artifact(view, plan, backends, progress=progress)
+    _record_given(art, source or model)
     if embed_model:
         embed_source_model(art, _given_model(source or model, view))
     if out is not None:

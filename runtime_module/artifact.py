@@ -24,6 +24,7 @@ import io
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import zipfile
@@ -46,6 +47,8 @@ from .graph_view import GraphView
 from .subgraph import Subgraph
 
 FORMAT = "provmap-artifact"
+#: What a manifest's model.given_as may hold to be printed in a hint.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.:+-]{1,200}")
 SOURCE_MODEL = "source/model.onnx"  # optional: the user's ONNX model (compile --embed-model)
 FORMAT_VERSION = 1
 #: An artifact with a concurrent schedule (see schedule.py) is written as version 2, so a provmap
@@ -115,8 +118,16 @@ class Artifact:
         if given is None:
             member = info.get("member")
             if not member:
+                given_as = info.get("given_as")
+                if not (isinstance(given_as, str) and _SAFE_NAME.fullmatch(given_as)):
+                    given_as = None  # a stranger's manifest: printed only when plainly a name
+                hint = ""
+                if isinstance(given_as, str) and given_as.startswith("bundled:"):
+                    hint = f": pass --model {given_as}, the model it was compiled from"
+                elif isinstance(given_as, str) and given_as:
+                    hint = f": pass --model PATH/{given_as}, the file it was compiled from"
                 raise ProvmapError("the artifact does not embed its ONNX model (compile with "
-                                   "--embed-model) and no --model was given")
+                                   f"--embed-model) and no --model was given{hint}")
             model = onnx.load_from_string(self.members[member])
             label = "the embedded model"
         else:

@@ -61,3 +61,14 @@ def test_search_flags_outside_collage_are_refused_before_the_model_is_read(tmp_p
                 "single:onnxruntime", *flags)
     one_error(r, words, "single:onnxruntime would ignore")
     assert "imported" not in r.stderr and not (tmp_path / "a.provmap").exists()
+
+
+def test_compare_without_the_model_says_which_model_to_pass(tmp_path):
+    """The quick-start artifact (bundled:squeezenet, not embedded): compare said only "no
+    --model was given" though the manifest knows the model."""
+    art = tmp_path / "a.provmap"
+    r = provmap("compile", "bundled:squeezenet", "-o", art, "--strategy", "single:onnxruntime")
+    assert r.returncode == 0, r.stderr
+    one_error(provmap("compare", art), "no --model was given",
+              "pass --model bundled:squeezenet")
+    assert provmap("compare", art, "--model", "bundled:squeezenet").returncode == 0
