@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -90,11 +91,12 @@ def write_atomic(path: str | os.PathLike, write) -> Path:
 
 
 def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
-    """Refuse, before any work, an output that could not be written at the end.
+    """Refuse, before any work, an output that could not or should not be written at the end.
 
-    `path` is a file to create or replace (or, with `directory`, a directory to create or fill).
-    write_atomic creates missing parent directories, so the test is on the nearest one that
-    exists.  Raises ProvmapError naming the path.
+    `path` is a regular file to create or replace (or, with `directory`, a directory to create
+    or fill).  A device, FIFO or socket is refused, and so is a file whose directory does not
+    exist (a typo in it used to create directories silently); a directory output may create its
+    parents.  Raises ProvmapError naming the path.
     """
     from .errors import ProvmapError
 
@@ -103,6 +105,13 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
         raise ProvmapError(f"{p}: is a directory; give a file name to write")
     if directory and p.exists() and not p.is_dir():
         raise ProvmapError(f"{p}: exists and is not a directory")
+    if not directory and p.exists() and not stat.S_ISREG(os.stat(p).st_mode):
+        # The temp-and-rename write would replace a device node with a regular file (as root,
+        # `-o /dev/full` turned /dev/full into a 120 KB file: issue 36).
+        raise ProvmapError(f"{p}: is a device or special file; provmap writes only regular "
+                           "files")
+    if not directory and not p.parent.exists():
+        raise ProvmapError(f"{p}: directory {p.parent} does not exist; create it first")
     base = p if directory else p.parent
     while not base.exists():
         base = base.parent

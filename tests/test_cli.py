@@ -21,6 +21,7 @@ def run(*args, cwd=None):
 def test_map_writes_json_and_sqlite_with_coverage(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(sm.conv_relu(), path)
+    (tmp_path / "out").mkdir()
     r = run("map", str(path), "-o", str(tmp_path / "out" / "m"), "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)

@@ -196,6 +196,10 @@ def _check_outputs(args) -> None:
             directory = is_dir or (name == "output" and
                                    getattr(args, "command", None) in _DIRECTORY_OUTPUT_COMMANDS)
             check_writable(value, directory=directory)
+            if not directory and os.path.isfile(value):
+                # The documented rule (docs/cli.md): an existing file is replaced, atomically,
+                # only when the command succeeds, and never without a word.
+                _progress(f"{value} exists: it is replaced when this command succeeds")
 
 
 def dispatch(args) -> int:

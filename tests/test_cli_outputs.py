@@ -1,0 +1,55 @@
+"""`-o` writes only a regular file in an existing directory, and never replaces a file without a
+word (issue 36; docs/cli.md).  As root, `compile -o /dev/full` used to turn the device into a
+120 KB regular file, and `-o /nonexist/dir/x.provmap` created the directories silently.  A FIFO
+stands in for a device here: the same test (not a regular file), without risking the machine's
+/dev/null."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from cli_runner import one_error, provmap
+
+
+@pytest.fixture(autouse=True)
+def _own_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
+    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
+
+
+def _compile(out, *extra):
+    return provmap("compile", "bundled:squeezenet", "-o", out, "--strategy", "single:onnxruntime",
+                   *extra)
+
+
+def test_a_special_file_is_refused_and_left_as_it_is(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    one_error(_compile(fifo), str(fifo), "device or special file", "only regular files")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    for dev in ("/dev/null", "/dev/full"):  # refused by the check alone: never written
+        r = provmap("run", tmp_path / "missing.provmap", "--random", "-o", dev)
+        one_error(r, dev, "device or special file")
+        assert stat.S_ISCHR(os.stat(dev).st_mode)
+
+
+def test_a_missing_directory_is_refused_not_created(tmp_path):
+    out = tmp_path / "no" / "such" / "x.provmap"
+    one_error(_compile(out), "directory", "does not exist; create it first")
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_existing_file_is_replaced_with_a_word_only_on_success(tmp_path):
+    out = tmp_path / "a.provmap"
+    r = _compile(out)
+    assert r.returncode == 0 and "exists" not in r.stderr, r.stderr
+    before = out.read_bytes()
+    r = provmap("compile", "bundled:squeezenet", "-o", out, "--strategy", "single:nosuch")
+    assert r.returncode == 2 and out.read_bytes() == before  # a failed command keeps it
+    r = _compile(out, "--backend-option", "onnxruntime.threads=1")
+    assert r.returncode == 0, r.stderr
+    assert f"{out} exists: it is replaced when this command succeeds" in r.stderr
+    assert out.read_bytes() != before
