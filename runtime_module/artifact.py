@@ -44,6 +44,7 @@ from .backend import Backend, BackendError, Blob, KernelInfo
 from .partitioned import partitioned_module
 from .plan import Plan, order_plan
 from .graph_view import GraphView
+from .index_bounds import index_inputs
 from .subgraph import Subgraph
 
 FORMAT = "provmap-artifact"
@@ -395,6 +396,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
             "input_shapes_given": dict(imp.input_shapes),
             "not_compilable_by_tvm": {view.node_ids[i]: why for i, why in imp.opaque.items()},
             "folded_before_import": len(imp.folded),
+            "index_inputs": index_inputs(view),
         },
         "strategy": plan.strategy,
         "plan_info": plan.info,

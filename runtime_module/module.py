@@ -29,6 +29,7 @@ from provmap.provenance.errors import ProvmapError
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
+from .index_bounds import check_indices
 from .lookup import Lookup
 from . import trust as _trust
 from .registry import backend_class, get_backend
@@ -122,6 +123,8 @@ class ArtifactModule(Module):
             self.import_module(m)
         self.input_specs = {t["name"]: t for t in self.manifest["model"]["inputs"]}
         self.output_names = [t["name"] for t in self.manifest["model"]["outputs"]]
+        # Absent from artifacts written before it (format version 2 still reads them).
+        self._index_inputs = dict(self.manifest["model"].get("index_inputs") or {})
         self._lookup = None
         self._plan = None
         self._constants: dict[str, np.ndarray] | None = None
@@ -264,6 +267,9 @@ class ArtifactModule(Module):
             if not _shape_ok(a.shape, tuple(spec["shape"])) or str(a.dtype) != spec["dtype"]:
                 raise ProvmapError(f"input {name!r}: expected {spec['dtype']}{list(spec['shape'])}, "
                                    f"got {a.dtype}{list(a.shape)}")
+            bound = self._index_inputs.get(name)
+            if bound is not None:
+                check_indices(name, a, bound)
             # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
             env[name] = np.asarray(a, order="C")
         extra = set(inputs) - set(self.input_specs)
