@@ -58,3 +58,20 @@ def test_the_cli_says_it_in_one_line(tmp_path):
     one_error(provmap("run", art, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "o.npz"),
               "input 'ids': index 99 is out of range", "OpenVINO would return zeros")
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_tvm_native_warnings_only_with_verbose(tmp_path):
+    """TVM's C++ logger wrote "transform.h:1261: Warning: Fast mode segfaults..." twice into a
+    plain compile's output (provmap/cli/native_log.py); `provmap -v` shows it."""
+    onnx.save(embedding(), tmp_path / "m.onnx")
+    r = provmap("compile", tmp_path / "m.onnx", "-o", tmp_path / "a.provmap", "--strategy",
+                "single:tvm")
+    assert r.returncode == 0, r.stderr
+    assert "Fast mode" not in r.stderr and "transform.h" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("provmap: imported") and "building p0 on tvm" in lines[1]
+    r = provmap("-v", "compile", tmp_path / "m.onnx", "-o", tmp_path / "b.provmap",
+                "--strategy", "single:tvm")
+    assert r.returncode == 0 and "Warning: Fast mode segfaults" in r.stderr, r.stderr
+    one_error(provmap("compile", tmp_path / "nosuch.onnx", "-o", tmp_path / "c.provmap"),
+              "nosuch.onnx")

@@ -14,6 +14,7 @@ from .backends import add_backends_command
 from .bench import add_bench_command
 from .common import _version, dispatch
 from .map import add_map_command
+from .native_log import native_log_filtered
 from .rpc import add_rpc_commands
 from .vendor import add_vendor_commands
 from .workbench import add_workbench_commands
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Partition ONNX models across inference backends through TVM Relax, with a source map "
         "from every kernel back to ONNX nodes."))
     p.add_argument("--version", action="version", version=f"provmap {_version()}")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also show the libraries' own log lines (TVM's C++ warnings), which "
+                   "are kept off stderr otherwise")
     sub = p.add_subparsers(dest="command", required=True)
     add_map_command(sub)
     add_artifact_commands(sub)
@@ -36,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    return dispatch(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    with native_log_filtered(enabled=not args.verbose):
+        return dispatch(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""Libraries' own C++ log lines kept off the user's terminal unless `provmap -v` (issue 36).
+
+TVM's C++ code logs warnings straight to file descriptor 2, from every build and support check:
+`[07:27:03] /project/include/tvm/topi/transform.h:1261: Warning: Fast mode segfaults when there
+are out-of-bounds indices...` appeared twice in a plain `provmap compile` of a model with a
+Gather (provmap checks such indices itself: runtime_module/index_bounds.py).  Python cannot
+catch those writes, so for the length of a command fd 2 becomes a pipe that a thread reads: a
+line in a C++ logger's format is dropped, every other line (provmap's own, a library's error)
+goes on to the real stderr in the order written.  Child processes inherit the pipe, so their
+lines are filtered the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+
+#: `[HH:MM:SS] path/file.ext:LINE: Warning|Info|Debug: ...`: TVM's (dmlc-style) C++ logger.
+_NATIVE = re.compile(rb"^\[\d\d:\d\d:\d\d\] \S+:\d+: (Warning|Info|Debug|W|I|D)\b")
+
+
+@contextlib.contextmanager
+def native_log_filtered(enabled: bool = True):
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        real = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+    except (OSError, ValueError):  # no fd 2 (embedded interpreters): nothing to filter
+        yield
+        return
+
+    def pump() -> None:
+        pending = b""
+        with os.fdopen(read_end, "rb", buffering=0) as src:
+            while True:
+                try:
+                    chunk = src.read(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                _forward(real, lines)
+        if pending:
+            _forward(real, [pending], newline=False)
+
+    thread = threading.Thread(target=pump, name="provmap-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os.dup2(real, 2)  # closes our end of the pipe: the reader sees EOF once children have
+        thread.join(timeout=5.0)
+        os.close(real)
+
+
+def _forward(fd: int, lines: list[bytes], newline: bool = True) -> None:
+    keep = [ln for ln in lines if not _NATIVE.match(ln)]
+    if not keep:
+        return
+    data = b"\n".join(keep) + (b"\n" if newline else b"")
+    with contextlib.suppress(OSError):
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
