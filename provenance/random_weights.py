@@ -93,6 +93,10 @@ def _random_fill(
         # ResNet-50's activations grow ~1.6x per block (logits ~1e5, one-hot softmax); (0.2, 0.4)
         # keeps its logits O(1) (checked for seed 0; the result is not very sensitive to it).
         values = uniform(0.2, 0.4)
+    elif len(shape) <= 1 and {op for op, _i in roles} >= {"Unsqueeze", "Mul"}:
+        # A second scale after a BatchNormalization (see with_random_weights): below 1 on
+        # average, or the two scales compound (inception_v2's logits reached 109).
+        values = uniform(0.4, 0.9)
     elif roles & {("BatchNormalization", 1), ("BatchNormalization", 4),
                   ("InstanceNormalization", 1), ("LayerNormalization", 1)}:
         # BN scale and variance: positive and O(1), so normalisation neither explodes nor
@@ -149,9 +153,21 @@ def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProt
             if name:
                 uses.setdefault(name, []).append((n, i))
 
+    # Caffe2's exports scale after BatchNormalization with a separate Mul by an Unsqueezed 1-D
+    # weight (light inception_v2, densenet121): seen through the Unsqueeze, that weight is a
+    # scale, not a bias (a 0.01-scale fill shrank inception_v2's logits to 0.04).
+    for name in list(uses):
+        through = [(c, i) for c, i in uses[name] if c.op_type == "Unsqueeze" and i == 0]
+        for c, _i in through:
+            uses[name] = uses[name] + [(d, j) for d, j in uses.get(c.output[0], ())
+                                       if d.op_type in ("Mul", "Add")]
+
     graph_outputs = {o.name for o in graph.output}
     # Tensors that feed a Sum / Add, i.e. possibly a residual join.
-    residual = {name for n in graph.node if n.op_type in ("Sum", "Add") for name in n.input}
+    # Concat too: ShuffleNet's downsampling units join a BatchNormalization output to a pooled
+    # shortcut by Concat, and compound like a residual Sum (logit std 41 without this).
+    residual = {name for n in graph.node if n.op_type in ("Sum", "Add", "Concat")
+                for name in n.input}
     keep_nodes: list[onnx.NodeProto] = []
     new_inits: list[tuple[str, np.ndarray]] = []
     maybe_unused: set[str] = set()
@@ -172,6 +188,26 @@ def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProt
             array = np.full(shape, fill.reshape(-1)[0], dtype=dtype)
         new_inits.append((name, array))
         maybe_unused.add(n.input[0])
+
+    # BatchNormalization parameters the file ships as data rather than as ConstantOfShape
+    # fills (light shufflenet: running variances down to 5e-14 divided its activations to
+    # logits of 2,000): drawn like the fills, from the same generator, after them.
+    # Only where some variance is degenerate (< 1e-6), with a generator of its own, so models
+    # whose BatchNormalization data is usable (light resnet50) keep exactly their weights.
+    drawn = {name for name, _ in new_inits}
+    bn_data = [t for t in graph.initializer if t.name not in drawn
+               and t.data_location != onnx.TensorProto.EXTERNAL
+               and any(c.op_type == "BatchNormalization" and i >= 1
+                       for c, i in uses.get(t.name, ()))]
+    variances = [t for t in bn_data if any(c.op_type == "BatchNormalization" and i == 4
+                                           for c, i in uses[t.name])]
+    if any(float(np.min(numpy_helper.to_array(t))) < 1e-6 for t in variances if t.dims):
+        bn_rng = np.random.default_rng([seed, 1])
+        for t in bn_data:
+            dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+            if is_float(dtype):
+                new_inits.append((t.name, _random_fill(bn_rng, tuple(int(d) for d in t.dims),
+                                                       dtype, uses[t.name], residual)))
 
     still_used = {i for n in keep_nodes for i in n.input} | graph_outputs
     dead = maybe_unused - still_used

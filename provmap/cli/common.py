@@ -28,7 +28,7 @@ def warn(lines) -> None:
 
 
 MODEL_HELP = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
-              "bvlc_alexnet, transformer)")
+              "bvlc_alexnet, densenet121, inception_v2, shufflenet, zfnet512, transformer)")
 
 
 def _number(kind, low, strict, what):
