@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
-from . import half
+from . import converters, half
 from .dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
@@ -154,8 +154,11 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         """TVM's converter for `node` run into `bb` (the import's own, or a scratch one)."""
         saved, self.bb = self.bb, bb
         try:
-            return self._emit(super()._convert_operator(node.op_type, inputs, dict(attr),
-                                                        self.opset))
+            fixed = converters.FIXED.get(node.op_type)
+            sym = fixed(bb, inputs, dict(attr)) if fixed else None
+            if sym is None:
+                sym = super()._convert_operator(node.op_type, inputs, dict(attr), self.opset)
+            return self._emit(sym)
         finally:
             self.bb = saved
 
