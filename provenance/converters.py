@@ -13,12 +13,24 @@ test_expand_shape_model1-4 among them):
   *shrinks* the result (`[1, 3, 1]` by `[3, 1, 3]` gave `[3, 1, 3]`; ONNX broadcasts both ways:
   `[3, 3, 3]`), and a shape shorter than the input fails to import.  Here each output dimension
   is `input dim if shape dim == 1 else shape dim`, computed by the VM at run time.
+- ReduceMax / ReduceMin (and Max / Min, which TVM converts as a reduction over the stacked
+  inputs): TVM's reduction starts from the lowest (highest) *finite* value, so a max over -inf
+  only is -3.4e38, not -inf.  Softmax written out with ReduceMax and a fully masked row
+  (onnx's attention *_expanded cases, which plain TVM refuses at a shape input) then gave NaN
+  where ONNX Runtime gives the masked value.  Here Max / Min fold their inputs pairwise (TVM's
+  maximum / minimum keep infinities), and a reduction's result equal to that finite bound
+  becomes the infinity unless some element really is the bound.
 """
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import tvm
 from tvm import relax, tirx
+
+_FLOATS = ("float16", "float32", "float64")
 
 
 def _constant_int(x, what: str) -> int:
@@ -27,7 +39,7 @@ def _constant_int(x, what: str) -> int:
     return int(x.value.numpy())
 
 
-def sequence_insert(bb, inputs, attr):
+def sequence_insert(bb, inputs, attr, convert):
     seq, tensor = list(inputs[0]), inputs[1]
     n = len(seq)
     pos = n
@@ -44,7 +56,7 @@ def _is_one(d) -> bool:
     return isinstance(d, tirx.IntImm) and d.value == 1
 
 
-def expand(bb, inputs, attr):
+def expand(bb, inputs, attr, convert):
     """ONNX Expand: bidirectional broadcasting of the input and the shape."""
     data, shape = inputs[0], inputs[1]
     if isinstance(shape, (relax.ShapeExpr, tvm.ir.GenericConst)):
@@ -77,5 +89,38 @@ def expand(bb, inputs, attr):
     return relax.op.broadcast_to(padded, relax.ShapeExpr(out))
 
 
-#: ONNX op -> conversion(bb, inputs, attr); a conversion returning None defers to TVM's.
-FIXED = {"SequenceInsert": sequence_insert, "Expand": expand}
+def _pairwise(binary):
+    def convert_pairwise(bb, inputs, attr, convert):
+        xs = [x for x in inputs if x is not None]
+        if not all(isinstance(getattr(x, "ty", None), relax.TensorType)
+                   and str(x.ty.dtype) in _FLOATS for x in xs):
+            return None
+        return functools.reduce(lambda a, b: bb.normalize(binary(a, b)), xs)
+    return convert_pairwise
+
+
+def _reduction(op_name: str, largest: bool):
+    def convert_reduction(bb, inputs, attr, convert):
+        data = inputs[0]
+        call = convert()
+        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+                and call.op.name == op_name and str(data.ty.dtype) in _FLOATS):
+            return call
+        dtype = str(data.ty.dtype)
+        info = np.finfo(np.dtype(dtype))
+        bound = relax.const(info.min if largest else info.max, dtype)
+        inf = relax.const(-np.inf if largest else np.inf, dtype)
+        got = bb.emit(call)
+        real = relax.op.max(relax.op.astype(relax.op.equal(data, bound), "int8"),
+                            call.attrs.axis, call.attrs.keepdims)
+        only_inf = relax.op.logical_and(relax.op.equal(got, bound),
+                                        relax.op.equal(real, relax.const(0, "int8")))
+        return relax.op.where(only_inf, inf, got)
+    return convert_reduction
+
+
+#: ONNX op -> conversion(bb, inputs, attr, convert), `convert()` being TVM's own conversion; a
+#: conversion returning None defers to TVM's.
+FIXED = {"SequenceInsert": sequence_insert, "Expand": expand,
+         "Max": _pairwise(relax.op.maximum), "Min": _pairwise(relax.op.minimum),
+         "ReduceMax": _reduction("relax.max", True), "ReduceMin": _reduction("relax.min", False)}

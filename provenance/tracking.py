@@ -154,10 +154,14 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         """TVM's converter for `node` run into `bb` (the import's own, or a scratch one)."""
         saved, self.bb = self.bb, bb
         try:
+            def convert():
+                return super(TrackingImporter, self)._convert_operator(
+                    node.op_type, inputs, dict(attr), self.opset)
+
             fixed = converters.FIXED.get(node.op_type)
-            sym = fixed(bb, inputs, dict(attr)) if fixed else None
+            sym = fixed(bb, inputs, dict(attr), convert) if fixed else None
             if sym is None:
-                sym = super()._convert_operator(node.op_type, inputs, dict(attr), self.opset)
+                sym = convert()
             return self._emit(sym)
         finally:
             self.bb = saved
