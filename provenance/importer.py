@@ -89,6 +89,8 @@ class Imported:
     tensor_values: dict = field(default_factory=dict)
     #: ONNX node index -> why the Relax frontend could not convert it (an opaque binding).
     opaque: dict = field(default_factory=dict)
+    #: ONNX node index -> why TVM computes it in float32 between Casts (provmap.provenance.half).
+    widened: dict = field(default_factory=dict)
     #: ONNX node index -> why it was replaced by a Constant before import (provmap.provenance.fold).
     folded: dict = field(default_factory=dict)
     #: ONNX shape inference on `model` (tensor name -> TypeProto), computed once for the
@@ -222,6 +224,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.model = model
     imported.tensor_values = dict(imp._nodes)
     imported.opaque = dict(imp.opaque)
+    imported.widened = dict(imp.widened)
     imported.onnx_types = onnx_types
     imported.folded = folded
     imported.input_shapes = {k: list(v) for k, v in (shape_dict or {}).items()}

@@ -26,6 +26,8 @@ class MapResult:
     not_compilable: dict[int, str] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
     files: tuple | None = None
+    #: ONNX node index -> why TVM computes it in float32 between Casts (provmap.provenance.half).
+    widened: dict[int, str] = field(default_factory=dict)
 
 
 def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | None = None,
@@ -75,6 +77,10 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     if opaque:
         say(f"{opaque} ONNX node(s) not compilable by TVM (mapped as such; see "
             "onnx_nodes[].elided)")
+    if imported.widened:
+        say(f"{len(imported.widened)} half-precision ONNX node(s) computed in float32 between "
+            "Casts (TVM would accumulate in half precision, or its import or lowering mixes "
+            "float32 into them)")
     pmap.meta["model_sha256"] = model_sha256(proto)
     findings = [str(f) for f in DebugifyReport(build.tracker.reports).findings]
     files = None
@@ -82,8 +88,10 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
         os.makedirs(os.path.dirname(os.path.abspath(os.fspath(out))), exist_ok=True)
         files = tuple(str(p) for p in store.save(pmap, os.fspath(out)))
     cov = pmap.coverage()
-    cov.update({"onnx_nodes_not_compilable": opaque, "debugify_findings": findings,
+    cov.update({"onnx_nodes_not_compilable": opaque,
+                "onnx_nodes_in_float32": len(imported.widened), "debugify_findings": findings,
                 "import_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3)})
     if files:
         cov.update({"json": files[0], "sqlite": files[1]})
-    return MapResult(pmap, label, cov, dict(imported.opaque), findings, files)
+    return MapResult(pmap, label, cov, dict(imported.opaque), findings, files,
+                     dict(imported.widened))

@@ -15,7 +15,11 @@ compilable by TVM: <reason>") applies to these nodes as well, found after the bu
 2. A failure after legalization (FoldConstant evaluating constants, VMShapeLower, code
    generation): bisection over the nodes in graph order, each probe a build with a suffix of
    them opaque; the first node whose inclusion fails the build is the culprit, with the probe's
-   error.  At most `MAX_PROBES` probe builds in all, then the build error stands.
+   error.  At most `MAX_PROBES` probe builds narrow one node down; past them, a failure is
+   narrowed with `COARSE_PROBES` probes only, and every node still suspect (a region of about
+   an eighth of the candidates) is marked together, with the build's error and the reason it
+   was marked as a region.  After `COARSE_ROUNDS` such regions the suspects of the next failure
+   are marked without a probe.  The map completes either way: only nodes TVM builds are built.
 
 A build that succeeds pays for none of this."""
 
@@ -33,6 +37,10 @@ from .relax_keys import bindings
 
 #: Probe builds a bisection may spend on one map (about log2(nodes) per failing node).
 MAX_PROBES = 16
+#: Past MAX_PROBES: probes per further failure (suspects narrowed to 1/2**COARSE_PROBES of the
+#: candidates, marked together), and how many such regions before the suspects go unprobed.
+COARSE_PROBES = 3
+COARSE_ROUNDS = 8
 
 
 def legalize_failures(mod: tvm.IRModule, target=None) -> dict:
@@ -120,7 +128,7 @@ def compile_around_failures(imported: Imported, reimport, target=None, say=None,
     the failing nodes cannot be found."""
     say = say or (lambda msg: None)
     forced: dict[int, str] = {}
-    budget = max_probes
+    budget, coarse = max_probes, 0
     while True:
         try:
             return compile_tvm(imported, target), imported, forced
@@ -128,12 +136,23 @@ def compile_around_failures(imported: Imported, reimport, target=None, say=None,
             failure = e
         found = failing_nodes(imported, target)
         if not found:
-            def probing(k, node, done=max_probes - budget):
-                say(f"TVM build failed in {failure.where}; bisecting: probe build "
-                    f"{done + k} of at most {max_probes}, ONNX nodes #{node} and after opaque")
+            allowance = budget if budget > 0 else COARSE_PROBES if coarse < COARSE_ROUNDS else 0
+            if budget > 0:
+                def probing(k, node, done=max_probes - budget):
+                    say(f"TVM build failed in {failure.where}; bisecting: probe build "
+                        f"{done + k} of at most {max_probes}, ONNX nodes #{node} and after "
+                        "opaque")
+            else:
+                coarse += 1
 
-            found, spent = _bisect(imported, reimport, forced, failure, target, budget, probing)
-            budget -= spent
+                def probing(k, node):
+                    say(f"TVM build failed in {failure.where}; probe budget spent, narrowing "
+                        f"to a region: probe {k} of {allowance}, ONNX nodes #{node} and after "
+                        "opaque")
+
+            found, spent = _bisect(imported, reimport, forced, failure, target, allowance,
+                                   probing)
+            budget = max(0, budget - spent)
             if not found:
                 raise failure
         while found:  # legalization again on the new import, until it is clean (cheap)
@@ -146,7 +165,8 @@ def compile_around_failures(imported: Imported, reimport, target=None, say=None,
 
 def _bisect(imported: Imported, reimport, forced: dict, failure: BuildFailed, target,
             budget: int, probing) -> tuple[dict[int, str], int]:
-    """The first node (in graph order) whose inclusion fails the build, and the probes spent."""
+    """The first node (in graph order) whose inclusion fails the build, and the probes spent;
+    when `budget` runs out first, every node still suspect, each with the same reason."""
     produced = {n for n, _, role in imported.pmap.node_exprs if role == ROLE_PRODUCED}
     cands = sorted(n.index for n in imported.pmap.nodes
                    if n.id in produced and n.index not in imported.opaque)
@@ -156,7 +176,11 @@ def _bisect(imported: Imported, reimport, forced: dict, failure: BuildFailed, ta
     spent = 0
     while hi - lo > 1:
         if spent >= budget:
-            return {}, spent
+            suspects = cands[lo:hi]
+            why = (f"build failed in {reason} (one of {len(suspects)} suspects, ONNX nodes "
+                   f"#{suspects[0]} to #{suspects[-1]}, the probe budget could not tell apart: "
+                   "marked as a region)")
+            return {i: why for i in suspects}, spent
         mid = (lo + hi) // 2
         spent += 1
         probing(spent, cands[mid])

@@ -13,6 +13,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
+from . import converters, half
 from .dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
@@ -77,6 +78,9 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         self.node_values: list = [None] * len(self._graph_nodes)
         self.opaque: dict[int, str] = {}
         self.opaque_vars: set = set()
+        #: node index -> why TVM computes it in float32 between Casts (provmap.provenance.half).
+        self.widened: dict[int, str] = {}
+        self._half_verdicts: dict = {}
         self._known: set = set()
 
     def _parse_graph_input(self, graph):
@@ -129,8 +133,7 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                 self._emit(relax.op.shape_to_tensor(x))
                 if x is not None and isinstance(getattr(x, "ty", None), relax.ShapeType) else x
                 for x in inputs)
-        sym = super()._convert_operator(node.op_type, inputs, attr, self.opset)
-        sym = self._emit(sym)
+        sym = self._convert_half_safe(idx, node, inputs, attr)
         outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
         if node.op_type in _TUPLE_OPS:
             return sym
@@ -146,6 +149,44 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                 raise _NotComputed(f"the Relax converter does not compute output {k} "
                                    f"('{node.output[k]}'): it returns a placeholder constant")
         return sym
+
+    def _convert_into(self, bb, node, inputs, attr):
+        """TVM's converter for `node` run into `bb` (the import's own, or a scratch one)."""
+        saved, self.bb = self.bb, bb
+        try:
+            def convert():
+                return super(TrackingImporter, self)._convert_operator(
+                    node.op_type, inputs, dict(attr), self.opset)
+
+            fixed = converters.FIXED.get(node.op_type)
+            sym = fixed(bb, inputs, dict(attr), convert) if fixed else None
+            if sym is None:
+                sym = convert()
+            return self._emit(sym)
+        finally:
+            self.bb = saved
+
+    def _convert_half_safe(self, idx, node, inputs, attr):
+        dtype = half.reads_half(inputs) if node.op_type not in _TUPLE_OPS else None
+        if dtype is None:
+            return self._convert_into(self.bb, node, inputs, attr)
+        key = half.cache_key(node.op_type, inputs, attr)
+        if node.op_type in half.ACCUMULATING:
+            self._half_verdicts[key] = half.ACCUMULATES
+        if key not in self._half_verdicts:
+            self._half_verdicts[key] = half.verdict(
+                lambda bb, xs: self._convert_into(bb, node, xs, attr), inputs)
+        why = self._half_verdicts[key]
+        if why is None:
+            return self._convert_into(self.bb, node, inputs, attr)
+        self.widened[idx] = why
+        sym = self._convert_into(self.bb, node, _fe.onnx_input(half.widen(inputs, self._emit)),
+                                 attr)
+        wanted = []
+        for o in node.output:
+            ty = _relax_type(self._onnx_types.get(o)) if o else None
+            wanted.append(str(ty.dtype) if isinstance(ty, relax.TensorType) else dtype)
+        return half.narrow(sym, wanted, self._emit)
 
     def _make_opaque(self, idx, node, inputs, reason):
         self.opaque[idx] = reason

@@ -227,7 +227,8 @@ def tolerance(variant: str, model: onnx.ModelProto) -> float:
       one activation rounded the other way moves a logit by scale x |w| ~ 1e-2.  Measured here:
       equal to 2.4e-7 on every backend that runs them.
     - float16: 2e-3, two float16 steps at 1.0 (2^-10 each): ONNX Runtime computes the fp16
-      convolutions in float32 (it inserts casts), TVM in float16.  Measured: 5.6e-4.
+      convolutions in float32 (it inserts casts), and so does provmap's TVM import
+      (provmap.provenance.half; TVM alone accumulated in float16: 5.6e-4).
     - bfloat16: one bfloat16 step (2^-7) at the output's magnitude: how a backend rounds
       (OpenVINO on this AVX2 host truncates float32 -> bfloat16, numpy rounds to nearest even).
     """

@@ -31,6 +31,11 @@ def cmd_map(args) -> int:
         print(f"  not compilable by TVM: {len(res.not_compilable)} node(s)")
         for i, why in sorted(res.not_compilable.items()):
             print(f"    {pmap.nodes[i].op_type} #{i} '{pmap.nodes[i].name}': {why}")
+    if res.widened:
+        print(f"  computed in float32 by TVM: {len(res.widened)} half-precision node(s)")
+        for why in sorted(set(res.widened.values())):
+            ops = sorted({pmap.nodes[i].op_type for i, w in res.widened.items() if w == why})
+            print(f"    {', '.join(ops)}: {why}")
     # Said in words: "debugify" (LLVM's name for such a check) meant nothing to users.
     n = len(res.findings)
     print(f"  pass check : {n} place{'s' if n != 1 else ''} where a TVM pass lost the link "

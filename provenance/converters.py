@@ -1,0 +1,126 @@
+"""provmap's own Relax conversions for the cases where TVM 0.27's converter computes a wrong value.
+
+Plain TVM refuses many of these models for another reason (an initializer that is also a graph
+input, an unsorted file, a symbolic shape): provmap's import gets past that, and so reaches
+converters whose bugs plain TVM never showed.  A wrong conversion would run and return wrong
+numbers silently, so each one found is replaced here, checked against ONNX Runtime in
+tests/test_tvm_converters.py (onnx's own model cases test_sequence_model3 and
+test_expand_shape_model1-4 among them):
+
+- SequenceInsert at a negative position: TVM inserts at `len + position + 1` (-1 appends), ONNX
+  at `len + position` (-1 inserts before the last element, as Python's list.insert).
+- Expand by a shape known only at run time: TVM broadcasts to the shape as given, so a 1 in it
+  *shrinks* the result (`[1, 3, 1]` by `[3, 1, 3]` gave `[3, 1, 3]`; ONNX broadcasts both ways:
+  `[3, 3, 3]`), and a shape shorter than the input fails to import.  Here each output dimension
+  is `input dim if shape dim == 1 else shape dim`, computed by the VM at run time.
+- ReduceMax / ReduceMin (and Max / Min, which TVM converts as a reduction over the stacked
+  inputs): TVM's reduction starts from the lowest (highest) *finite* value, so a max over -inf
+  only is -3.4e38, not -inf.  Softmax written out with ReduceMax and a fully masked row
+  (onnx's attention *_expanded cases, which plain TVM refuses at a shape input) then gave NaN
+  where ONNX Runtime gives the masked value.  Here Max / Min fold their inputs pairwise (TVM's
+  maximum / minimum keep infinities), and a reduction's result equal to that finite bound
+  becomes the infinity unless some element really is the bound.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+
+_FLOATS = ("float16", "float32", "float64")
+
+
+def _constant_int(x, what: str) -> int:
+    if not isinstance(x, tvm.ir.GenericConst):
+        raise NotImplementedError(f"{what} must be a constant")
+    return int(x.value.numpy())
+
+
+def sequence_insert(bb, inputs, attr, convert):
+    seq, tensor = list(inputs[0]), inputs[1]
+    n = len(seq)
+    pos = n
+    if len(inputs) > 2 and inputs[2] is not None:
+        pos = _constant_int(inputs[2], "SequenceInsert's position")
+        if not -n <= pos <= n:
+            raise ValueError(f"SequenceInsert position {pos} out of range [-{n}, {n}]")
+        pos = pos + n if pos < 0 else pos
+    seq.insert(pos, tensor)
+    return relax.Tuple(seq)
+
+
+def _is_one(d) -> bool:
+    return isinstance(d, tirx.IntImm) and d.value == 1
+
+
+def expand(bb, inputs, attr, convert):
+    """ONNX Expand: bidirectional broadcasting of the input and the shape."""
+    data, shape = inputs[0], inputs[1]
+    if isinstance(shape, (relax.ShapeExpr, tvm.ir.GenericConst)):
+        return None  # TVM's own conversion handles static shapes (and checks them)
+    ty = shape.ty
+    if not (isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr)
+            and isinstance(ty.shape.values[0], tirx.IntImm)):
+        raise NotImplementedError("Expand's shape must have a static length")
+    k = int(ty.shape.values[0].value)
+    given = bb.emit(relax.Call(relax.ExternFunc("vm.builtin.tensor_to_shape"), [shape],
+                               ty_args=[relax.ShapeType(ndim=k)]))
+    dims = [tirx.Var(f"expand_{i}", "int64") for i in range(k)]
+    bb.match_cast(given, relax.ShapeType(dims))
+    data_shape = list(data.ty.shape.values)
+    n = max(k, len(data_shape))
+    one = tirx.IntImm("int64", 1)
+    padded_shape = [one] * (n - len(data_shape)) + data_shape
+    target = [None] * (n - k) + dims
+    out = []
+    for d, t in zip(padded_shape, target):
+        if t is None:
+            out.append(d)
+        elif _is_one(d):
+            out.append(t)
+        else:
+            out.append(tirx.Select(t == 1, d, t))
+    padded = data
+    if n > len(data_shape):
+        padded = bb.normalize(relax.op.reshape(data, relax.ShapeExpr(padded_shape)))
+    return relax.op.broadcast_to(padded, relax.ShapeExpr(out))
+
+
+def _pairwise(binary):
+    def convert_pairwise(bb, inputs, attr, convert):
+        xs = [x for x in inputs if x is not None]
+        if not all(isinstance(getattr(x, "ty", None), relax.TensorType)
+                   and str(x.ty.dtype) in _FLOATS for x in xs):
+            return None
+        return functools.reduce(lambda a, b: bb.normalize(binary(a, b)), xs)
+    return convert_pairwise
+
+
+def _reduction(op_name: str, largest: bool):
+    def convert_reduction(bb, inputs, attr, convert):
+        data = inputs[0]
+        call = convert()
+        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+                and call.op.name == op_name and str(data.ty.dtype) in _FLOATS):
+            return call
+        dtype = str(data.ty.dtype)
+        info = np.finfo(np.dtype(dtype))
+        bound = relax.const(info.min if largest else info.max, dtype)
+        inf = relax.const(-np.inf if largest else np.inf, dtype)
+        got = bb.emit(call)
+        real = relax.op.max(relax.op.astype(relax.op.equal(data, bound), "int8"),
+                            call.attrs.axis, call.attrs.keepdims)
+        only_inf = relax.op.logical_and(relax.op.equal(got, bound),
+                                        relax.op.equal(real, relax.const(0, "int8")))
+        return relax.op.where(only_inf, inf, got)
+    return convert_reduction
+
+
+#: ONNX op -> conversion(bb, inputs, attr, convert), `convert()` being TVM's own conversion; a
+#: conversion returning None defers to TVM's.
+FIXED = {"SequenceInsert": sequence_insert, "Expand": expand,
+         "Max": _pairwise(relax.op.maximum), "Min": _pairwise(relax.op.minimum),
+         "ReduceMax": _reduction("relax.max", True), "ReduceMin": _reduction("relax.min", False)}
