@@ -42,11 +42,6 @@ from provmap.runtime_module.backends.tvm_tuning import system_cpu
 from provmap.runtime_module.subgraph import Subgraph
 
 
-def _nodes_by(model, pick):
-    nodes = list(model.graph.node)
-    return [i for i, n in enumerate(nodes) if pick(i, n, nodes)]
-
-
 def _consumers(nodes, out):
     return [j for j, n in enumerate(nodes) if out in n.input]
 

@@ -343,11 +343,6 @@ class CostCache:
             return None
         return json.loads(row[0]), json.loads(row[1]), float(row[2])
 
-    def put_estimate(self, key: str, backend, est: Estimate, *, repeats: int = 0,
-                     label: str = "") -> None:
-        self.put(key, backend, seconds=est.seconds, reason=est.reason, spread=est.spread,
-                 repeats=repeats, max_abs_err=est.max_abs_err, label=label)
-
     def entries(self, backend: str | None = None) -> list[dict]:
         """All rows (of one backend name, if given), for inspection and tests."""
         sql = "SELECT * FROM costs" + (" WHERE backend = ?" if backend else "")

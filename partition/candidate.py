@@ -19,9 +19,6 @@ class Candidate:
     def __len__(self) -> int:
         return len(self.ops)
 
-    def sorted_ops(self) -> list[int]:
-        return sorted(self.ops)
-
 
 @dataclass(frozen=True)
 class Estimate:

@@ -47,15 +47,6 @@ from provmap.runtime_module.graph_view import GraphView
 from .candidate import Candidate
 from .opgraph import OpGraph, bits, facts
 
-#: rule name -> one line, for `provmap explain` style listings
-RULES = {
-    "whole-model": "all op nodes on one backend (only if it supports every node)",
-    "maximal": "largest convex connected regions of supported nodes (greedy walk)",
-    "fusion-pattern": "anchor (Conv/MatMul/Gemm) + elementwise/activation chain",
-    "single-op": "one supported op node",
-    "combine": "connected convex sets of supported nodes within max_depth / max_size",
-}
-
 FUSION_ANCHORS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 FUSION_FOLLOWERS = frozenset({
     "BatchNormalization", "Add", "Sum", "Mul", "Sub", "Div",

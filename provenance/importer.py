@@ -66,13 +66,6 @@ def checked(model: onnx.ModelProto, label: str, check: bool = True) -> onnx.Mode
     return model
 
 
-def load_model(source, check: bool = True) -> tuple[onnx.ModelProto, str]:
-    """Read, normalize as ONNX Runtime would (provmap.provenance.normalize) and validate an ONNX
-    model; every failure is a ProvmapError naming the file."""
-    model, label = read_model(source)
-    return checked(model, label, check), label
-
-
 @dataclass
 class Imported:
     """The imported module plus everything propagation needs (TVM objects, not serialised)."""

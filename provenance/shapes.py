@@ -170,13 +170,3 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
             raise ProvmapError(f"{label}: input shapes are not static: {'; '.join(open_dims)}; "
                                f"give them, e.g. {shape_hint(out)}")
     return out
-
-
-def input_shapes_of(model: onnx.ModelProto) -> dict[str, list]:
-    """The (now static) shape of each runtime tensor input, for the manifest."""
-    out = {}
-    for vi in runtime_inputs(model.graph):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            out[vi.name] = [d.dim_value if _fixed(d) else None
-                            for d in vi.type.tensor_type.shape.dim]
-    return out
