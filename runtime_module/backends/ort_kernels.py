@@ -208,12 +208,35 @@ def map_kernels(model: onnx.ModelProto, optimized: onnx.ModelProto,
                     stack.append(x)
         return out
 
+    def reached_from(a: set[str], region: set[int]) -> set[int]:
+        """The nodes of `region` that some tensor of `a` reaches; walks `region` only, so a
+        kernel costs the size of its own region, not of everything downstream of it."""
+        reach: dict[int, bool] = {}
+        for start in region:
+            stack = [start]
+            while stack:
+                p = stack[-1]
+                if p in reach:
+                    stack.pop()
+                    continue
+                ins = [x for x in nodes[p].input if x]
+                todo = [q for x in ins if x not in a
+                        for q in (producer.get(x),) if q in region and q not in reach]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                stack.pop()
+                reach[p] = any(x in a or reach.get(producer.get(x, -1), False) for x in ins)
+        return {p for p, r in reach.items() if r}
+
     covered_all: list[set[int]] = []
     for k in range(len(onodes)):
         a = ups[k]
         d = downstream(k)
         if a:
-            cov = ancestors(d, a) & _descendants(a, nodes, consumers)
+            # = ancestors(d, a) & descendants(a): every node on a path from A into a node of
+            # the region lies in the region itself (its tensors are upstream of D and not in A)
+            cov = reached_from(a, ancestors(d, a))
         else:
             cov = ancestors(d, set()) - live
         cov -= {producer[t] for t in a if t in producer}
