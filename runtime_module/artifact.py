@@ -29,9 +29,9 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tvm
 
 from provmap.provenance.ids import model_sha256
 from provmap.provenance.errors import ProvmapError
@@ -40,10 +40,10 @@ from provmap.provenance import atomic, store
 
 from . import trust
 from .backend import Backend, BackendError, Blob, KernelInfo
-from .partitioned import partitioned_module
 from .plan import Plan, order_plan
-from .graph_view import GraphView
-from .subgraph import Subgraph
+
+if TYPE_CHECKING:  # pragma: no cover  (reading an artifact must not import TVM: issue 36)
+    from .graph_view import GraphView
 
 FORMAT = "provmap-artifact"
 SOURCE_MODEL = "source/model.onnx"  # optional: the user's ONNX model (compile --embed-model)
@@ -272,6 +272,9 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
     The ONNX model itself is embedded afterwards, by `embed_source_model`: the view holds only
     the derived model, and the one to embed is the user's.
     """
+    from .partitioned import partitioned_module
+    from .subgraph import Subgraph
+
     plan = order_plan(view, plan)
     backends = _quiet_spinning(plan, backends)
     imp = view.imported

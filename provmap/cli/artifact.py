@@ -322,8 +322,7 @@ def cmd_lookup(args) -> int:
 
 
 def add_artifact_commands(sub) -> None:
-    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S
-    from provmap.partition.compile import DEFAULT_STRATEGY
+    from provmap.partition.defaults import DEFAULT_SEARCH_BUDGET_S, DEFAULT_STRATEGY
 
     c = sub.add_parser("compile", help="partition a model and write an artifact")
     c.add_argument("model", help=MODEL_HELP)
