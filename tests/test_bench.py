@@ -219,3 +219,15 @@ def test_compile_scaling_times_every_stage_and_fits_both_series():
         assert "total" in res["series"][name]["fit"]
     assert res["series"]["chain"]["points"][0]["nodes"] == 40
     assert "| chain" in compile_scaling.markdown(res)
+
+
+def test_startup_bench_reports_every_command_without_backend_libraries():
+    from provmap.bench import startup
+
+    res = startup.run(runs=1)
+    assert [r["command"].split()[1] for r in res["rows"]] == [c[0] for c in startup.COMMANDS]
+    for r in res["rows"]:
+        assert r["exit"] == [0], r
+        assert r["backend_modules"] == [], r
+        assert r["median_s"] > 0
+    assert "| `provmap --help` |" in startup.markdown(res)
