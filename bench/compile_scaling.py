@@ -11,7 +11,8 @@ graph view), plan (the strategy, with the backends' support checks), build (ever
 built, kernels mapped to ONNX nodes, the map propagated), save (the artifact written).
 
     python -m provmap.bench.compile_scaling [--chain 1000,2000,4000,10000] [--decoder 30,60,120]
-        [--strategy single:onnxruntime] [-o bench/out]
+        [--strategy single:onnxruntime] [--backend-option openvino.exclude_ops=Softmax]
+        [--name compile_scaling] [-o bench/out]
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def neg_relu_chain(n_nodes: int, width: int = 16) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def time_compile(model: onnx.ModelProto, strategy: str) -> dict:
+def time_compile(model: onnx.ModelProto, strategy: str, backend_options=None) -> dict:
     from provmap.partition.compile import make_plan
     from provmap.partition.view import load_view
     from provmap.runtime_module.artifact import build_artifact
@@ -55,12 +56,13 @@ def time_compile(model: onnx.ModelProto, strategy: str) -> dict:
     view = load_view(model)
     row["import_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    plan, backends = make_plan(view, strategy)
+    plan, backends = make_plan(view, strategy, backend_options)
     row["plan_s"] = time.perf_counter() - t
     t = time.perf_counter()
     art = build_artifact(view, plan, backends)
     row["build_s"] = time.perf_counter() - t
     row["kernels"] = sum(len(p.get("kernels", [])) for p in art.manifest["partitions"])
+    row["partitions"] = len(art.manifest["partitions"])
     with tempfile.TemporaryDirectory(prefix="provmap-compile-scaling-") as d:
         t = time.perf_counter()
         art.save(Path(d) / "a.provmap")
@@ -69,33 +71,39 @@ def time_compile(model: onnx.ModelProto, strategy: str) -> dict:
     return row
 
 
-def run(chain_sizes, decoder_layers, strategy: str = "single:onnxruntime", progress=None) -> dict:
-    time_compile(neg_relu_chain(50), strategy)  # warm-up: imports and first-call costs
+def run(chain_sizes, decoder_layers, strategy: str = "single:onnxruntime", progress=None,
+        backend_options=None) -> dict:
+    time_compile(neg_relu_chain(50), strategy, backend_options)  # warm-up: imports, first calls
     series = {}
     for name, models in (("chain", [neg_relu_chain(n) for n in chain_sizes]),
                          ("decoder", [gpt2_like(k) for k in decoder_layers])):
+        if not models:
+            continue
         points = []
         for m in models:
-            row = time_compile(m, strategy)
+            row = time_compile(m, strategy, backend_options)
             row["model"] = m.graph.name
             points.append(row)
             if progress:
                 progress(f"compile scaling: {row['model']} ({row['nodes']} nodes): " + ", ".join(
                     f"{s} {row[f'{s}_s']:.2f} s" for s in STAGES))
         series[name] = {"points": points, "fit": fit_growth(points, STAGES)}
-    return {"strategy": strategy,
+    return {"strategy": strategy, "backend_options": backend_options or {},
             "models": {"chain": "Neg/Relu chain, [1, 16] float32",
                        "decoder": "GPT-2-style decoder (bench/decoder_model.py), ~34 nodes a layer"},
             "series": series}
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# Compile time against node count ({res['strategy']})", "",
-             "| model | nodes | " + " | ".join(f"{s} s" for s in STAGES) + " |",
-             "|---|---:|" + "---:|" * len(STAGES)]
+    opts = "; ".join(f"{b}.{k}={v}" for b, o in res.get("backend_options", {}).items()
+                     for k, v in o.items())
+    lines = [f"# Compile time against node count ({res['strategy']}"
+             + (f", {opts}" if opts else "") + ")", "",
+             "| model | nodes | partitions | " + " | ".join(f"{s} s" for s in STAGES) + " |",
+             "|---|---:|---:|" + "---:|" * len(STAGES)]
     for name, s in res["series"].items():
         for p in s["points"]:
-            lines.append(f"| {p['model']} | {p['nodes']} | "
+            lines.append(f"| {p['model']} | {p['nodes']} | {p.get('partitions', '')} | "
                          + " | ".join(f"{p[f'{st}_s']:.2f}" for st in STAGES) + " |")
     lines += ["", "Fitted exponent k of t = c * n^k (log-log least squares):", "",
               "| series | " + " | ".join(STAGES) + " |", "|---|" + "---:|" * len(STAGES)]
@@ -114,14 +122,23 @@ def main(argv=None) -> int:
     ap.add_argument("--chain", default="1000,2000,4000,10000", help="chain sizes in nodes")
     ap.add_argument("--decoder", default="30,60,120", help="decoder sizes in layers")
     ap.add_argument("--strategy", default="single:onnxruntime")
-    ap.add_argument("-o", "--out", default="bench/out", help="writes compile_scaling.json/.md")
+    ap.add_argument("--backend-option", action="append", default=[], metavar="B.KEY=V[,V]",
+                    help="e.g. openvino.exclude_ops=Softmax: a partition per decoder layer")
+    ap.add_argument("-o", "--out", default="bench/out", help="writes NAME.json/.md there")
+    ap.add_argument("--name", help="file stem (default compile_scaling)")
     a = ap.parse_args(argv)
+    opts: dict = {}
+    for item in a.backend_option:
+        key, _, value = item.partition("=")
+        backend, _, option = key.partition(".")
+        opts.setdefault(backend, {})[option] = value.split(",") if option.endswith("_ops") else value
     res = run(_ints(a.chain), _ints(a.decoder), a.strategy,
-              progress=lambda m: print(m, file=sys.stderr, flush=True))
+              progress=lambda m: print(m, file=sys.stderr, flush=True), backend_options=opts)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compile_scaling.json").write_text(json.dumps(res, indent=1))
-    (out / "compile_scaling.md").write_text(markdown(res))
+    stem = a.name or "compile_scaling"
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=1))
+    (out / f"{stem}.md").write_text(markdown(res))
     print(markdown(res))
     for name, s in res["series"].items():
         print(f"{name}: compile time grows as n^{s['fit']['total']['exponent']:.2f}")
