@@ -117,10 +117,10 @@ def time_size(n_nodes: int) -> dict:
     return row
 
 
-def fit_growth(points: list[dict]) -> dict:
+def fit_growth(points: list[dict], stages=STAGES) -> dict:
     """t = c * n^k per stage, least squares in log-log space (stages with all times > 0)."""
     out = {}
-    for stage in STAGES:
+    for stage in stages:
         xs = [(p["nodes"], p[f"{stage}_s"]) for p in points if p.get(f"{stage}_s", 0) > 0]
         if len(xs) < 2:
             continue

@@ -25,6 +25,7 @@ from provmap.runtime_module.interleave import (break_tie, measure_artifacts, nea
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
+from .defaults import DEFAULT_SEARCH_BUDGET_S  # defined where the CLI's help reads it
 from .hygiene import Window, measure_clean, reuse_refusal, search_conditions, store_plan
 from .region_alternatives import region_alternatives
 from .schedule_search import search_schedules
@@ -33,13 +34,6 @@ from .strategies import greedy as greedy_plan
 from .measured import tuning_summary
 from .variants import e2e_variants
 from provmap.runtime_module.subgraph import Subgraph
-
-
-#: Measuring time of a search started without one (--search-budget, provmap.compile): past it
-#: only single ops and whole-model plans are measured.  Cold searches of the bundled models on
-#: 2 cores measure for 25-145 s without a limit (README's bench); 120 s leaves most of them
-#: whole and keeps the slowest (VGG-19, Inception v1) to a few minutes.  None: no limit.
-DEFAULT_SEARCH_BUDGET_S = 120.0
 
 
 @dataclass

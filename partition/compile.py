@@ -14,17 +14,10 @@ from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
 
+from .defaults import DEFAULT_COLLAGE_BACKENDS, DEFAULT_STRATEGY  # noqa: F401  (re-exported)
 from .backend_options import check_backend_options, check_op_lists
 from .strategies import greedy, parse_strategy, single
 from .view import load_view
-
-DEFAULT_STRATEGY = "collage"
-
-
-#: Collage's backends when none are named.  TVM is opt-in (`collage:tvm,onnxruntime,openvino`
-#: or `--backends`): untuned, it never won a subgraph in any search here, and pricing its
-#: candidates adds 5-20 minutes to a cold search.
-DEFAULT_COLLAGE_BACKENDS = ["onnxruntime", "openvino"]
 
 
 def _given_model(model, view: GraphView):

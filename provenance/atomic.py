@@ -13,8 +13,6 @@ import secrets
 import stat
 from pathlib import Path
 
-import numpy as np
-
 
 def _new_temp(dest: Path) -> Path:
     """Create an empty, exclusive temp file next to `dest`.
@@ -136,6 +134,8 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 
 def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> Path:
     def write(tmp: Path) -> None:
+        import numpy as np  # here: the CLI's start-up imports this module, not numpy
+
         with open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a name
             np.savez(f, **arrays)
 

@@ -316,13 +316,16 @@ def _link_folded(pmap, imp, graph, nid, owner, short, relax_vars):
     graph_outputs = {o.name for o in graph.output}
 
     def folded_sources(i, seen):
-        # Zero-binding ancestors reachable through zero-binding nodes only.
-        for x in graph.node[i].input:
-            p = producer_of.get(x)
-            if p is None or p in produced or p in seen:
-                continue
-            seen.add(p)
-            folded_sources(p, seen)
+        # Zero-binding ancestors reachable through zero-binding nodes only (a loop, not
+        # recursion: a run of a thousand Identity nodes is a thousand zero-binding nodes).
+        stack = [i]
+        while stack:
+            for x in graph.node[stack.pop()].input:
+                p = producer_of.get(x)
+                if p is None or p in produced or p in seen:
+                    continue
+                seen.add(p)
+                stack.append(p)
         return seen
 
     links = set()

@@ -30,9 +30,9 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tvm
 
 from provmap.provenance.ids import model_sha256
 from provmap.provenance.errors import ProvmapError
@@ -41,11 +41,10 @@ from provmap.provenance import atomic, store
 
 from . import trust
 from .backend import Backend, BackendError, Blob, KernelInfo
-from .partitioned import partitioned_module
 from .plan import Plan, order_plan
-from .graph_view import GraphView
-from .index_bounds import index_inputs
-from .subgraph import Subgraph
+
+if TYPE_CHECKING:  # pragma: no cover  (reading an artifact must not import TVM: issue 36)
+    from .graph_view import GraphView
 
 FORMAT = "provmap-artifact"
 #: What a manifest's model.given_as may hold to be printed in a hint.
@@ -284,6 +283,10 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
     The ONNX model itself is embedded afterwards, by `embed_source_model`: the view holds only
     the derived model, and the one to embed is the user's.
     """
+    from .partitioned import partitioned_module
+    from .index_bounds import index_inputs
+    from .subgraph import Subgraph
+
     plan = order_plan(view, plan)
     backends = _quiet_spinning(plan, backends)
     imp = view.imported

@@ -8,10 +8,12 @@ order, so a cyclic plan is refused here, naming a node on the cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from provmap.provenance.errors import ProvmapError
 
-from .graph_view import GraphView
+if TYPE_CHECKING:  # pragma: no cover  (a plan is read with artifacts, which must not import TVM)
+    from .graph_view import GraphView
 
 
 @dataclass

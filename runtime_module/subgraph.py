@@ -10,6 +10,7 @@ function whose bindings keep their provenance expression IDs.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from functools import cached_property
 from typing import Iterable
 
@@ -180,16 +181,10 @@ class Subgraph:
     def _outline(self):
         v = self.view
         imp = v.imported
-        func = imp.mod["main"]
-        all_bindings = [b for blk in func.body.blocks for b in blk.bindings]
-        defining = {b.var: b for b in all_bindings}
-        name_of = {}
-        for name, val in imp.tensor_values.items():
-            if isinstance(val, relax.Var):
-                name_of.setdefault(val, name)
+        ix = _relax_index(v)
+        defining, name_of = ix.defining, ix.name_of
         input_names = {t.name for t in self.inputs}
-        want = set(self.exprs)
-        chosen = {b.var for b in all_bindings if imp.var_expr.get(b.var) in want}
+        chosen = {x for e in self.exprs for x in ix.var_of.get(e, ())}
         # A converter may read another node's intermediate Relax value (not an ONNX tensor at
         # all); recompute such values inside the region instead of refusing it.
         stack = list(chosen)
@@ -202,17 +197,17 @@ class Subgraph:
                     continue
                 chosen.add(x)
                 stack.append(x)
-        bindings = [b for b in all_bindings if b.var in chosen]
+        bindings = [ix.bindings[j] for j in sorted(ix.position[x] for x in chosen)]
         defined = {b.var for b in bindings}
-        free = []
+        free: dict = {}  # ordered set
         for b in bindings:
             for x in _value_vars(b.value):
-                if x not in defined and x not in free:
-                    free.append(x)
+                if x not in defined:
+                    free.setdefault(x)
         outputs = [(t.name, imp.tensor_values.get(t.name)) for t in self.outputs]
         for _, val in outputs:  # a region that only renames (Identity) returns its input
-            if isinstance(val, relax.Var) and val not in defined and val not in free:
-                free.append(val)
+            if isinstance(val, relax.Var) and val not in defined:
+                free.setdefault(val)
         params, param_names, mapping = [], [], {}
         for x in free:
             name = name_of.get(x)
@@ -248,6 +243,35 @@ class Subgraph:
         ret_ty = outs[0].ty if len(outs) == 1 else relax.TupleType([o.ty for o in outs])
         fn = relax.Function(params, body, ret_ty, True)
         return fn, var_expr, param_names, out_names
+
+
+class _RelaxIndex:
+    """The imported "main" indexed once per view: every region's outline looks its bindings up
+    here (rebuilt per region, this made a build quadratic in the number of partitions)."""
+
+    def __init__(self, imp):
+        self.bindings = [b for blk in imp.mod["main"].body.blocks for b in blk.bindings]
+        self.position = {b.var: j for j, b in enumerate(self.bindings)}
+        self.defining = {b.var: b for b in self.bindings}
+        self.var_of = {}
+        for b in self.bindings:
+            e = imp.var_expr.get(b.var)
+            if e is not None:
+                self.var_of.setdefault(e, []).append(b.var)
+        self.name_of = {}
+        for name, val in imp.tensor_values.items():
+            if isinstance(val, relax.Var):
+                self.name_of.setdefault(val, name)
+
+
+_INDEXES: "weakref.WeakKeyDictionary[GraphView, _RelaxIndex]" = weakref.WeakKeyDictionary()
+
+
+def _relax_index(view: GraphView) -> _RelaxIndex:
+    ix = _INDEXES.get(view)
+    if ix is None:
+        ix = _INDEXES[view] = _RelaxIndex(view.imported)
+    return ix
 
 
 def _value_vars(value) -> list:

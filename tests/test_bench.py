@@ -205,3 +205,29 @@ def test_readme_tables_between_markers(small_run, tmp_path):
     r = _provmap("bench", "bundled:transformer", "-o", str(tmp_path / "o"), "--readme",
                  str(readme))
     assert r.returncode == 2 and "markers" in r.stderr
+
+
+def test_compile_scaling_times_every_stage_and_fits_both_series():
+    from provmap.bench import compile_scaling
+
+    res = compile_scaling.run([40, 80], [1, 2])
+    for name in ("chain", "decoder"):
+        pts = res["series"][name]["points"]
+        assert [p["nodes"] for p in pts] == sorted(p["nodes"] for p in pts)
+        assert all(p[f"{s}_s"] > 0 for p in pts for s in compile_scaling.STAGES)
+        assert all(p["kernels"] > 0 for p in pts)
+        assert "total" in res["series"][name]["fit"]
+    assert res["series"]["chain"]["points"][0]["nodes"] == 40
+    assert "| chain" in compile_scaling.markdown(res)
+
+
+def test_startup_bench_reports_every_command_without_backend_libraries():
+    from provmap.bench import startup
+
+    res = startup.run(runs=1)
+    assert [r["command"].split()[1] for r in res["rows"]] == [c[0] for c in startup.COMMANDS]
+    for r in res["rows"]:
+        assert r["exit"] == [0], r
+        assert r["backend_modules"] == [], r
+        assert r["median_s"] > 0
+    assert "| `provmap --help` |" in startup.markdown(res)

@@ -12,10 +12,7 @@ import os
 import re
 import time
 
-import numpy as np
-
 from provmap.provenance.errors import ProvmapError
-from provmap.provenance.shapes import parse_input_shapes
 from provmap.provenance.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
@@ -28,6 +25,7 @@ from .trust import add_trust_command
 def cmd_compile(args) -> int:
     from provmap.partition.backend_options import check_backend_options
     from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS, compile_model, load_view
+    from provmap.provenance.shapes import parse_input_shapes
 
     for flag, value in (("--max-depth", args.max_depth), ("--max-size", args.max_size)):
         if value < 1:  # checked before the import, not as a traceback from the search
@@ -155,6 +153,8 @@ def _set_tuning_db(backend_options: dict, strategy: str, path: str) -> None:
 
 
 def cmd_run(args) -> int:
+    import numpy as np
+
     from provmap.runtime_module.module import load
 
     # Everything the command line says is checked before the artifact loads (seconds for a
@@ -339,8 +339,7 @@ def cmd_lookup(args) -> int:
 
 
 def add_artifact_commands(sub) -> None:
-    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S
-    from provmap.partition.compile import DEFAULT_STRATEGY
+    from provmap.partition.defaults import DEFAULT_SEARCH_BUDGET_S, DEFAULT_STRATEGY
 
     c = sub.add_parser("compile", help="partition a model and write an artifact")
     c.add_argument("model", help=MODEL_HELP)

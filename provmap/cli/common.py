@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from provmap.provenance.errors import ProvmapError, first_line
+
+if TYPE_CHECKING:  # pragma: no cover  (numpy is imported where arrays are read: start-up)
+    import numpy as np
 
 
 def _progress(msg: str) -> None:
@@ -140,6 +142,8 @@ def _load_inputs(path: str) -> dict:
                 "a text file" if _is_text(head) else "not a zip archive")
         raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({what}); write "
                            "one with numpy.savez(path, NAME=array, ...)")
+    import numpy as np
+
     try:
         with np.load(path, allow_pickle=False) as z:
             if not hasattr(z, "files"):
@@ -155,6 +159,8 @@ def _load_inputs(path: str) -> dict:
 
 def output_stats(a: np.ndarray) -> dict:
     """Per-output summary, as Polygraphy prints it: a glance tells NaNs and blow-ups apart."""
+    import numpy as np
+
     out = {"shape": list(a.shape), "dtype": str(a.dtype)}
     if a.dtype.kind in "fc" or str(a.dtype) == "bfloat16":
         x = np.asarray(a, dtype=np.float64) if a.dtype.kind != "c" else np.abs(a)

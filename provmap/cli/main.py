@@ -9,18 +9,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .artifact import add_artifact_commands
-from .backends import add_backends_command
-from .bench import add_bench_command
-from .common import _version, dispatch
-from .map import add_map_command
-from .native_log import native_log_filtered
-from .rpc import add_rpc_commands
-from .vendor import add_vendor_commands
-from .workbench import add_workbench_commands
-
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here, not at the top: the console script imports this module before main() runs,
+    # and Ctrl-C during those imports would be a traceback instead of one line.
+    from .artifact import add_artifact_commands
+    from .backends import add_backends_command
+    from .bench import add_bench_command
+    from .common import _version
+    from .map import add_map_command
+    from .rpc import add_rpc_commands
+    from .vendor import add_vendor_commands
+    from .workbench import add_workbench_commands
+
     p = argparse.ArgumentParser(prog="provmap", description=(
         "Partition ONNX models across inference backends through TVM Relax, with a source map "
         "from every kernel back to ONNX nodes."))
@@ -40,7 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    try:  # start-up: imports and parsing, before dispatch's own handler is in place
+        from .common import dispatch
+        from .native_log import native_log_filtered
+
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("provmap: interrupted", file=sys.stderr)
+        return 130
     with native_log_filtered(enabled=not args.verbose):
         return dispatch(args)
 

@@ -7,13 +7,12 @@ import argparse
 import json
 import sys
 
-from provmap.provenance.shapes import parse_input_shapes
-
 from .common import MODEL_HELP, _progress, add_input_shape_option, dispatch
 
 
 def cmd_map(args) -> int:
     from provmap.provenance.mapper import map_model
+    from provmap.provenance.shapes import parse_input_shapes
 
     res = map_model(args.model, out=args.output, input_shapes=parse_input_shapes(args.input_shape),
                     progress=_progress)

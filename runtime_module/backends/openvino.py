@@ -47,6 +47,7 @@ from ..options import Option, threads_option
 from ..backend import Backend, BackendError, Blob, Runner, Support
 from ..onnx_external import external_data_file, weight_bytes
 from ..subgraph import Subgraph
+from .ov_ports import kept_inputs as _kept_inputs, port_order as _port_order
 from .ov_kernels import op_owners, runtime_kernels
 from .ov_refusals import refuse_wrong_numbers
 
@@ -350,46 +351,6 @@ def _short_type(s: str) -> str:
     m = re.search(r"'(\w+)'", s)
     name = m.group(1) if m else s
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
-
-
-def _kept_inputs(ports, names: list[str]) -> list[str]:
-    """The subgraph inputs the compiled model still takes, in the subgraph's order.
-
-    OpenVINO's frontend removes a Parameter nothing needs (ReduceSum's empty `axes`), and when
-    an input only feeds a no-op it drops (inference-mode Dropout), the port takes the no-op's
-    output name instead.  Runners may take a subset of their subgraph's inputs (see Runner), so
-    pruned inputs are left out; a renamed port is recognised by position among the Parameters,
-    which the frontend creates in graph-input order.
-    """
-    named = {n for p in ports for n in p.get_names()}
-    if all(n in named for n in names):
-        return list(names)
-    if len(ports) == len(names):
-        return list(names)  # same count: _port_order matches the renamed ones by position
-    kept = [n for n in names if n in named]
-    if len(kept) == len(ports):
-        return kept
-    raise BackendError(f"OpenVINO: compiled model takes {len(ports)} inputs "
-                       f"{[sorted(p.get_names()) for p in ports]}; cannot match them to the "
-                       f"subgraph's inputs {names}")
-
-
-def _port_order(ports, names: list[str], what: str) -> list[int]:
-    """Index of the port carrying each ONNX tensor name (OpenVINO may reorder ports)."""
-    index = {}
-    for k, p in enumerate(ports):
-        for n in p.get_names():
-            index.setdefault(n, k)
-    missing = [n for n in names if n not in index]
-    if missing and len(ports) == len(names):
-        # A port renamed after a no-op it absorbed (see _kept_inputs; an output that is both a
-        # Dropout's input and, through it, its output gets the Dropout's name twice): the
-        # frontend keeps Parameters and Results in graph order, so match every port by position.
-        return list(range(len(names)))
-    if missing:
-        raise BackendError(f"OpenVINO: compiled model has no {what} named {missing}; "
-                           f"it has {[sorted(p.get_names()) for p in ports]}")
-    return [index[n] for n in names]
 
 
 class OpenVINORunner(Runner):

@@ -208,12 +208,35 @@ def map_kernels(model: onnx.ModelProto, optimized: onnx.ModelProto,
                     stack.append(x)
         return out
 
+    def reached_from(a: set[str], region: set[int]) -> set[int]:
+        """The nodes of `region` that some tensor of `a` reaches; walks `region` only, so a
+        kernel costs the size of its own region, not of everything downstream of it."""
+        reach: dict[int, bool] = {}
+        for start in region:
+            stack = [start]
+            while stack:
+                p = stack[-1]
+                if p in reach:
+                    stack.pop()
+                    continue
+                ins = [x for x in nodes[p].input if x]
+                todo = [q for x in ins if x not in a
+                        for q in (producer.get(x),) if q in region and q not in reach]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                stack.pop()
+                reach[p] = any(x in a or reach.get(producer.get(x, -1), False) for x in ins)
+        return {p for p, r in reach.items() if r}
+
     covered_all: list[set[int]] = []
     for k in range(len(onodes)):
         a = ups[k]
         d = downstream(k)
         if a:
-            cov = ancestors(d, a) & _descendants(a, nodes, consumers)
+            # = ancestors(d, a) & descendants(a): every node on a path from A into a node of
+            # the region lies in the region itself (its tensors are upstream of D and not in A)
+            cov = reached_from(a, ancestors(d, a))
         else:
             cov = ancestors(d, set()) - live
         cov -= {producer[t] for t in a if t in producer}
@@ -284,26 +307,41 @@ def attach_orphans(covered: list[set[int]], nodes, producer, consumers, wanted: 
         for p in cov:
             kernels_of.setdefault(p, set()).add(k)
 
-    def via(p: int, forward: bool, seen: set[int]) -> set[int]:
-        if p in kernels_of:
-            return kernels_of[p]
-        if p in seen:
-            return set()
-        seen.add(p)
-        ks: set[int] = set()
+    def nxt(p: int, forward: bool) -> set[int]:
         if forward:
-            nxt = {c for o in nodes[p].output if o for c in consumers.get(o, ())}
-        else:
-            nxt = {producer[x] for x in nodes[p].input if x in producer}
-        for q in nxt:
-            ks |= via(q, forward, seen)
-        return ks
+            return {c for o in nodes[p].output if o for c in consumers.get(o, ())}
+        return {producer[x] for x in nodes[p].input if x in producer}
+
+    def via(p: int, forward: bool, memo: dict[int, set[int]]) -> set[int]:
+        """The kernels of the nearest covered nodes reached through uncovered ones.  Memoized
+        and without recursion: a long run of orphans (Identity after Identity) would otherwise
+        be walked once per orphan, and overflow the stack."""
+        stack = [p]
+        entered: set[int] = set()  # a cycle (never in a valid graph) must not loop forever
+        while stack:
+            q = stack[-1]
+            if q in memo:
+                stack.pop()
+                continue
+            if q in kernels_of:
+                memo[q] = kernels_of[q]
+                stack.pop()
+                continue
+            entered.add(q)
+            todo = [r for r in nxt(q, forward) if r not in memo and r not in entered]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            memo[q] = set().union(*(memo.get(r, ()) for r in nxt(q, forward)))
+        return memo[p]
 
     orphans = sorted(wanted - set(kernels_of))
     found = {}
+    ahead: dict[int, set[int]] = {}
+    behind: dict[int, set[int]] = {}
     for p in orphans:
-        ks = via(p, True, set()) or via(p, False, set())
-        found[p] = ks
+        found[p] = via(p, True, ahead) or via(p, False, behind)
     for p, ks in found.items():
         for k in ks:
             covered[k].add(p)

@@ -59,16 +59,17 @@ def op_owners(model, producer: dict[str, int]) -> dict[str, set[int]]:
 _SEPARATORS = "/_.:"
 
 
-def _resolve(name: str, owners: dict[str, set[int]], sorted_names: list[str]) -> set[int]:
+def _resolve(name: str, owners: dict[str, set[int]]) -> set[int]:
     if name in owners:
         return owners[name]
-    # A name the plugin derived from an operation's name ("X/transpose_b", "X_flatten_reshape").
-    best = None
-    for known in sorted_names:  # longest first
-        if len(known) < len(name) and name.startswith(known) and name[len(known)] in _SEPARATORS:
-            best = known
-            break
-    return owners[best] if best is not None else set()
+    # A name the plugin derived from an operation's name ("X/transpose_b", "X_flatten_reshape"):
+    # the longest known name that `name` continues with a separator.  Only the prefixes ending
+    # before a separator can be that name, so they are looked up, not every known name scanned
+    # (which made the kernel map quadratic in the model's size).
+    for i in range(len(name) - 1, -1, -1):  # longest first
+        if name[i] in _SEPARATORS and name[:i] in owners:
+            return owners[name[:i]]
+    return set()
 
 
 def runtime_kernels(compiled, model, producer: dict[str, int],
@@ -77,7 +78,6 @@ def runtime_kernels(compiled, model, producer: dict[str, int],
 
     owners = op_owners(model, producer)
     owners = {k: v for k, v in owners.items() if v}
-    sorted_names = sorted(owners, key=len, reverse=True)
     rm = compiled.get_runtime_model()
     ops = list(rm.get_ordered_ops())
 
@@ -104,7 +104,7 @@ def runtime_kernels(compiled, model, producer: dict[str, int],
         for nm in rt(op, "originalLayersNames").split(","):
             nm = nm.strip()
             if nm:
-                nodes |= _resolve(nm, owners, sorted_names)
+                nodes |= _resolve(nm, owners)
         mapped[_key(op)] = nodes
 
     def nearest(op, forward: bool) -> set[int]:

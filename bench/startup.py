@@ -1,0 +1,106 @@
+"""Wall time of `provmap` commands that should answer at once, in fresh processes (issue 36).
+
+`provmap --help` took 3.5 s and `--version` 5.9 s because building the argument parser imported
+TVM (3.1 s of 3.7 s); offline reads (inspect, lookup, explain, trust) paid the same.  This bench
+runs each command in a fresh interpreter, as the console script does, on an artifact built once
+with single:onnxruntime, and reports the median wall time of a few runs together with which
+backend libraries the process imported (tests/test_startup.py asserts none; time is only
+reported here).
+
+    python -m provmap.bench.startup [--runs 5] [-o bench/out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HEAVY = ("tvm", "onnxruntime", "openvino")
+
+_PROBE = """
+import json, sys
+from provmap.cli.main import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:
+    rc = e.code
+print("HEAVY=" + json.dumps(sorted(m for m in %r if m in sys.modules)), file=sys.stderr)
+raise SystemExit(rc)
+""" % (HEAVY,)
+
+COMMANDS = [["--help"], ["--version"], ["compile", "--help"], ["trust", "--list"],
+            ["inspect", "{a}"], ["lookup", "{a}", "--onnx-node", "n1"], ["explain", "{a}"]]
+
+
+def _run(argv) -> tuple[float, int, list[str]]:
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
+                       timeout=300)
+    wall = time.perf_counter() - t
+    heavy = [json.loads(ln[len("HEAVY="):]) for ln in r.stderr.splitlines()
+             if ln.startswith("HEAVY=")]
+    return wall, r.returncode, heavy[-1] if heavy else ["?"]
+
+
+def run(runs: int = 5, progress=None) -> dict:
+    from provmap.partition.compile import compile_model
+
+    from .compile_scaling import neg_relu_chain
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="provmap-startup-") as d:
+        art = Path(d) / "chain.provmap"
+        compile_model(neg_relu_chain(20), strategy="single:onnxruntime", out=art)
+        _run(["--version"])  # warm the file cache once, as a user's second command would be
+        for cmd in COMMANDS:
+            argv = [x.replace("{a}", str(art)) for x in cmd]
+            walls, codes, heavy = [], set(), []
+            for _ in range(runs):
+                w, rc, heavy = _run(argv)
+                walls.append(w)
+                codes.add(rc)
+            row = {"command": "provmap " + " ".join(c.replace("{a}", "ART") for c in cmd),
+                   "median_s": round(statistics.median(walls), 3),
+                   "min_s": round(min(walls), 3), "runs": runs, "exit": sorted(codes),
+                   "backend_modules": heavy}
+            rows.append(row)
+            if progress:
+                progress(f"startup: {row['command']}: {row['median_s']:.2f} s "
+                         f"(min {row['min_s']:.2f}), imported {heavy or 'no backend'}")
+    import os
+
+    return {"python": sys.version.split()[0], "load1": round(os.getloadavg()[0], 2),
+            "rows": rows}
+
+
+def markdown(res: dict) -> str:
+    lines = [f"# Start-up wall time (fresh process; load average {res['load1']} at the end)", "",
+             "| command | median s | min s | backend libraries imported |", "|---|---:|---:|---|"]
+    for r in res["rows"]:
+        lines.append(f"| `{r['command']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | "
+                     f"{', '.join(r['backend_modules']) or 'none'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("-o", "--out", default="bench/out", help="writes startup.json/.md")
+    a = ap.parse_args(argv)
+    res = run(a.runs, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "startup.json").write_text(json.dumps(res, indent=1))
+    (out / "startup.md").write_text(markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

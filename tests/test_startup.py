@@ -1,0 +1,82 @@
+"""Start-up (issue 36): the commands that only read an artifact, and the help, import no backend
+library (tvm, onnxruntime, openvino), and Ctrl-C while the command starts is one line.  Checked
+on the modules a fresh process holds at exit, never on time (bench/startup.py times them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import small_models
+
+HEAVY = ("tvm", "onnxruntime", "openvino")
+
+# Runs the CLI as the console script does, then reports which backend libraries got imported.
+_PROBE = """
+import json, sys
+from provmap.cli.main import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:
+    rc = e.code
+print("HEAVY=" + json.dumps(sorted(m for m in %r if m in sys.modules)), file=sys.stderr)
+raise SystemExit(rc)
+""" % (HEAVY,)
+
+
+def _probe(*args):
+    r = subprocess.run([sys.executable, "-c", _PROBE, *map(str, args)], capture_output=True,
+                       text=True, timeout=300)
+    line = [ln for ln in r.stderr.splitlines() if ln.startswith("HEAVY=")]
+    assert line, r.stderr[-2000:]
+    return r, json.loads(line[-1][len("HEAVY="):])
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    import provmap
+
+    path = tmp_path_factory.mktemp("startup") / "small.provmap"
+    provmap.compile(small_models.conv_relu(), out=path, strategy="single:onnxruntime")
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["--version"], ["compile", "--help"], ["map", "--help"], ["trust", "--list"],
+    ["inspect", "{a}"], ["inspect", "--json", "{a}"], ["lookup", "{a}", "--onnx-node", "relu"],
+    ["lookup", "--json", "{a}", "--kernel", "nope"], ["explain", "{a}"],
+], ids=lambda a: " ".join(a).replace("{a}", "ART"))
+def test_offline_commands_import_no_backend_library(artifact, argv):
+    r, heavy = _probe(*[x.replace("{a}", str(artifact)) for x in argv])
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == (2 if "nope" in argv else 0), r.stderr  # an unknown kernel: one line
+    assert heavy == [], (argv, heavy)
+
+
+def test_compile_still_imports_what_it_needs(artifact, tmp_path):
+    """The lazy imports are lazy, not missing: a compile imports the backend it builds with."""
+    import onnx
+
+    model = tmp_path / "m.onnx"
+    onnx.save(small_models.conv_relu(), model)
+    r, heavy = _probe("compile", model, "-o", tmp_path / "m.provmap", "--strategy",
+                      "single:onnxruntime")
+    assert r.returncode == 0, r.stderr
+    assert "onnxruntime" in heavy
+
+
+def test_ctrl_c_while_the_parser_is_built_is_one_line():
+    code = ("import os, signal\n"
+            "import provmap.cli.main as m\n"
+            "build = m.build_parser\n"
+            "def interrupted():\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return build()\n"
+            "m.build_parser = interrupted\n"
+            "raise SystemExit(m.main(['inspect', 'x.provmap']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines() == ["provmap: interrupted"]
