@@ -55,6 +55,11 @@ def ort_types(light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypePr
         elem = _ELEM.get(o.type[len("tensor("):-1])
         if elem is None:
             continue
+        if not o.shape:
+            # ORT's NodeArg.shape is [] both for a scalar and for a shape it could not infer
+            # (a CRNN's Reshape after DynamicQuantizeLSTM): claiming rank 0 would be a guess.
+            out[o.name] = onnx.helper.make_tensor_type_proto(elem, None)
+            continue
         dims = [d if isinstance(d, int) and d >= 0 else (d if isinstance(d, str) else None)
                 for d in o.shape]
         out[o.name] = onnx.helper.make_tensor_type_proto(elem, dims)

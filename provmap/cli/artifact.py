@@ -72,6 +72,8 @@ def cmd_compile(args) -> int:
                         progress=_progress, collage_options=collage_options,
                         embed_model=args.embed_model, source=args.model)
     t2 = time.perf_counter()
+    # What only building (and one run, for outputs whose shape is only declared) could tell.
+    warn([w for w in art.manifest.get("warnings", []) if w not in view.imported.warnings])
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
@@ -148,6 +150,7 @@ def cmd_run(args) -> int:
     given = _load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
     mod = load(args.artifact, trust=args.trust)
+    mod.on_warning = lambda line: warn([line])
     t1 = time.perf_counter()
     _progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
     inputs = given if given is not None else mod.random_inputs(args.seed)

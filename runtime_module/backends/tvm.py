@@ -89,6 +89,10 @@ _POOL = threading.local()
 
 
 def _to_numpy(t) -> np.ndarray:
+    if isinstance(t, tuple):
+        # A Shape value (tvm_ffi.Shape, a tuple): what Relax makes of an ONNX Shape node whose
+        # int64 tensor is a partition's output.
+        return np.asarray(list(t), dtype=np.int64)
     try:
         return np.from_dlpack(t)  # zero copy
     except (BufferError, TypeError, RuntimeError):
