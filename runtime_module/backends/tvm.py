@@ -25,6 +25,7 @@ from provmap.provenance.propagate import ProvenanceTracker
 from provmap.provenance.salvage import failing_nodes
 
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
+from .empty_tensors import refuse_reductions_over_nothing
 from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_regions,
                          tuned_pipeline)
 
@@ -54,8 +55,11 @@ class TVMRunner(Runner):
         # DLPack export refuses read-only arrays (np.load(mmap_mode="r"), onnx's to_array) and
         # dtypes it has no code for (ml_dtypes' bfloat16 is kind "V"); tvm.runtime.from_dlpack
         # also refuses less than 64-byte-aligned data.  Those are copied instead.
+        # An empty array is copied too: numpy gives it strides (0, 0, ...) that the VM's
+        # argument check refuses ("Mismatched X.strides") whenever its pointer happens to be
+        # aligned.
         if (a.dtype.kind in _DLPACK_KINDS and a.flags.c_contiguous and a.flags.writeable
-                and a.ctypes.data % _ALIGN == 0):
+                and a.ctypes.data % _ALIGN == 0 and a.size):
             return tvm.runtime.from_dlpack(a)  # zero copy
         # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
         return tvm.runtime.tensor(np.asarray(a, order="C"), self._dev)
@@ -239,6 +243,7 @@ class TVMBackend(Backend):
                     verdict = Support(False, why)
                     break
             out[i] = verdict
+        refuse_reductions_over_nothing(view, out, "TVM")
         return out
 
     def region(self, sub):
