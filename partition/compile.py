@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import warnings
 
 import onnx
 
 from provmap.provenance import zoo
+from provmap.provenance.errors import ProvmapWarning
 from provmap.runtime_module.artifact import (Artifact, build_artifact, embed_source_model,
                                              with_schedule)
 from provmap.runtime_module.plan import Plan
@@ -49,6 +52,19 @@ def make_plan(view: GraphView, strategy: str, backend_options: dict | None = Non
     return None, backends  # collage: the search makes the plan (see compile_model)
 
 
+def _said_once(fn):
+    """The search and the end-to-end checks run many artifacts of one model; an output whose
+    declared shape they contradict is said once, in the artifact's words
+    (runtime_module/output_shapes.py), not by every run."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ProvmapWarning)
+            return fn(*args, **kw)
+    return wrapper
+
+
+@_said_once
 def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
                   collage_options=None, embed_model: bool = False,
