@@ -14,7 +14,6 @@ from provmap.runtime_module.artifact import (Artifact, build_artifact, embed_sou
 from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
-from provmap.runtime_module.output_shapes import observe_hinted_outputs
 
 from .backend_options import check_backend_options, check_op_lists
 from .strategies import greedy, parse_strategy, single
@@ -53,9 +52,9 @@ def make_plan(view: GraphView, strategy: str, backend_options: dict | None = Non
 
 
 def _said_once(fn):
-    """The search and the end-to-end checks run many artifacts of one model; an output whose
-    declared shape they contradict is said once, in the artifact's words
-    (runtime_module/output_shapes.py), not by every run."""
+    """The search and the end-to-end checks run many artifacts of one model: an output whose
+    declared shape (a hint, `"shape_from": "declaration"` in the manifest) they contradict is
+    said by the user's own run of the artifact, once, not by every run of the search."""
     @functools.wraps(fn)
     def wrapper(*args, **kw):
         with warnings.catch_warnings():
@@ -92,7 +91,6 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         if art is None:  # a plan reused from the cache, with the schedule kept with it
             art = with_schedule(build_artifact(view, res.plan, res.backends or backends,
                                                progress=progress), res.plan.info.get("schedule"))
-        observe_hinted_outputs(art)
         if embed_model:
             embed_source_model(art, _given_model(source or model, view))
         if out is not None:
@@ -104,7 +102,6 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         plan, backends = Plan(strategy=strategy, partitions=[],
                               info={"note": "no node computes at run time"}), {}
     art = build_artifact(view, plan, backends, progress=progress)
-    observe_hinted_outputs(art)
     if embed_model:
         embed_source_model(art, _given_model(source or model, view))
     if out is not None:

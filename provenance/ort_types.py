@@ -66,6 +66,40 @@ def ort_types(light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypePr
     return out
 
 
+def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
+    """Static types of the graph outputs `names` by ONNX Runtime's symbolic shape inference
+    (onnxruntime.tools.symbolic_shape_infer), which follows what ONNX's stops at: an LSTM
+    whose sequence length comes through Shape arithmetic, a Reshape to a computed shape (the
+    CRNN in ddddocr's common.onnx: declared [1, seqlen], computed [20, 1, 8210]).  Nothing is
+    run.  Only fully static shapes are returned; {} when it gives up (com.microsoft's
+    DynamicQuantizeLSTM, in common_old.onnx) or fails."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:  # pragma: no cover - ships with onnxruntime
+        return {}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for o in probe.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    try:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            inferred = SymbolicShapeInference.infer_shapes(probe, auto_merge=False,
+                                                           guess_output_rank=False)
+    except Exception:
+        return {}
+    out = {}
+    for o in inferred.graph.output:
+        tt = o.type.tensor_type
+        if o.name in names and tt.HasField("shape") and tt.elem_type and \
+                all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[o.name] = o.type
+    return out
+
+
 _ELEM = {"float": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
          "bfloat16": onnx.TensorProto.BFLOAT16, "double": onnx.TensorProto.DOUBLE,
          "int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8,

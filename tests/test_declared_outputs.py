@@ -5,13 +5,16 @@ A published CRNN OCR model (ddddocr's common.onnx) declares its output [1, seqle
 declaration before the model runs.  ONNX Runtime returns what it computes and warns; provmap
 must too, under every strategy whose backends run the model, with ORT's numbers, while a tensor
 another partition reads keeps its check.  `bench/user_models.crnn_declared_output` is the same
-head built with onnx.helper; the real files are used when the ddddocr package is installed.
+head built with onnx.helper (ORT's symbolic shape inference computes its output), and its
+`quantize_dynamic` copy is common_old.onnx's case (nothing computes it before it runs); the real
+files are used when the ddddocr package is installed.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -23,7 +26,8 @@ import pytest
 from cli_runner import provmap as cli
 
 import provmap
-from provmap.bench.user_models import crnn_declared_output
+from provmap.bench.user_corpus import tolerance
+from provmap.bench.user_models import crnn_declared_output, quantize
 from provmap.provenance.errors import ProvmapError, ProvmapWarning
 from provmap.runtime_module.module import ArtifactModule
 
@@ -38,6 +42,22 @@ def crnn(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def qcrnn(tmp_path_factory) -> Path:
+    """The CRNN through `quantize_dynamic`, as ddddocr's common_old.onnx was made: its LSTM
+    becomes com.microsoft DynamicQuantizeLSTM, which neither ONNX's nor ONNX Runtime's shape
+    inference sees through, so the declared [1, seqlen] is all provmap has before it runs."""
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR
+    try:
+        m = quantize(crnn_declared_output(), "dynamic", [])
+    finally:
+        root.setLevel(level)
+    path = tmp_path_factory.mktemp("qcrnn") / "qcrnn.onnx"
+    onnx.save(m, path)
+    return path
+
+
 def _feeds(seed=0, shape=SHAPES["x"], name="x"):
     return {name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
 
@@ -48,47 +68,67 @@ def _ort(path, feeds):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-def test_the_model_reproduces_the_defect(crnn):
-    """ORT runs it to [W, 1, classes]; provmap's import cannot compute that shape, so the
-    declared [1, seqlen] is all it has (the case the executor used to refuse)."""
+def test_what_shape_inference_can_and_cannot_fix(crnn, qcrnn):
+    """ORT runs both to [W, 1, classes].  ONNX's inference stops at the LSTM's Reshapes; ORT's
+    symbolic shape inference computes the float model's output (a compile warning, as for any
+    wrong declaration) but not the quantized one's: there the declaration is only a hint."""
     from provmap.partition.compile import load_view
 
-    (y,) = _ort(crnn, _feeds())
-    assert y.shape == (WIDTH, 1, 7)
+    for path in (crnn, qcrnn):
+        assert _ort(path, _feeds())[0].shape == (WIDTH, 1, 7)
     view = load_view(str(crnn), input_shapes=SHAPES)
-    assert view.spec("y").shape == (1, None)
-    assert view.imported.output_hints == ["y"]
+    assert view.spec("y").shape == (WIDTH, 1, 7) and view.imported.output_hints == []
+    [said] = view.imported.warnings
+    assert "declared float32[1, seqlen] but the model computes float32[9, 1, 7]" in said
+    view = load_view(str(qcrnn), input_shapes=SHAPES)
+    assert view.spec("y").shape == (1, None) and view.imported.output_hints == ["y"]
+    assert "com.microsoft" in {n.domain for n in view.nodes}
+    assert view.imported.warnings == []  # nothing to say before it runs
 
 
-@pytest.mark.parametrize("strategy", [
-    "single:onnxruntime", "single:openvino", "greedy:openvino,onnxruntime",
-    "greedy:tvm,onnxruntime",  # TVM around the LSTM; a TVM partition returns a Shape value
-])
-def test_every_strategy_runs_it_with_orts_numbers(crnn, tmp_path, strategy):
+STRATEGIES = ["single:onnxruntime", "single:openvino", "greedy:openvino,onnxruntime",
+              "greedy:tvm,onnxruntime"]  # TVM around the LSTM: a TVM partition returns a Shape
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("which", ["crnn", "qcrnn"])
+def test_every_strategy_runs_it_with_orts_numbers(request, tmp_path, which, strategy):
+    path = request.getfixturevalue(which)
     out = tmp_path / "a.provmap"
-    art = provmap.compile(str(crnn), strategy, out=out, input_shapes=SHAPES)
+    if which == "qcrnn" and "tvm" in strategy:
+        # Greedy cuts between ORT partitions around TVM's nodes at a tensor nothing typed
+        # (after DynamicQuantizeLSTM): refused in one line, naming it (not yet partitioned).
+        with pytest.raises(ProvmapError, match="has no known tensor type or rank"):
+            provmap.compile(str(path), strategy, out=out, input_shapes=SHAPES)
+        return
+    art = provmap.compile(str(path), strategy, out=out, input_shapes=SHAPES)
     [o] = art.manifest["model"]["outputs"]
-    assert o["shape_from"] == "declaration" and o["shape_observed"] == [WIDTH, 1, 7]
-    said = [w for w in art.manifest["warnings"] if "'y'" in w]
-    assert len(said) == 1 and "[9, 1, 7]" in said[0] and "declared float32[1, ?]" in said[0]
     mod = provmap.load(out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         runs = [mod.run(_feeds(s))["y"] for s in (0, 1)]
-    assert [str(w.message) for w in caught if issubclass(w.category, ProvmapWarning)] \
-        == mod.warnings and len(mod.warnings) == 1  # once per output, not once per run
+    heard = [str(w.message) for w in caught if issubclass(w.category, ProvmapWarning)]
+    assert heard == mod.warnings
+    if which == "crnn":  # computed at compile: said then, and the run holds to it
+        assert o["shape"] == [WIDTH, 1, 7] and "shape_from" not in o and heard == []
+        assert len(art.manifest["warnings"]) == 1
+        rtol, atol = 1e-4, 1e-5
+    else:  # a hint: the run returns what the backend computed, said once, not once per run
+        assert o["shape"] == [1, None] and o["shape_from"] == "declaration"
+        assert len(heard) == 1 and "graph output 'y' is declared float32[1, ?] but partition" \
+            in heard[0] and "returned float32[9, 1, 7]" in heard[0]
+        rtol, atol = tolerance("int8", {"y": _ort(path, _feeds(0))[0]})
     for s, got in zip((0, 1), runs):
-        (want,) = _ort(crnn, _feeds(s))
+        (want,) = _ort(path, _feeds(s))
         assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
-def test_cli_compile_and_run_warn_once_per_output(crnn, tmp_path):
+def test_cli_run_warns_once_per_output(qcrnn, tmp_path):
     art = tmp_path / "a.provmap"
-    r = cli("compile", crnn, "-o", art, "--input-shape", f"x=1x1x1x{WIDTH}",
+    r = cli("compile", qcrnn, "-o", art, "--input-shape", f"x=1x1x1x{WIDTH}",
             "--strategy", "single:onnxruntime")
     assert r.returncode == 0, r.stderr
-    assert sum("provmap: warning:" in ln and "'y'" in ln for ln in r.stderr.splitlines()) == 1
     np.savez(tmp_path / "in.npz", **_feeds())
     r = cli("run", art, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "out.npz",
             "--repeats", "3", "--json")
@@ -97,13 +137,13 @@ def test_cli_compile_and_run_warn_once_per_output(crnn, tmp_path):
     assert len(lines) == 1 and "returned float32[9, 1, 7]" in lines[0], r.stderr
     assert json.loads(r.stdout)["outputs"]["y"]["shape"] == [WIDTH, 1, 7]
     got = np.load(tmp_path / "out.npz")["y"]
-    np.testing.assert_allclose(got, _ort(crnn, _feeds())[0], rtol=1e-5, atol=1e-6)
-    r = cli("inspect", art)
-    assert r.returncode == 0 and "warning:" in r.stdout and "[9, 1, 7]" in r.stdout
+    np.testing.assert_allclose(got, _ort(qcrnn, _feeds())[0], rtol=1e-5, atol=1e-6)
 
 
-def test_map_completes(crnn, tmp_path):
-    res = provmap.map(str(crnn), out=str(tmp_path / "m"), input_shapes=SHAPES)
+@pytest.mark.parametrize("which", ["crnn", "qcrnn"])
+def test_map_completes(request, tmp_path, which):
+    res = provmap.map(str(request.getfixturevalue(which)), out=str(tmp_path / "m"),
+                      input_shapes=SHAPES)
     cov = res.coverage
     assert cov["onnx_nodes_unaccounted"] == 0 and cov["kernels_mapped"] == cov["kernels_total"]
 
@@ -191,6 +231,7 @@ def test_the_published_ocr_models(tmp_path, name, strategy):
     mod = provmap.load(out)
     mod.on_warning = lambda _line: None
     got = mod.run(feeds)["387"]
+    assert bool(mod.warnings) == (name == "common_old.onnx")  # common.onnx: computed at compile
     (want,) = _ort(path, feeds)
     assert got.shape == want.shape == (20, 1, 8210)
     if name == "common.onnx" or strategy == "single:onnxruntime":

@@ -72,8 +72,6 @@ def cmd_compile(args) -> int:
                         progress=_progress, collage_options=collage_options,
                         embed_model=args.embed_model, source=args.model)
     t2 = time.perf_counter()
-    # What only building (and one run, for outputs whose shape is only declared) could tell.
-    warn([w for w in art.manifest.get("warnings", []) if w not in view.imported.warnings])
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],

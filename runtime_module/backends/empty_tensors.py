@@ -29,7 +29,7 @@ MOVES_DATA = {"Concat", "Shape", "Size", "Identity"}
 
 
 def _shape(view: "GraphView", tensor: str):
-    t = view._types.get(tensor)
+    t = view.known(tensor)
     return None if t is None else t.shape
 
 

@@ -237,6 +237,14 @@ class TVMBackend(Backend):
                 out[i] = Support(False, f"not compilable by TVM: {why}")
                 continue
             verdict = Support(True)
+            # TVM builds for known shapes; a tensor nothing typed (downstream of an op no
+            # inference sees through) could not even be a partition boundary.
+            untyped = next((x for x in list(view.node_inputs[i]) + list(view.nodes[i].output)
+                            if x and x not in view.initializers and view.known(x) is None), None)
+            if untyped is not None:
+                out[i] = Support(False, f"tensor '{untyped}' has no type or shape that ONNX's "
+                                        "or ONNX Runtime's inference computes")
+                continue
             for e in view.produced.get(i, ()):
                 ok, why = _legalizable(values[e])
                 if not ok:
