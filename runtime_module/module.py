@@ -197,10 +197,14 @@ class ArtifactModule(Module):
             produced.update(r.output_names)
         self._stages = [(s, [n for n, last in last_use.items() if last == i and n not in keep])
                         for i, s in enumerate(stages)]
-        # Graph outputs no partition reads: their declared shape is a hint (the caller gets
-        # what the backend computed, as from ONNX Runtime); a tensor another partition reads
-        # is a boundary, held to the shape that partition was built for.
-        self._free_outputs = keep - set(last_use)
+        # Graph outputs whose shape only the model declares (nothing computed it before the
+        # run) and no partition reads: a hint, the caller gets what a backend that computes
+        # shapes from the data returned, as from ONNX Runtime.  A tensor another partition
+        # reads is a boundary, held to the shape that partition was built for; a computed
+        # shape, or one a backend fixed when it was built (TVM), stays a check.
+        hints = {t["name"] for t in self.manifest["model"]["outputs"]
+                 if t.get("shape_from") == "declaration"}
+        self._free_outputs = {n for n in (keep & hints) - set(last_use)}
         missing = [n for n in self.output_names if n not in produced]
         if missing:
             raise ProvmapError(f"graph output(s) {missing} are computed by no partition, are no "
@@ -241,7 +245,8 @@ class ArtifactModule(Module):
                 # next partition; the check costs well under a microsecond per tensor.
                 for name, a, spec in zip(outs, results, expect):
                     if spec is not None and (a.dtype != spec[1] or not _shape_ok(a.shape, spec[0])):
-                        if a.dtype == spec[1] and name in self._free_outputs:
+                        if a.dtype == spec[1] and name in self._free_outputs and \
+                                backend_class(m.backend).computes_shapes_at_run:
                             self._output_shape_differs(m, name, a, spec)
                             continue
                         raise ProvmapError(f"partition {m.id} ({m.backend}) returned {name!r} as "

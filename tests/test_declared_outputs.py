@@ -168,11 +168,12 @@ def _two_partitions(tmp_path, also_output: bool):
 
 
 def _with_spec(art, pid, name, shape):
-    """The artifact with partition `pid`'s spec of `name` changed in memory (as if the model
-    declared it so)."""
-    for t in art.partition(pid)["outputs"]:
+    """The artifact with partition `pid`'s spec of `name` changed in memory, as if the model
+    declared it so and nothing computed it (a hint)."""
+    for t in art.partition(pid)["outputs"] + art.manifest["model"]["outputs"]:
         if t["name"] == name:
             t["shape"] = list(shape)
+            t["shape_from"] = "declaration"
     return ArtifactModule(art, trust=True)
 
 
@@ -193,6 +194,28 @@ def test_a_boundary_keeps_its_check_and_a_graph_output_does_not(tmp_path):
         out = mod.run(feeds)
     assert out["y"].shape == (1, 2, 4, 4) and len(heard) == 1
     assert "partition p1 (onnxruntime) returned float32[1, 2, 4, 4]" in heard[0]
+
+
+def test_a_shape_tvm_fixed_at_build_or_inference_computed_stays_a_check(tmp_path):
+    """TVM's output shapes come from its build, not the data: where one contradicts even a
+    hint it is more likely a wrong lowering (issue 32's Expand), so it is refused; and an
+    output whose shape inference computed is held to it on every backend."""
+    art = _two_partitions(tmp_path, also_output=False)
+    for t in art.partition("p1")["outputs"]:  # ORT's `y`, computed by inference: no hint
+        t["shape"] = [1, 8]
+    with pytest.raises(ProvmapError, match=r"partition p1 \(onnxruntime\) returned 'y'"):
+        ArtifactModule(art, trust=True).run({"x": np.ones((1, 1, 4, 4), np.float32)})
+    from onnx import TensorProto as T, helper as h
+
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2, 3])])
+    art = provmap.compile(h.make_model(g, opset_imports=[h.make_opsetid("", 17)],
+                                       ir_version=8), "single:tvm")
+    mod = _with_spec(art, "p0", "y", [3, 2])
+    with pytest.raises(ProvmapError, match=r"partition p0 \(tvm\) returned 'y' as "
+                                           r"float32\[2, 3\], expected float32\[3, 2\]"):
+        mod.run({"x": np.ones((2, 3), np.float32)})
 
 
 def test_a_wrong_dtype_is_still_refused_on_a_graph_output(tmp_path):
