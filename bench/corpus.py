@@ -158,8 +158,25 @@ def user_cases(user_dir: str | None = None, shapes: dict | None = None) -> dict:
             dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
             feed[vi.name] = (rng.standard_normal(dims).astype(dt) if dt.kind == "f"
                              else rng.integers(0, 2, size=dims).astype(dt))
-        out[f"user/{path.stem}"] = _ort_payload(m, feed)
+        out[f"user/{path.stem}"] = _ort_payload(m, feed, _precision(m))
     return out
+
+
+#: Ops a quantizer writes: their outputs are judged in quantization steps (user_corpus's int8
+#: tolerance), as ORT's own quantization tests do, not to 1e-3.
+_QUANT_OPS = {"DynamicQuantizeLinear", "QuantizeLinear", "ConvInteger", "MatMulInteger",
+              "DynamicQuantizeLSTM", "QLinearConv", "QLinearMatMul", "QGemm"}
+
+
+def _precision(model) -> str:
+    import onnx
+
+    if any(n.op_type in _QUANT_OPS for n in model.graph.node):
+        return "int8"
+    fp16 = onnx.TensorProto.FLOAT16
+    if any(t.data_type == fp16 for t in model.graph.initializer):
+        return "fp16"
+    return "fp32"
 
 
 def collect(folders, user_dir=None, shapes=None) -> dict:

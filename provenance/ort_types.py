@@ -74,8 +74,10 @@ def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str
     run.  Only fully static shapes are returned; {} when it gives up (com.microsoft's
     DynamicQuantizeLSTM, in common_old.onnx) or fails."""
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
     except ImportError:  # pragma: no cover - ships with onnxruntime
+        return {}
+    if (get_opset(model) or 0) < 7:  # its own limit
         return {}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -86,9 +88,17 @@ def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str
         import contextlib
         import io
 
+        # SymbolicShapeInference.infer_shapes without its last step: where it gives up it saves
+        # the model as "sym_shape_infer_temp.onnx" (weights as loose .data files) in the
+        # working directory.  No guessing (auto_merge, guess_output_rank off): only what it
+        # computed is taken, and only fully static output shapes.
+        sym = SymbolicShapeInference(2**31 - 1, False, False, 0)
         with contextlib.redirect_stdout(io.StringIO()):
-            inferred = SymbolicShapeInference.infer_shapes(probe, auto_merge=False,
-                                                           guess_output_rank=False)
+            sym._preprocess(probe)
+            while sym.run_:
+                sym._infer_impl()
+            sym._update_output_from_vi()
+        inferred = sym.out_mp_
     except Exception:
         return {}
     out = {}

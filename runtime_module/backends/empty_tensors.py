@@ -33,6 +33,13 @@ def _shape(view: "GraphView", tensor: str):
     return None if t is None else t.shape
 
 
+def _parameter_list(view: "GraphView", position: int, tensor: str, shape) -> bool:
+    """An empty 1-D integer tensor after the data input is a list of axes, pads or sizes
+    (ReduceSum's empty `axes`: reduce over all, or nothing), not data reduced over."""
+    t = view.known(tensor)
+    return position > 0 and len(shape) == 1 and t is not None and t.dtype in ("int64", "int32")
+
+
 def refuse_reductions_over_nothing(view: "GraphView", verdicts: dict[int, Support],
                                    backend: str) -> None:
     """Decline, in place, each accepted node that reads a zero-size tensor and whose result is
@@ -44,8 +51,9 @@ def refuse_reductions_over_nothing(view: "GraphView", verdicts: dict[int, Suppor
         node = view.nodes[i]
         if node.op_type in MOVES_DATA and node.domain in ("", "ai.onnx"):
             continue
-        empty = next(((x, s) for x in node.input if x
-                      for s in [_shape(view, x)] if s is not None and 0 in s), None)
+        empty = next(((x, s) for k, x in enumerate(node.input) if x
+                      for s in [_shape(view, x)] if s is not None and 0 in s
+                      and not _parameter_list(view, k, x, s)), None)
         if empty is None:
             continue
         outs = [_shape(view, o) for o in node.output if o]
