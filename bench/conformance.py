@@ -328,11 +328,12 @@ class _Worker:
 
 
 def run_many(tasks: list[tuple[str, str]], jobs: int = 2, timeout: float = 60.0,
-             progress=None) -> dict[tuple[str, str], dict]:
+             progress=None, cases: dict | None = None) -> dict[tuple[str, str], dict]:
     """Run (case, pipeline) tasks in at most `jobs` worker processes, `timeout` seconds each.
+    `cases` maps a case name to its payload (`_cases()`'s form; default: the node cases).
 
     Workers are spawned, so a calling script needs the `if __name__ == "__main__":` guard."""
-    cases, pending, results = _cases(), deque(tasks), {}
+    cases, pending, results = cases if cases is not None else _cases(), deque(tasks), {}
     ctx = get_context("spawn")  # fork after TVM/OpenVINO have started threads is not safe
     workers: list[_Worker] = []
     stillborn = 0

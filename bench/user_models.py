@@ -94,6 +94,62 @@ def minus_one_dims(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
+def crnn_declared_output(width: int | str = "image_width", hidden: int = 3,
+                         classes: int = 7) -> onnx.ModelProto:
+    """A CRNN recogniser as ddddocr's published OCR models are built (opset 12): a 1x1 Conv over
+    a 1 x 1 x 1 x W image, a bidirectional LSTM along the width, a Gemm per time step, reshaped
+    by shape arithmetic to [T, N, classes], with the output declared [1, seqlen] as the
+    published files declare it.  Shape inference loses the sizes at the Reshape after the LSTM,
+    so nothing contradicts the declaration before the model runs; ONNX Runtime returns
+    [W, 1, classes] and warns."""
+    from onnx import TensorProto, helper as h, numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+
+    def rand(name, *shape):
+        return nh.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    def ints(name, v):
+        return nh.from_array(np.asarray(v, np.int64), name)
+
+    node = h.make_node
+    nodes = [
+        node("Conv", ["x", "cw"], ["c"], kernel_shape=[1, 1]),
+        node("Transpose", ["c"], ["t"], perm=[3, 0, 1, 2]),               # [W, N, C, H]
+        node("Shape", ["t"], ["ts"]),
+        node("Gather", ["ts", "i0"], ["g0"], axis=0),
+        node("Gather", ["ts", "i1"], ["g1"], axis=0),
+        node("Unsqueeze", ["g0"], ["u0"], axes=[0]),
+        node("Unsqueeze", ["g1"], ["u1"], axes=[0]),
+        node("Concat", ["u0", "u1", "m1"], ["rs"], axis=0),
+        node("Reshape", ["t", "rs"], ["r"]),                              # [W, N, C*H]
+        node("LSTM", ["r", "W", "R", "B"], ["Y"], hidden_size=hidden,
+             direction="bidirectional"),                                  # [W, 2, N, hidden]
+        node("Transpose", ["Y"], ["yt"], perm=[0, 2, 1, 3]),
+        node("Reshape", ["yt", "zz"], ["y3"]),                            # [W, N, 2*hidden]
+        node("Shape", ["y3"], ["s3"]),
+        node("Gather", ["s3", "i0"], ["h0"], axis=0),
+        node("Gather", ["s3", "i1"], ["h1"], axis=0),
+        node("Mul", ["h0", "h1"], ["hm"]),
+        node("Unsqueeze", ["hm"], ["hu"], axes=[0]),
+        node("Concat", ["hu", "m1"], ["fs"], axis=0),
+        node("Reshape", ["y3", "fs"], ["f"]),                             # [W*N, 2*hidden]
+        node("Gemm", ["f", "gw", "gb"], ["gm"], transB=1),
+        node("Unsqueeze", ["h0"], ["o0"], axes=[0]),
+        node("Unsqueeze", ["h1"], ["o1"], axes=[0]),
+        node("Concat", ["o0", "o1", "nc"], ["os"], axis=0),
+        node("Reshape", ["gm", "os"], ["y"]),                             # [W, N, classes]
+    ]
+    inits = [rand("cw", 2, 1, 1, 1), ints("i0", 0), ints("i1", 1), ints("m1", [-1]),
+             ints("zz", [0, 0, -1]), rand("W", 2, 4 * hidden, 2),
+             rand("R", 2, 4 * hidden, hidden), rand("B", 2, 8 * hidden),
+             rand("gw", classes, 2 * hidden), rand("gb", classes), ints("nc", [classes])]
+    g = h.make_graph(nodes, "crnn", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               [1, 1, 1, width])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seqlen"])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 12)], ir_version=7)
+
+
 def apply(transform: str | None, model: onnx.ModelProto,
           calibration: list[dict]) -> onnx.ModelProto:
     if transform is None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
-
+import warnings
 
 import onnx
 
 from provmap.provenance import zoo
+from provmap.provenance.errors import ProvmapWarning
 from provmap.runtime_module.artifact import (Artifact, build_artifact, embed_source_model,
                                              with_schedule)
 from provmap.runtime_module.plan import Plan
@@ -53,6 +55,19 @@ def _record_given(art: Artifact, given) -> None:
             os.path.basename(text)
 
 
+def _said_once(fn):
+    """The search and the end-to-end checks run many artifacts of one model: an output whose
+    declared shape (a hint, `"shape_from": "declaration"` in the manifest) they contradict is
+    said by the user's own run of the artifact, once, not by every run of the search."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ProvmapWarning)
+            return fn(*args, **kw)
+    return wrapper
+
+
+@_said_once
 def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
                   collage_options=None, embed_model: bool = False,

@@ -9,6 +9,11 @@ class ProvmapError(Exception):
     """An error caused by the user's input, reported as one clear line."""
 
 
+class ProvmapWarning(UserWarning):
+    """Something the user should hear once that does not stop the work (a graph output whose
+    declared shape the backend's result contradicts); the CLI prints it as one line."""
+
+
 def describe_node(index: int, node) -> str:
     """`ONNX node #3 'fc' (Gemm)`; an op outside the onnx domains names its domain too
     (`(com.microsoft QGemm)`): the same op name can mean different ops in two domains."""

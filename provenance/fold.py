@@ -98,14 +98,18 @@ def _has_shape(tp) -> bool:
     return tp is not None and tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
 
 
-def infer_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+def infer_types(model: onnx.ModelProto, declared: set | None = None,
+                ) -> dict[str, onnx.TypeProto]:
     """Every tensor's type as computed (with data propagation, which resolves Shape chains).
 
     Graph outputs are inferred, not read from their declaration: a published model may declare
     a wrong output shape, which ONNX Runtime overrides (provmap.provenance.normalize
     reconciles the two and keeps the declaration only where nothing computed the output).
     Tensors downstream of operators onnx has no schema for (com.microsoft) are typed by ONNX
-    Runtime's own inference (provmap.provenance.ort_types).
+    Runtime's own inference, and graph outputs ONNX's inference leaves unshaped by ORT's
+    symbolic shape inference (provmap.provenance.ort_types).  `declared`, when given, receives
+    the graph outputs typed from their declaration alone (nothing computed them): their shapes
+    are hints the executor checks against what the backends return, not contracts.
     """
     light = weightless(model)
     light = _undeclared_outputs(light, copy=light is model)
@@ -123,9 +127,16 @@ def infer_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 
         if unknown_domains(model):
             types.update(ort_types(light, missing))
+    unshaped = [o.name for o in model.graph.output if not _has_shape(types.get(o.name))]
+    if unshaped:
+        from .ort_types import symbolic_output_shapes
+
+        types.update(symbolic_output_shapes(light, unshaped))
     for o in model.graph.output:  # nothing computed it: the declaration is all there is
         if not _has_shape(types.get(o.name)) and (o.name not in types or _has_shape(o.type)):
             types[o.name] = o.type
+            if declared is not None and _has_shape(o.type):
+                declared.add(o.name)
     return types
 
 

@@ -100,6 +100,9 @@ class Imported:
     #: What the user should hear once about the model (a graph output declared with a shape
     #: it does not compute: provmap.provenance.normalize.reconcile_outputs).
     warnings: list = field(default_factory=list)
+    #: Graph outputs whose shape (or some size of it) only the model's declaration gives:
+    #: a hint the executor does not hold a backend to (provmap.provenance.normalize).
+    output_hints: list = field(default_factory=list)
     #: ONNX node index -> why TVM cannot legalize its bindings; None until first asked
     #: (provmap.provenance.salvage.failing_nodes).
     tvm_failures: dict | None = None
@@ -194,7 +197,9 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     if folded:
         derived.append(f"{len(folded)} node(s) folded to constants")
     reconciled = model
-    model, onnx_types, notes = reconcile_outputs(model, infer_types(model))
+    declared: set[str] = set()
+    model, onnx_types, notes, hints = reconcile_outputs(model, infer_types(model, declared),
+                                                        declared)
     if model is not reconciled:
         derived.append("graph output shapes as computed, not as declared")
     graph = model.graph
@@ -225,6 +230,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     if model is not given:
         imported.source_sha256 = _ids.model_sha256(given)
     imported.warnings = [f"{label}: {w}" for w in notes + saturation_warning(model)]
+    imported.output_hints = sorted(hints)
     return imported
 
 

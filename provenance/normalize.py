@@ -132,30 +132,39 @@ def _merged(declared, computed) -> onnx.TensorShapeProto:
     return out
 
 
-def reconcile_outputs(model: onnx.ModelProto, types: dict,
-                      ) -> tuple[onnx.ModelProto, dict, list[str]]:
+def reconcile_outputs(model: onnx.ModelProto, types: dict, declared_only: set | None = None,
+                      ) -> tuple[onnx.ModelProto, dict, list[str], set[str]]:
     """Graph outputs typed as computed, where shape inference computed them.
 
     `types` comes from provmap.provenance.fold.infer_types, which does not show inference the
-    declared output shapes.  Returns the model (a copy where an output's declared shape is
-    replaced), the types with compatible declared sizes merged in, and one warning per output
-    whose declared shape the computed one contradicts (rank or a fixed size).
+    declared output shapes; `declared_only` names the outputs it typed from the declaration alone.
+    Returns the model (a copy where an output's declared shape is replaced), the types with
+    compatible declared sizes merged in, one warning per output whose declared shape the
+    computed one contradicts (rank or a fixed size), and the outputs whose shape, in whole or
+    in part, only the declaration gives: hints, since nothing checked them (ORT returns what it
+    computes whatever the declaration says; the executor does the same and warns).
     """
     from .dtypes import onnx_dtype
 
     types = dict(types)
     warnings: list[str] = []
     replace: dict[int, onnx.TypeProto] = {}
+    hints = {o.name for o in model.graph.output} & set(declared_only or ())
     for k, vi in enumerate(model.graph.output):
-        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape") \
+                or vi.name in hints:
             continue
         declared = vi.type.tensor_type
         tp = types.get(vi.name)
         if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
             types[vi.name] = vi.type  # nothing computed it: the declaration is all there is
+            hints.add(vi.name)
             continue
         computed = tp.tensor_type
         if _compatible(declared.shape, computed.shape):
+            if any(a.HasField("dim_value") and not b.HasField("dim_value")
+                   for a, b in zip(declared.shape.dim, computed.shape.dim)):
+                hints.add(vi.name)  # a size inference left open, taken from the declaration
             merged = onnx.TypeProto()
             merged.CopyFrom(tp)
             merged.tensor_type.shape.CopyFrom(_merged(declared.shape, computed.shape))
@@ -170,9 +179,9 @@ def reconcile_outputs(model: onnx.ModelProto, types: dict,
                         "used (as ONNX Runtime does)")
         replace[k] = tp
     if not replace:
-        return model, types, warnings
+        return model, types, warnings, hints
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for k, tp in replace.items():
         out.graph.output[k].type.tensor_type.shape.CopyFrom(tp.tensor_type.shape)
-    return out, types, warnings
+    return out, types, warnings, hints

@@ -55,9 +55,58 @@ def ort_types(light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypePr
         elem = _ELEM.get(o.type[len("tensor("):-1])
         if elem is None:
             continue
+        if not o.shape:
+            # ORT's NodeArg.shape is [] both for a scalar and for a shape it could not infer
+            # (a CRNN's Reshape after DynamicQuantizeLSTM): claiming rank 0 would be a guess.
+            out[o.name] = onnx.helper.make_tensor_type_proto(elem, None)
+            continue
         dims = [d if isinstance(d, int) and d >= 0 else (d if isinstance(d, str) else None)
                 for d in o.shape]
         out[o.name] = onnx.helper.make_tensor_type_proto(elem, dims)
+    return out
+
+
+def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
+    """Static types of the graph outputs `names` by ONNX Runtime's symbolic shape inference
+    (onnxruntime.tools.symbolic_shape_infer), which follows what ONNX's stops at: an LSTM
+    whose sequence length comes through Shape arithmetic, a Reshape to a computed shape (the
+    CRNN in ddddocr's common.onnx: declared [1, seqlen], computed [20, 1, 8210]).  Nothing is
+    run.  Only fully static shapes are returned; {} when it gives up (com.microsoft's
+    DynamicQuantizeLSTM, in common_old.onnx) or fails."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
+    except ImportError:  # pragma: no cover - ships with onnxruntime
+        return {}
+    if (get_opset(model) or 0) < 7:  # its own limit
+        return {}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for o in probe.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    try:
+        import contextlib
+        import io
+
+        # SymbolicShapeInference.infer_shapes without its last step: where it gives up it saves
+        # the model as "sym_shape_infer_temp.onnx" (weights as loose .data files) in the
+        # working directory.  No guessing (auto_merge, guess_output_rank off): only what it
+        # computed is taken, and only fully static output shapes.
+        sym = SymbolicShapeInference(2**31 - 1, False, False, 0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            sym._preprocess(probe)
+            while sym.run_:
+                sym._infer_impl()
+            sym._update_output_from_vi()
+        inferred = sym.out_mp_
+    except Exception:
+        return {}
+    out = {}
+    for o in inferred.graph.output:
+        tt = o.type.tensor_type
+        if o.name in names and tt.HasField("shape") and tt.elem_type and \
+                all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[o.name] = o.type
     return out
 
 

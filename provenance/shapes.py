@@ -32,12 +32,12 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be integers separated by 'x'") from None
     for i, d in enumerate(shape):
-        # A zero-sized tensor is legal ONNX, but no backend here runs one: OpenVINO fails with
-        # its raw error and TVM with "Mismatched input.strides" in some runs, not all.
-        if d < 1:
+        # Zero is a size (an empty sequence, an empty KV cache): legal ONNX, and ORT runs it;
+        # the backends that cannot refuse it themselves, with their reason.
+        if d < 0:
             raise ProvmapError(f"{FLAG} {spec!r}: input {name!r} dimension {i} is {d}; sizes "
-                               "must be >= 1" + (" (a model's -1 is a dynamic dimension; give "
-                                                 "the size to run it with)" if d < 0 else ""))
+                               "must be >= 0 (a model's -1 is a dynamic dimension; give the "
+                               "size to run it with)")
     return name, shape
 
 
@@ -139,10 +139,10 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                 raise ProvmapError(f"{label}: input {vi.name!r} is not a tensor; {FLAG} "
                                    "cannot give it a shape")
             want = shapes[vi.name]
-            bad = [k for k, w in enumerate(want) if int(w) < 1]
+            bad = [k for k, w in enumerate(want) if int(w) < 0]
             if bad:  # the Python API's input_shapes= too, not only the parsed flag
                 raise ProvmapError(f"{label}: input {vi.name!r} dimension {bad[0]} is "
-                                   f"{want[bad[0]]}; sizes must be >= 1")
+                                   f"{want[bad[0]]}; sizes must be >= 0")
             if tt.HasField("shape") and len(tt.shape.dim) != len(want):
                 raise ProvmapError(f"{label}: input {vi.name!r} has rank {len(tt.shape.dim)} "
                                    f"({_dims_text(tt)}), {FLAG} gives {len(want)} dimensions")

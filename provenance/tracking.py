@@ -122,6 +122,13 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         for x in inputs:
             if x is not None and isinstance(getattr(x, "ty", None), relax.ObjectType):
                 return "reads a value the Relax import could not type (from an opaque node)"
+            # A tensor of unknown rank out of an opaque node (after com.microsoft
+            # DynamicQuantizeLSTM nothing infers one): TVM's legalization refuses every op on
+            # it ("emit_te now only supports Tensor that has ShapeExpr shape"), so say so now
+            # rather than bisect a build for it.
+            if x is not None and x in self.opaque_vars and \
+                    getattr(getattr(x, "ty", None), "ndim", 0) == -1:
+                return "reads a tensor of unknown rank from an opaque node"
         return None
 
     def _convert(self, idx, node, inputs):

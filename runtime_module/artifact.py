@@ -393,7 +393,11 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
             "derived_sha256": view.model_sha256,
             "derived": list(imp.derived),
             "inputs": [view.spec(n).to_dict() for n in view.graph_inputs],
-            "outputs": [view.spec(n).to_dict() for n in view.graph_outputs],
+            # "shape_from": "declaration": nothing computed that shape, the run returns what
+            # the backend computes (module.py; provmap.provenance.normalize.reconcile_outputs).
+            "outputs": [dict(view.spec(n).to_dict(), **({"shape_from": "declaration"}
+                                                        if n in getattr(imp, "output_hints", ()) else {}))
+                        for n in view.graph_outputs],
             "onnx_nodes": len(view.nodes),
             "op_nodes": len(view.op_nodes),
             "input_shapes_given": dict(imp.input_shapes),

@@ -164,6 +164,12 @@ class Backend(ABC):
     #: data its own library parses (an ONNX model, an OpenVINO IR).
     loads_native_code: bool = True
 
+    #: Whether a runner's outputs take the shapes the backend computes from the data at run
+    #: time (ONNX Runtime, OpenVINO), not ones fixed when it was built (TVM).  Only then may
+    #: a graph output whose declared shape is a hint come back in another shape (module.py):
+    #: a build-time shape that contradicts the declaration is more likely a wrong lowering.
+    computes_shapes_at_run: bool = False
+
     #: Whether `build` reads the region as Relax (`Subgraph.relax_function`).  False for
     #: backends that only read the cut ONNX model (`onnx_model`, `inputs`, `outputs`, `key`,
     #: `closure`): the measuring worker then hands them an `OnnxRegion` and skips re-importing

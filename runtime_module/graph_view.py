@@ -197,6 +197,11 @@ class GraphView:
                                "known tensor type or rank; provmap partitions tensors only")
         return t
 
+    def known(self, tensor: str) -> TensorSpec | None:
+        """The tensor's type, or None where nothing computed it (after an op neither ONNX's
+        nor ONNX Runtime's inference sees through, such as com.microsoft DynamicQuantizeLSTM)."""
+        return self._types.get(tensor)
+
     def dtype(self, tensor: str) -> str | None:
         """Element type of any tensor, initializers included; None where it is not known."""
         init = self.initializers.get(tensor)

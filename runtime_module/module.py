@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import io
 import time
+import warnings as _warnings
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Mapping
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, with numpy)
 import numpy as np
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.errors import ProvmapError, ProvmapWarning
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
@@ -131,6 +132,12 @@ class ArtifactModule(Module):
         self.schedule = self.manifest.get("schedule")  # None: serial (see schedule.py)
         self._stages = None
         self._pool: ThreadPoolExecutor | None = None
+        #: Said once per graph output by this module (a declared shape the result contradicts);
+        #: `on_warning(line)` hears each as it happens, else Python's warnings module does.
+        self.warnings: list[str] = []
+        self.on_warning: Callable[[str], None] | None = None
+        self._free_outputs: set[str] = set()
+        self._warned: set[str] = set()
 
     def _may_load(self, m: "PartitionModule") -> None:
         """The gate in front of every partition's code (see provmap.runtime_module.trust)."""
@@ -193,6 +200,14 @@ class ArtifactModule(Module):
             produced.update(r.output_names)
         self._stages = [(s, [n for n, last in last_use.items() if last == i and n not in keep])
                         for i, s in enumerate(stages)]
+        # Graph outputs whose shape only the model declares (nothing computed it before the
+        # run) and no partition reads: a hint, the caller gets what a backend that computes
+        # shapes from the data returned, as from ONNX Runtime.  A tensor another partition
+        # reads is a boundary, held to the shape that partition was built for; a computed
+        # shape, or one a backend fixed when it was built (TVM), stays a check.
+        hints = {t["name"] for t in self.manifest["model"]["outputs"]
+                 if t.get("shape_from") == "declaration"}
+        self._free_outputs = {n for n in (keep & hints) - set(last_use)}
         missing = [n for n in self.output_names if n not in produced]
         if missing:
             raise ProvmapError(f"graph output(s) {missing} are computed by no partition, are no "
@@ -233,6 +248,10 @@ class ArtifactModule(Module):
                 # next partition; the check costs well under a microsecond per tensor.
                 for name, a, spec in zip(outs, results, expect):
                     if spec is not None and (a.dtype != spec[1] or not _shape_ok(a.shape, spec[0])):
+                        if a.dtype == spec[1] and name in self._free_outputs and \
+                                backend_class(m.backend).computes_shapes_at_run:
+                            self._output_shape_differs(m, name, a, spec)
+                            continue
                         raise ProvmapError(f"partition {m.id} ({m.backend}) returned {name!r} as "
                                            f"{a.dtype}{list(a.shape)}, expected "
                                            f"{spec[1]}{list(spec[0])}")
@@ -245,6 +264,21 @@ class ArtifactModule(Module):
         # the next run returns.
         consts = self._constant_outputs()
         return {n: consts[n].copy() if n in consts else env[n] for n in self.output_names}
+
+    def _output_shape_differs(self, m: "PartitionModule", name: str, a: np.ndarray,
+                              spec: tuple) -> None:
+        if name in self._warned:
+            return
+        self._warned.add(name)
+        dims = ", ".join("?" if d is None else str(d) for d in spec[0])
+        line = (f"graph output '{name}' is declared {spec[1]}[{dims}] but partition {m.id} "
+                f"({m.backend}) returned {a.dtype}{list(a.shape)}; the returned shape is used "
+                "(as ONNX Runtime does)")
+        self.warnings.append(line)
+        if self.on_warning is not None:
+            self.on_warning(line)
+        else:
+            _warnings.warn(line, ProvmapWarning, stacklevel=3)
 
     def _run_stage(self, steps: list, env: dict) -> list:
         """The partitions of one stage at once.  Every one is joined before anything is raised,

@@ -41,9 +41,9 @@ def test_collage_search_limits_must_be_positive(tmp_path, flag, value):
     assert not (tmp_path / "a.provmap").exists()
 
 
-@pytest.mark.parametrize("shape,dim", [("0x3", 0), ("2x0", 1), ("1x-5", 1)])
-def test_zero_or_negative_input_dimension_is_refused(tmp_path, shape, dim):
-    """A zero batch used to be accepted; OpenVINO then failed with its raw error."""
+@pytest.mark.parametrize("shape,dim", [("1x-5", 1), ("-1x3", 0)])
+def test_a_negative_input_dimension_is_refused(tmp_path, shape, dim):
+    """-1 is a dynamic dimension, not a size; zero is a size (tests/test_zero_size.py)."""
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "C"])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "C"])])
@@ -121,14 +121,14 @@ def test_backend_options_that_apply_are_still_taken(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_python_api_refuses_a_zero_input_size_too():
+def test_python_api_refuses_a_negative_input_size_too():
     from provmap.partition.compile import load_view
     from provmap.provenance.errors import ProvmapError
     from small_models import conv_relu
 
     name = conv_relu().graph.input[0].name
-    with pytest.raises(ProvmapError, match=f"input '{name}' dimension 0 is 0"):
-        load_view(conv_relu(), input_shapes={name: (0, 3, 8, 8)})
+    with pytest.raises(ProvmapError, match=f"input '{name}' dimension 0 is -1; sizes must be >= 0"):
+        load_view(conv_relu(), input_shapes={name: (-1, 3, 8, 8)})
 
 
 @pytest.fixture(scope="module")

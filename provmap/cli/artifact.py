@@ -17,8 +17,9 @@ from provmap.provenance.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
                      add_input_shape_option, add_random_options, add_trust_option,
-                     budget, check_inputs_choice, count, output_stats, positive_int, seconds,
+                     budget, check_inputs_choice, count, output_stats, positive_int,
                      warn)
+from .compile_flags import collage_flags_only_under_collage, set_tuning_db
 from .trust import add_trust_command
 
 
@@ -35,7 +36,7 @@ def cmd_compile(args) -> int:
     if searched.split(":", 1)[0] == "collage" and args.backends and ":" not in searched:
         searched = f"collage:{args.backends}"
     check_backend_options(searched, backend_options, DEFAULT_COLLAGE_BACKENDS)
-    _collage_flags_only_under_collage(args)
+    collage_flags_only_under_collage(args)
     t0 = time.perf_counter()
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
     _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
@@ -63,7 +64,7 @@ def cmd_compile(args) -> int:
             **({"e2e_variants": ()} if args.no_variants else
                {"e2e_variants": tuple(args.variant)} if args.variant else {}))
     if args.tuning_db:
-        _set_tuning_db(backend_options, strategy, args.tuning_db)
+        set_tuning_db(backend_options, strategy, args.tuning_db)
     art = compile_model(view, strategy, out=args.output,
                         backend_options=backend_options,
                         progress=_progress, collage_options=collage_options,
@@ -124,34 +125,6 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def _collage_flags_only_under_collage(args) -> None:
-    """Search flags under single:/greedy: used to be taken and ignored (issue 36): refused in
-    one line before the model is read."""
-    if args.strategy.split(":", 1)[0] == "collage":
-        return
-    given = [flag for flag, given in (
-        ("--search-budget", hasattr(args, "search_budget")),
-        ("--refine-budget", hasattr(args, "refine_budget")), ("--cache", args.cache is not None),
-        ("--pin", bool(args.pin)), ("--forbid", bool(args.forbid)), ("--cut", bool(args.cut)),
-        ("--backends", bool(args.backends)), ("--measure-on", bool(args.measure_on)))
-        if given]
-    if given:
-        raise ProvmapError(f"{'/'.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                           f"--strategy collage only; {args.strategy} would ignore "
-                           f"{'it' if len(given) == 1 else 'them'}")
-
-
-def _set_tuning_db(backend_options: dict, strategy: str, path: str) -> None:
-    """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants)."""
-    from provmap.partition.backend_options import strategy_backends
-    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS
-    from provmap.runtime_module.registry import parse_variant
-
-    for n in strategy_backends(strategy, DEFAULT_COLLAGE_BACKENDS):
-        if parse_variant(n)[0] == "tvm":
-            backend_options.setdefault(n, {})["tuning_db"] = path
-
-
 def cmd_run(args) -> int:
     import numpy as np
 
@@ -165,6 +138,7 @@ def cmd_run(args) -> int:
     given = _load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
     mod = load(args.artifact, trust=args.trust)
+    mod.on_warning = lambda line: warn([line])
     t1 = time.perf_counter()
     _progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
     inputs = given if given is not None else mod.random_inputs(args.seed)

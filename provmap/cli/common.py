@@ -208,11 +208,33 @@ def _check_outputs(args) -> None:
                 _progress(f"{value} exists: it is replaced when this command succeeds")
 
 
+def _one_line_warnings() -> None:
+    """A ProvmapWarning raised through Python's warnings (the executor's, inside compare,
+    profile, report...) prints as `provmap: warning: ...`, not with a file and line."""
+    import warnings
+
+    from provmap.provenance.errors import ProvmapWarning
+
+    shown = warnings.showwarning
+    if getattr(shown, "_provmap", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ProvmapWarning):
+            warn([str(message)])
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show._provmap = True
+    warnings.showwarning = show
+
+
 def dispatch(args) -> int:
     """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
     from provmap.provenance import interrupt
 
     interrupt.install()
+    _one_line_warnings()
     try:
         _check_outputs(args)
         rc = args.func(args)

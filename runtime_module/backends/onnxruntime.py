@@ -93,6 +93,7 @@ class _KernelRegistry:
 class OnnxRuntimeBackend(Backend):
     loads_native_code = False  # its blobs are model files the library parses
     needs_relax = False  # builds from the cut ONNX model alone
+    computes_shapes_at_run = True
     name = "onnxruntime"
 
     OPTIONS = (

@@ -129,6 +129,7 @@ def _ov_error(e: BaseException) -> str:
 class OpenVINOBackend(Backend):
     loads_native_code = False  # its blobs are model files the library parses
     needs_relax = False  # builds from the cut ONNX model alone
+    computes_shapes_at_run = True
     name = "openvino"
 
     def __init__(self, **options):

@@ -10,6 +10,8 @@ Both rules keep provmap's promise that a backend computes what the model says or
   measured up to 252 quantization steps off, on every saturating element).  ONNX Runtime, the
   reference implementation of that domain, saturates.  tests/test_published_models.py checks
   plain OpenVINO still does this, so the rule goes when OpenVINO is fixed.
+- a non-empty result computed from a zero-size tensor (a reduction over nothing): see
+  empty_tensors.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..backend import Support
+from .empty_tensors import refuse_reductions_over_nothing
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -41,3 +44,4 @@ def refuse_wrong_numbers(view: "GraphView", verdicts: dict[int, Support], device
         if wide:
             verdicts[i] = Support(False, f"OpenVINO {device} would compute float64 tensor "
                                          f"'{wide[0]}' in float32 (it has no f64 kernels)")
+    refuse_reductions_over_nothing(view, verdicts, "OpenVINO")

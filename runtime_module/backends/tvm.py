@@ -26,6 +26,7 @@ from provmap.provenance.salvage import failing_nodes
 
 from ..options import Option
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
+from .empty_tensors import refuse_reductions_over_nothing
 from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_regions,
                          tuned_pipeline)
 
@@ -55,8 +56,11 @@ class TVMRunner(Runner):
         # DLPack export refuses read-only arrays (np.load(mmap_mode="r"), onnx's to_array) and
         # dtypes it has no code for (ml_dtypes' bfloat16 is kind "V"); tvm.runtime.from_dlpack
         # also refuses less than 64-byte-aligned data.  Those are copied instead.
+        # An empty array is copied too: numpy gives it strides (0, 0, ...) that the VM's
+        # argument check refuses ("Mismatched X.strides") whenever its pointer happens to be
+        # aligned.
         if (a.dtype.kind in _DLPACK_KINDS and a.flags.c_contiguous and a.flags.writeable
-                and a.ctypes.data % _ALIGN == 0):
+                and a.ctypes.data % _ALIGN == 0 and a.size):
             return tvm.runtime.from_dlpack(a)  # zero copy
         # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
         return tvm.runtime.tensor(np.asarray(a, order="C"), self._dev)
@@ -90,6 +94,10 @@ _POOL = threading.local()
 
 
 def _to_numpy(t) -> np.ndarray:
+    if isinstance(t, tuple):
+        # A Shape value (tvm_ffi.Shape, a tuple): what Relax makes of an ONNX Shape node whose
+        # int64 tensor is a partition's output.
+        return np.asarray(list(t), dtype=np.int64)
     try:
         return np.from_dlpack(t)  # zero copy
     except (BufferError, TypeError, RuntimeError):
@@ -235,12 +243,21 @@ class TVMBackend(Backend):
                 out[i] = Support(False, f"not compilable by TVM: {why}")
                 continue
             verdict = Support(True)
+            # TVM builds for known shapes; a tensor nothing typed (downstream of an op no
+            # inference sees through) could not even be a partition boundary.
+            untyped = next((x for x in list(view.node_inputs[i]) + list(view.nodes[i].output)
+                            if x and x not in view.initializers and view.known(x) is None), None)
+            if untyped is not None:
+                out[i] = Support(False, f"tensor '{untyped}' has no type or shape that ONNX's "
+                                        "or ONNX Runtime's inference computes")
+                continue
             for e in view.produced.get(i, ()):
                 ok, why = _legalizable(values[e])
                 if not ok:
                     verdict = Support(False, why)
                     break
             out[i] = verdict
+        refuse_reductions_over_nothing(view, out, "TVM")
         return out
 
     def region(self, sub):
