@@ -75,7 +75,9 @@ def test_bench_results_json(small_run):
         assert r["model"] == "transformer"
         assert 0 < r["min_ms"] <= r["median_ms"] <= r["p90_ms"]
         assert r["max_abs_err_vs_ort"] < 1e-4
-        assert len(r["pass_medians_ms"]) == res["options"]["passes"] == 3
+        # a row far slower than the fastest in its warm-up (contention can do that to a
+        # default-threads row beside a one-thread one) is measured once, marked capped
+        assert r["capped"] or len(r["pass_medians_ms"]) == res["options"]["passes"] == 3
     # Greedy puts the whole block on OpenVINO: the very plan of single:openvino, measured once.
     assert rows["greedy:openvino,onnxruntime"]["same_plan_as"] == "single:openvino"
     for r in rows.values():
