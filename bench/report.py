@@ -79,8 +79,8 @@ def gains_table(res: dict) -> list[str]:
             f"{g.get('best_config_median') or '-'} {_ms(g.get('best_config_median_ms'))}"
             + (f" (min: {g['best_config_min']})"
                if g.get("best_config_min") != g.get("best_config_median") else ""),
-            f"{g.get('kept') or '-'} [{', '.join(g.get('kept_backends') or [])}] "
-            f"{_ms(g.get('kept_median_ms'))}",
+            (f"{g['kept']} [{', '.join(g.get('kept_backends') or [])}] "
+             f"{_ms(g.get('kept_median_ms'))}" if g.get("kept") else "- (no collage row)"),
             _pair(g, "variant_gain"), f"**{_pair(g, 'partitioning_gain')}**", pred, bound,
             load])
     return _table(
@@ -105,7 +105,11 @@ def markdown(res: dict) -> str:
     res = with_gains(res)
     v, h = res["versions"], res["host"]
     lines = [
-        f"provmap bench, {res['date']}, {h.get('machine')} {h.get('cpus')} CPUs "
+        f"provmap bench, {res.get('started') or res['date']}, {h.get('machine')} "
+        + (f"{h['cpu_model']}, " if h.get("cpu_model") else "")
+        + (f"load average at start {h['load_at_start'][0]:.1f}, "
+           if h.get("load_at_start") else "")
+        + f"{h.get('cpus')} CPUs "
         f"({h.get('platform')}); TVM {v.get('tvm')}, ONNX Runtime {v.get('onnxruntime')}, "
         f"OpenVINO {v.get('openvino')}, Python {v.get('python')}; "
         f"run took {_f((res.get('duration_s') or 0) / 60, '{:.1f}')} min"

@@ -352,6 +352,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
 
 def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> dict:
     from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.host import _cpu_model
 
     from . import report, scaling
 
@@ -360,7 +361,8 @@ def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     res = {"schema": "provmap.bench/1", "date": time.strftime("%Y-%m-%d"),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": host_info(),
+           "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "host": {**host_info(), "cpu_model": _cpu_model(), "load_at_start": os.getloadavg()},
            "versions": versions(), "options": {k: v for k, v in vars(opts).items()},
            "rows": [], "search": [], "artifacts": [], "container": [], "provenance": [],
            "headroom": [], "gains": [],
