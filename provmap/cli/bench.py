@@ -90,10 +90,11 @@ def add_bench_command(sub) -> None:
                    "transformer block)")
     b.add_argument("-o", "--output", required=True, help="directory for the results")
     b.add_argument("--strategies", help="';'-separated, e.g. 'single:onnxruntime;"
-                   "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: single: "
-                   "for each of --backends, single: for the one-thread variants of the searched "
-                   "backends as reference rows, greedy over --backends, collage over "
-                   "--search-backends)")
+                   "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: every "
+                   "configuration of each of --backends a user sets in one option: threads=1, "
+                   "ORT allow_spinning=0, OpenVINO performance_hint=THROUGHPUT, alone and "
+                   "crossed; best single is the fastest of them; then greedy over --backends, "
+                   "collage over --search-backends)")
     b.add_argument("--backends", help="default onnxruntime,openvino,tvm")
     b.add_argument("--search-backends", help="collage's backends (default onnxruntime,openvino:"
                    " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
