@@ -129,3 +129,18 @@ def test_yolo_like_detector_exports_and_runs_on_onnxruntime(tmp_path):
     got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"images": x.numpy()})[0]
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_user_models_without_torch_is_one_clear_error(tmp_path, monkeypatch):
+    from provmap.bench import user_bench
+    from provmap.provenance.errors import ProvmapError
+
+    monkeypatch.setattr(user_bench, "torch_available", lambda: False)
+    with pytest.raises(ProvmapError, match=r"\[torch\] extra"):
+        user_bench.prepare(["resnet50"], tmp_path)
+    done = user_bench.model_path("resnet50", "dynamo", tmp_path)  # an export made earlier
+    done.parent.mkdir(parents=True)
+    done.write_bytes(b"")
+    assert user_bench.prepare(["resnet50"], tmp_path) == [str(done)]
+    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "c" / "costs.sqlite"))
+    assert user_bench.models_dir() == tmp_path / "c" / "user-models"
