@@ -16,19 +16,24 @@ from pathlib import Path
 
 from .torch_models import EXPORTERS, MODELS, export
 
-#: one of each architecture family; the *_dynamic twins differ only in their axes
+#: one of each architecture family; the *_dynamic twins differ only in their axes; the
+#: user-sized models (torch_models.USER_MODELS) are `provmap bench --user-models`' own
 DEFAULT = ["bert", "distilbert", "gpt2", "vit", "resnet18", "mobilenet_v3_small",
            "shufflenet_v2"]
 
 
-def export_static(name: str, exporter: str, out_dir: Path) -> Path:
+def export_static(name: str, exporter: str, out_dir: Path, facts: dict | None = None) -> Path:
+    """Export `name` to out_dir/NAME.onnx; `facts`, when given, receives the export's facts
+    (torch_models.export's dict: seconds, nodes, ops, opset, feeds, torch outputs)."""
     import onnx
 
     from provmap.provenance.shapes import apply_input_shapes
 
     spec = MODELS[name]
     path = out_dir / f"{name}.onnx"
-    export(spec, exporter, path)
+    info = export(spec, exporter, path)
+    if facts is not None:
+        facts.update(info)
     shapes = spec.shape_dict(1)
     if shapes:
         model = apply_input_shapes(onnx.load(str(path)), shapes, name)

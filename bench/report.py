@@ -39,14 +39,85 @@ def _load(r: dict) -> str:
     return f"{ld['others_cores']:.1f}/{ld['cores']}" + (" **noisy**" if r.get("noisy") else "")
 
 
+def _ms(x) -> str:
+    """Milliseconds with three significant digits below 10 ms (0.031), two decimals above."""
+    return "-" if x is None else (f"{x:.3g}" if x < 10 else f"{x:.2f}")
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _pair(g: dict, what: str) -> str:
+    """'min / median' of a gain: 10% = the plan takes 10% less time."""
+    return f"{_pct(g.get(what + '_min'))} / {_pct(g.get(what + '_median'))}"
+
+
+def gains_table(res: dict) -> list[str]:
+    """The headline: per model, the partitioning gain (kept plan vs the best single-library
+    configuration) beside the variant gain (that configuration vs its library's default)."""
+    gs = [g for g in res.get("gains") or [] if g]
+    if not gs:
+        return []
+    rows = []
+    for g in gs:
+        bound = "-"
+        if g.get("limit_ms") is not None:
+            bound = f"{_ms(g['limit_ms'])} ({_pct(g.get('limit_headroom'))})"
+            if g.get("limit_is_bound") is False:
+                bound += " not a bound"
+        pred = "-"
+        if g.get("predicted_ms") is not None and g.get("measured_ms") is not None:
+            pred = (f"{_ms(g['predicted_ms'])} / {_ms(g['measured_ms'])} "
+                    f"({_pct(g.get('predicted_error'))})")
+        ld = g.get("load") or {}
+        load = (f"{ld['others_cores']:.1f}/{ld['cores']} (load1 {ld['load1']:.1f})" if ld
+                else "-") + (" **noisy**" if g.get("noisy") else "")
+        rows.append([
+            g["model"],
+            f"{g.get('best_default_median') or '-'} {_ms(g.get('best_default_median_ms'))}",
+            f"{g.get('best_config_median') or '-'} {_ms(g.get('best_config_median_ms'))}"
+            + (f" (min: {g['best_config_min']})"
+               if g.get("best_config_min") != g.get("best_config_median") else ""),
+            (f"{g['kept']} [{', '.join(g.get('kept_backends') or [])}] "
+             f"{_ms(g.get('kept_median_ms'))}" if g.get("kept") else "- (no collage row)"),
+            _pair(g, "variant_gain"), f"**{_pair(g, 'partitioning_gain')}**", pred, bound,
+            load])
+    return _table(
+        "Gains, all from one interleaved latency run per model (ms are medians; gains by "
+        "minimum / by median; +10% = 10% less time). best default single = the fastest library "
+        "at its default settings; best single configuration = the fastest configuration of one "
+        "library, each thread count, spinning setting and performance hint a user sets in one "
+        "option included; variant gain = that configuration against its library's default; "
+        "**partitioning gain** = the kept plan against the best single configuration (what "
+        "provmap adds over setting one option); predicted / measured = the search's estimate "
+        "of the kept plan and its measured median; bound = the per-node oracle (its headroom "
+        "over the best single configuration), 'not a bound' when a measured single "
+        "configuration beat it; load = CPUs other processes used / CPUs during the latency run.",
+        ["model", "best default single", "best single configuration", "kept plan",
+         "variant gain", "partitioning gain", "predicted / measured ms", "bound ms", "load"],
+        rows)
+
+
 def markdown(res: dict) -> str:
+    from .baseline import with_gains
+
+    res = with_gains(res)
     v, h = res["versions"], res["host"]
     lines = [
-        f"provmap bench, {res['date']}, {h.get('machine')} {h.get('cpus')} CPUs "
+        f"provmap bench, {res.get('started') or res['date']}, {h.get('machine')} "
+        + (f"{h['cpu_model']}, " if h.get("cpu_model") else "")
+        + (f"load average at start {h['load_at_start'][0]:.1f}, "
+           if h.get("load_at_start") else "")
+        + f"{h.get('cpus')} CPUs "
         f"({h.get('platform')}); TVM {v.get('tvm')}, ONNX Runtime {v.get('onnxruntime')}, "
         f"OpenVINO {v.get('openvino')}, Python {v.get('python')}; "
         f"run took {_f((res.get('duration_s') or 0) / 60, '{:.1f}')} min"
-        + (" (--quick)" if res["options"].get("quick") else "") + "."]
+        + (" (--quick)" if res["options"].get("quick") else "") + "."
+        + (" Gains and ratios re-derived from this run's own rows against the best single "
+           "configuration (the run predates that baseline; its limit table keeps the best "
+           "default backend)." if res.get("gains_derived") else "")]
+    lines += gains_table(res)
     rows = []
     for r in res["rows"]:
         ratio = _f(r.get("ratio_to_best_single"), "{:.3f}")
@@ -63,7 +134,8 @@ def markdown(res: dict) -> str:
     lines += _table(
         "End-to-end latency (all strategies of a model measured together, interleaved blocks; "
         "below 1 ms a sample is the mean of enough calls to last 1 ms); "
-        "ratio = median / best single backend's median; ratio (min) = the same with minimums "
+        "ratio = median / best single configuration's median (the fastest row of one library, "
+        "its thread, spinning and hint variants included); ratio (min) = the same with minimums "
         "(steadier on a noisy machine); kept = the plan the artifact runs (a plan identical to "
         "a single-backend plan is measured once and reported for both); err = max abs "
         "difference from ONNX Runtime on the original model; load = CPUs other processes "

@@ -8,7 +8,7 @@ For each model, in one process:
     and kernel);
   * latency: every artifact *and* each backend library called directly on the whole model,
     measured together in interleaved blocks (`provmap.runtime_module.interleave`), so machine noise hits
-    all alike; ratios to the best single backend; the container's overhead is single:<b> over
+    all alike; ratios to the best single configuration (bench/baseline.py); the container's overhead is single:<b> over
     direct:<b> from the same run;
   * correctness: every artifact's outputs against ONNX Runtime on the original model;
   * provenance: TVM import+compile with provmap's tracking against plain TVM, interleaved.
@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .baseline import gains, is_default, library
+from .costs import artifact_stats, provenance_cost
 from .limits import headroom, measured_with_load, row_load
 
 DEFAULT_MODELS = ["bundled:transformer", "bundled:squeezenet", "bundled:bvlc_alexnet",
@@ -76,26 +78,16 @@ def quick_options(**kw) -> SuiteOptions:
 
 
 def default_strategies(backends: list[str], search_backends: list[str]) -> list[str]:
-    """single:<b> for each backend, then the one-thread single plans of the searched backends
-    that take a thread count (what collage's end-to-end check may keep: see
-    partition.variants.e2e_variants), greedy, collage.  The one-thread rows are reference rows:
-    "best single" is the best of the backends as a user runs them by default, and the table
-    shows whether a collage win came from a variant alone or from mixing."""
-    from provmap.partition.collage import CollageOptions
-    from provmap.partition.variants import e2e_variants
-    from provmap.runtime_module.registry import get_backend
+    """Every configuration of each backend a user sets in one option (bench/baseline.py:
+    threads, spinning, performance hint), greedy, collage.  Best single is the fastest of these
+    configurations, not of the defaults alone: a collage "win" that one session option gives
+    the plain library is not a partitioning win (issue 35)."""
+    from .baseline import config_strategies
 
     fast = [b for b in ("onnxruntime", "openvino") if b in backends]
     greedy = "greedy:" + ",".join(fast + [b for b in backends if b not in fast])
-    searched = {b: get_backend(b) for b in search_backends}
-    variants = [f"single:{v}" for v in e2e_variants(searched, CollageOptions().e2e_variants)]
-    return ([f"single:{b}" for b in backends] + variants
+    return (config_strategies(backends)
             + [greedy, "collage:" + ",".join(search_backends)])
-
-
-def is_variant(strategy: str) -> bool:
-    """single:onnxruntime[threads=1]: a backend with options of its own."""
-    return "[" in strategy
 
 
 def versions() -> dict:
@@ -190,40 +182,6 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     return row, art
 
 
-def _artifact_stats(path: str, say) -> dict:
-    import random
-
-    from provmap.runtime_module.backend import percentile
-    from provmap.runtime_module.module import load
-
-    loads, verifies = [], []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        mod = load(path)
-        loads.append(time.perf_counter() - t0)
-        mod.close()
-        del mod
-        t0 = time.perf_counter()
-        ver = load(path, runnable=False)
-        verifies.append(time.perf_counter() - t0)
-    lk = ver.lookup
-    queries = [("node", n.name or n.id) for n in lk.map.nodes] + \
-              [("kernel", k) for k in lk.kernel_names()]
-    rng = random.Random(0)
-    ns = []
-    for _ in range(max(1, 2000 // max(len(queries), 1))):
-        rng.shuffle(queries)
-        for kind, q in queries:
-            t0 = time.perf_counter_ns()
-            (lk.onnx_node if kind == "node" else lk.kernel)(q)
-            ns.append(time.perf_counter_ns() - t0)
-    return {"artifact_bytes": os.path.getsize(path),
-            "load_ms": statistics.median(loads) * 1e3,
-            "verify_ms": statistics.median(verifies) * 1e3,
-            "lookup_us_p50": percentile(ns, 0.5) / 1e3, "lookup_us_p99": percentile(ns, 0.99) / 1e3,
-            "lookup_queries": len(ns)}
-
-
 def direct_openvino_call(compiled):
     """OpenVINO's fastest Python call on `compiled`, the one provmap's runner makes: the pybind
     ``InferRequest.infer`` on input Tensors that share the numpy memory.
@@ -271,41 +229,6 @@ def _direct(backend: str, model):
     return None  # TVM has no "whole model outside provmap" path worth comparing here
 
 
-def _provenance(model, repeats: int) -> dict:
-    import tvm
-    from tvm.relax.frontend.onnx import from_onnx
-
-    from provmap.provenance import store
-    from provmap.provenance.build import compile_tvm, cpu_pipeline, cpu_target
-    from provmap.provenance.importer import import_onnx
-
-    def plain():
-        t = cpu_target()
-        mod = from_onnx(model)
-        with tvm.transform.PassContext(opt_level=3):
-            tvm.compile(mod, target=t, relax_pipeline=cpu_pipeline(t))
-
-    plain()  # the first TVM compile pays one-off JIT/registry costs
-    times = {"plain": [], "tracked": []}
-    build = None
-    for _ in range(max(1, repeats)):
-        for variant in ("plain", "tracked"):
-            t0 = time.perf_counter()
-            if variant == "plain":
-                plain()
-            else:
-                build = compile_tvm(import_onnx(model))
-            times[variant].append(time.perf_counter() - t0)
-    with tempfile.TemporaryDirectory(prefix="provmap-bench-map-") as d:
-        t0 = time.perf_counter()
-        store.save(build.pmap, Path(d) / "map")
-        write_s = time.perf_counter() - t0
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {"plain_s": med["plain"], "tracked_s": med["tracked"],
-            "ratio": med["tracked"] / med["plain"], "map_write_s": write_s,
-            "repeats": max(1, repeats)}
-
-
 def plan_signature(manifest: dict) -> tuple:
     """What makes two artifacts the same plan: each partition's backend, build options and
     ONNX nodes."""
@@ -336,7 +259,8 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
     view = load_view(model, name)
     strategies = opts.strategies or default_strategies(opts.backends, opts.search_backends)
     out: dict = {"model": name, "op_nodes": len(view.op_nodes), "rows": [], "artifacts": [],
-                 "search": None, "provenance": None, "container": [], "headroom": None}
+                 "search": None, "provenance": None, "container": [], "headroom": None,
+                 "gains": None}
     feeds = None
     tmp = tempfile.mkdtemp(prefix="provmap-bench-")
     try:
@@ -355,7 +279,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
             build_s = time.perf_counter() - t0
             paths[strategy] = path
             out["artifacts"].append({"model": name, "strategy": strategy, "build_s": build_s,
-                                     **_artifact_stats(path, log)})
+                                     **artifact_stats(path, log)})
         mods = {s: load(p) for s, p in paths.items()}
         feeds = next(iter(mods.values())).random_inputs(0)
         same = _same_plans(mods)
@@ -377,11 +301,12 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
             lat[s] = lat[twin]
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-        # the best single backend as users run it: variants are reference rows (see
-        # default_strategies)
-        singles = {s: statistics.median(lat[s].samples_s) for s in mods
-                   if s.startswith("single:") and not is_variant(s)}
+        # best single = the fastest configuration of one library (bench/baseline.py), its
+        # thread/spinning/hint variants included; best default = the same among the defaults
+        singles = {s: statistics.median(lat[s].samples_s) for s in mods if library(s)}
         best = min(singles, key=singles.get) if singles else None
+        defaults = {s: v for s, v in singles.items() if is_default(s)}
+        best_default = min(defaults, key=defaults.get) if defaults else None
         for s, m in mods.items():
             got = m.run(feeds)
             err = max(float(np.max(np.abs(got[k].astype(np.float64) - r))) for k, r in ref.items())
@@ -391,7 +316,8 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 **{k: summ[k] for k in ("median_ms", "p90_ms", "min_ms", "spread", "runs",
                                          "pass_medians_ms", "capped")},
                 "ratio_to_best_single": (summ["median_ms"] / (singles[best] * 1e3)) if best else None,
-                "best_single": best, "partitions": len(m.manifest["partitions"]),
+                "best_single": best, "best_default_single": best_default,
+                "partitions": len(m.manifest["partitions"]),
                 "same_plan_as": same.get(s),
                 "backends": sorted({p["backend"] for p in m.manifest["partitions"]}),
                 "max_abs_err_vs_ort": err, **row_load(load, summ)})
@@ -409,9 +335,10 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
         del mods, fns, direct
         if opts.headroom_repeats > 0 and any(s.startswith("collage") for s in strategies):
             out["headroom"] = headroom(view, opts, out["rows"], log, opts.headroom_repeats)
+        out["gains"] = gains(out["rows"], out["search"], out["headroom"])
         if opts.provenance_repeats > 0:
             log("provenance overhead: TVM import+compile, plain vs tracked")
-            out["provenance"] = {"model": name, **_provenance(model, opts.provenance_repeats)}
+            out["provenance"] = {"model": name, **provenance_cost(model, opts.provenance_repeats)}
     finally:
         from provmap.runtime_module import trust
 
@@ -425,6 +352,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
 
 def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> dict:
     from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.host import _cpu_model
 
     from . import report, scaling
 
@@ -433,10 +361,11 @@ def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     res = {"schema": "provmap.bench/1", "date": time.strftime("%Y-%m-%d"),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": host_info(),
+           "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "host": {**host_info(), "cpu_model": _cpu_model(), "load_at_start": os.getloadavg()},
            "versions": versions(), "options": {k: v for k, v in vars(opts).items()},
            "rows": [], "search": [], "artifacts": [], "container": [], "provenance": [],
-           "headroom": [],
+           "headroom": [], "gains": [],
            "scaling": None, "duration_s": None}
     for spec in opts.models:
         t0 = time.perf_counter()
@@ -445,7 +374,7 @@ def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> 
             res[k].extend(m[k])
         if m["search"]:
             res["search"].append(m["search"])
-        for k in ("provenance", "headroom"):
+        for k in ("provenance", "headroom", "gains"):
             if m[k]:
                 res[k].append(m[k])
         say(f"[{m['model']}] done in {time.perf_counter() - t0:.0f} s")

@@ -52,8 +52,8 @@ SEQ = 16
 VOCAB = 1000
 
 
-def _text_inputs():
-    return {"input_ids": ((1, SEQ), "int64", "ids"), "attention_mask": ((1, SEQ), "int64", "mask")}
+def _text_inputs(seq: int = SEQ):
+    return {"input_ids": ((1, seq), "int64", "ids"), "attention_mask": ((1, seq), "int64", "mask")}
 
 
 def _hf(model, outputs):
@@ -110,6 +110,31 @@ def _vit():
     return _hf(ViTModel(cfg), ["last_hidden_state", "pooler_output"])
 
 
+# ---- user-sized: what users run (issue 35); the toys above stay as the --quick corpus --------
+USER_SEQ = 128
+
+
+def _bert_base():
+    from transformers import BertConfig, BertModel  # pyright: ignore[reportMissingImports]
+    return _hf(BertModel(BertConfig()), ["last_hidden_state", "pooler_output"])  # 768 x 12
+
+
+def _gpt2_small():
+    from transformers import GPT2Config, GPT2LMHeadModel  # pyright: ignore[reportMissingImports]
+    cfg = GPT2Config(use_cache=False)                               # 124M: 768 x 12, vocab 50257
+    return _hf(GPT2LMHeadModel(cfg), ["logits"])
+
+
+def _vit_b16():
+    from transformers import ViTConfig, ViTModel  # pyright: ignore[reportMissingImports]
+    return _hf(ViTModel(ViTConfig()), ["last_hidden_state", "pooler_output"])  # 224, patch 16
+
+
+def _yolo():
+    from .yolo_like import build
+    return build()
+
+
 def _tv(name):
     def build():
         import torchvision  # pyright: ignore[reportMissingImports]
@@ -144,7 +169,28 @@ MODELS: dict[str, Spec] = {s.name: s for s in [
     Spec("shufflenet_v2", "torchvision shufflenet_v2_x1_0",
          {"input": ((1, 3, 224, 224), "float32", "image")}, ["output"],
          _tv("shufflenet_v2_x1_0")),
+    Spec("bert_base", "transformers BertModel, BERT-base config (768 hidden, 12 layers), seq 128",
+         _text_inputs(USER_SEQ), ["last_hidden_state", "pooler_output"], _bert_base,
+         vocab=30522),
+    Spec("gpt2_small", "transformers GPT2LMHeadModel, GPT-2 small (124M), seq 128, no past",
+         _text_inputs(USER_SEQ), ["logits"], _gpt2_small, vocab=50257),
+    Spec("vit_b16", "transformers ViTModel, ViT-B/16 at 224",
+         {"pixel_values": ((1, 3, 224, 224), "float32", "image")},
+         ["last_hidden_state", "pooler_output"], _vit_b16),
+    Spec("resnet50", "torchvision resnet50",
+         {"input": ((1, 3, 224, 224), "float32", "image")}, ["output"], _tv("resnet50")),
+    Spec("efficientnet_b0", "torchvision efficientnet_b0",
+         {"input": ((1, 3, 224, 224), "float32", "image")}, ["output"], _tv("efficientnet_b0")),
+    Spec("mobilenet_v3_large", "torchvision mobilenet_v3_large",
+         {"input": ((1, 3, 224, 224), "float32", "image")}, ["output"],
+         _tv("mobilenet_v3_large")),
+    Spec("yolo_v8n_like", "a YOLOv8n-shaped detector (bench/yolo_like.py) at 640x640",
+         {"images": ((1, 3, 640, 640), "float32", "image")}, ["output0"], _yolo),
 ]}
+
+#: the user-sized models of `provmap bench --user-models` (bench/user_bench.py)
+USER_MODELS = ["bert_base", "gpt2_small", "vit_b16", "resnet50", "efficientnet_b0",
+               "mobilenet_v3_large", "yolo_v8n_like"]
 
 
 # ---- building and exporting (the parent process: the only one that imports torch) -----------

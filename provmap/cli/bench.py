@@ -40,7 +40,18 @@ def cmd_bench(args) -> int:
               headroom_repeats=args.headroom_repeats)
     if args.scaling_sizes is not None:
         kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
-    if args.quick:
+    if args.user_models is not None:
+        if args.quick or models:
+            raise ProvmapError("--user-models benches the user-sized models: without --quick "
+                               "(the toy run) and without MODEL arguments")
+        from provmap.bench.user_bench import prepare, user_model_names, user_options
+
+        names = (user_model_names() if args.user_models == "all"
+                 else [n for n in args.user_models.split(",") if n])
+        paths = prepare(names, args.models_dir, args.exporter, progress=_progress)
+        kw.pop("models")
+        opts = user_options(paths, **kw)
+    elif args.quick:
         opts = quick_options(**kw)
     else:
         opts = SuiteOptions(**{k: v for k, v in kw.items() if v is not None})
@@ -79,10 +90,11 @@ def add_bench_command(sub) -> None:
                    "transformer block)")
     b.add_argument("-o", "--output", required=True, help="directory for the results")
     b.add_argument("--strategies", help="';'-separated, e.g. 'single:onnxruntime;"
-                   "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: single: "
-                   "for each of --backends, single: for the one-thread variants of the searched "
-                   "backends as reference rows, greedy over --backends, collage over "
-                   "--search-backends)")
+                   "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: every "
+                   "configuration of each of --backends a user sets in one option: threads=1, "
+                   "ORT allow_spinning=0, OpenVINO performance_hint=THROUGHPUT, alone and "
+                   "crossed; best single is the fastest of them; then greedy over --backends, "
+                   "collage over --search-backends)")
     b.add_argument("--backends", help="default onnxruntime,openvino,tvm")
     b.add_argument("--search-backends", help="collage's backends (default onnxruntime,openvino:"
                    " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
@@ -107,6 +119,15 @@ def add_bench_command(sub) -> None:
                    "ships (bundled:NAME:original) instead of bundled:NAME's seeded random ones")
     b.add_argument("--quick", action="store_true", help="two small models, fewer repeats, "
                    "scaling to 1,000 nodes: under 5 minutes")
+    b.add_argument("--user-models", nargs="?", const="all", metavar="NAMES",
+                   help="the models users run, exported from PyTorch with random seeded "
+                   "weights into --models-dir on first use ([torch] extra): BERT-base, GPT-2 "
+                   "small, ViT-B/16, ResNet-50, EfficientNet-B0, MobileNet-v3-large, a "
+                   "YOLOv8n-shaped detector; or a comma-separated subset (docs/bench.md)")
+    b.add_argument("--models-dir", metavar="DIR", help="where --user-models' exports are kept "
+                   "(default: user-models/ beside the cost cache)")
+    b.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"],
+                   help="torch.onnx.export's exporter for --user-models (default dynamo)")
     b.add_argument("--readme", metavar="README.md", help="also put the tables into this file, "
                    "between its provmap-bench markers")
     b.add_argument("--json", action="store_true", help="print results.json to stdout")

@@ -1,0 +1,174 @@
+"""The honest baseline: what one library gives with the one option a user would set, and the
+two gains per model that follow from one run's rows (issue 35).
+
+Why: bench used to call "best single" the fastest backend *at its default settings* and kept the
+`[threads=1]` rows as reference rows only.  On the 2-core host every "collage win" of that table
+was one session option (`intra_op_num_threads=1`, `INFERENCE_NUM_THREADS=1`), reproduced by the
+plain library.  Here best single is the fastest configuration of ONE library, every thread count,
+spinning setting and performance hint a user can set in one option included; the gain of those
+options (variant gain) and the gain of mixing libraries (partitioning gain) are reported apart,
+both by minimum and by median, from the same interleaved latency run.
+
+Pure functions of rows/search/headroom dicts (the shapes of results.json), so a saved run can be
+re-tabled and the default tests can check them on synthetic rows without any backend.
+"""
+
+from __future__ import annotations
+
+#: the options a user sets in one line of session setup, per library: each value tried alone
+#: and crossed with the others ({} = the library's default).  TVM takes no thread option here.
+CONFIG_AXES: dict[str, list[dict]] = {
+    "onnxruntime": [{"threads": "1"}, {"allow_spinning": "0"}],
+    "openvino": [{"threads": "1"}, {"performance_hint": "THROUGHPUT"}],
+}
+
+
+def _spell(backend: str, options: dict) -> str:
+    from provmap.runtime_module.registry import with_options
+
+    return "single:" + with_options(backend, **options)
+
+
+def config_strategies(backends: list[str], cross: bool = True) -> list[str]:
+    """`single:<b>` and its configurations for each backend, the default first:
+    onnxruntime -> single:onnxruntime, [threads=1], [allow_spinning=0],
+    [threads=1;allow_spinning=0] (with `cross`).  A backend with no axes gives its default only."""
+    out = []
+    for b in backends:
+        axes = CONFIG_AXES.get(b, [])
+        combos: list[dict] = [{}] + [dict(a) for a in axes]
+        if cross and len(axes) > 1:
+            merged: dict = {}
+            for a in axes:
+                merged.update(a)
+            combos.append(merged)
+        out += [_spell(b, c) for c in combos]
+    return list(dict.fromkeys(out))
+
+
+def library(strategy: str) -> str | None:
+    """single:onnxruntime[threads=1] -> onnxruntime; None for anything but a single plan."""
+    if not strategy.startswith("single:"):
+        return None
+    return strategy.split(":", 1)[1].split("[", 1)[0]
+
+
+def is_default(strategy: str) -> bool:
+    return library(strategy) is not None and "[" not in strategy
+
+
+def _best(rows: list[dict], key: str) -> dict | None:
+    return min(rows, key=lambda r: r[key]) if rows else None
+
+
+def _gain(base: float | None, new: float | None) -> float | None:
+    """Time saved as a fraction of `base`: 0.10 = 10% faster, negative = slower."""
+    if base is None or new is None or base <= 0:
+        return None
+    return 1.0 - new / base
+
+
+def _predicted(search: dict | None) -> float | None:
+    """The search's own estimate of the plan it kept (None when the kept plan was found by the
+    second level, which measures instead of predicting, or no estimate exists)."""
+    if not search:
+        return None
+    est = search.get("estimated_ms") or {}
+    kept = search.get("kept") or ""
+    if kept == "collage" or kept.startswith("collage:"):
+        return est.get("collage")
+    if "->" in kept:
+        alt = kept.split("->", 1)[1]
+        return est.get(alt) if alt != "refined" else None
+    return None
+
+
+def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = None) -> dict:
+    """One model's baseline row from its latency rows (all from one run)."""
+    singles = [r for r in rows if library(r["strategy"])]
+    defaults = [r for r in singles if is_default(r["strategy"])]
+    kept = next((r for r in rows if r["strategy"].startswith("collage")), None)
+    out: dict = {"model": rows[0]["model"] if rows else None,
+                 "configurations": [r["strategy"] for r in singles]}
+    per_lib: dict = {}
+    for lib in dict.fromkeys(library(r["strategy"]) for r in singles):
+        mine = [r for r in singles if library(r["strategy"]) == lib]
+        dflt = next((r for r in mine if is_default(r["strategy"])), None)
+        entry = {"configurations": len(mine)}
+        for by, key in (("median", "median_ms"), ("min", "min_ms")):
+            b = _best(mine, key)
+            entry[f"best_{by}"] = b["strategy"]
+            entry[f"best_{by}_ms"] = b[key]
+            entry[f"default_{by}_ms"] = dflt[key] if dflt else None
+            entry[f"variant_gain_{by}"] = _gain(dflt[key] if dflt else None, b[key])
+        per_lib[lib] = entry
+    out["libraries"] = per_lib
+    for by, key in (("median", "median_ms"), ("min", "min_ms")):
+        bd, bc = _best(defaults, key), _best(singles, key)
+        out[f"best_default_{by}"] = bd["strategy"] if bd else None
+        out[f"best_default_{by}_ms"] = bd[key] if bd else None
+        out[f"best_config_{by}"] = bc["strategy"] if bc else None
+        out[f"best_config_{by}_ms"] = bc[key] if bc else None
+        lib = per_lib.get(library(bc["strategy"])) if bc else None
+        # what the option buys: the best configuration against its own library's default
+        out[f"variant_gain_{by}"] = lib[f"variant_gain_{by}"] if lib else None
+        out[f"kept_{by}_ms"] = kept[key] if kept else None
+        out[f"partitioning_gain_{by}"] = _gain(bc[key] if bc else None,
+                                               kept[key] if kept else None)
+    out["kept"] = kept["kept"] if kept else None
+    out["kept_backends"] = kept.get("backends") if kept else None
+    out["kept_partitions"] = kept.get("partitions") if kept else None
+    out["predicted_ms"] = _predicted(search)
+    out["measured_ms"] = out["kept_median_ms"]
+    out["predicted_error"] = (out["predicted_ms"] / out["measured_ms"] - 1
+                              if out["predicted_ms"] and out["measured_ms"] else None)
+    oracle = (headroom or {}).get("oracle_ms")
+    best_min = out["best_config_min_ms"]
+    out["limit_ms"] = oracle
+    # the oracle is a bound only if no measured single configuration beats it (issue 35: today
+    # it can be above one, because a backend was left out or fused kernels were split evenly)
+    out["limit_is_bound"] = (None if oracle is None or best_min is None
+                             else oracle <= min(r["min_ms"] for r in singles))
+    out["limit_headroom"] = _gain(out["best_config_median_ms"], oracle)
+    ref = kept or (singles[0] if singles else None)
+    out["load"] = (ref or {}).get("load")
+    out["noisy"] = any(r.get("noisy") for r in rows)
+    return out
+
+
+def rebase_rows(rows: list[dict]) -> None:
+    """Set each row's best_single, best_default_single and ratios against the best single
+    configuration of its model (in place); what suite.py computes, for runs saved before it."""
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        singles = [r for r in mine if library(r["strategy"])]
+        if not singles:
+            continue
+        best = min(singles, key=lambda r: r["median_ms"])
+        defaults = [r for r in singles if is_default(r["strategy"])]
+        best_default = min(defaults, key=lambda r: r["median_ms"]) if defaults else None
+        best_min = min(r["min_ms"] for r in singles)
+        for r in mine:
+            r["best_single"] = best["strategy"]
+            r["best_default_single"] = best_default["strategy"] if best_default else None
+            r["ratio_to_best_single"] = r["median_ms"] / best["median_ms"]
+            r["ratio_min_to_best_single"] = r["min_ms"] / best_min
+
+
+def with_gains(res: dict) -> dict:
+    """`res` with its `gains` list; a results.json written before issue 35 gets its rows rebased
+    on the best single configuration and the gains derived from its own rows, search and
+    headroom entries (the same run's numbers, so the headline can be re-rendered honestly)."""
+    if res.get("gains"):
+        return res
+    res = {**res, "rows": [dict(r) for r in res.get("rows") or []]}
+    rebase_rows(res["rows"])
+    out = []
+    for model in dict.fromkeys(r["model"] for r in res["rows"]):
+        rows = [r for r in res["rows"] if r["model"] == model]
+        s = next((s for s in res.get("search") or [] if s.get("model") == model), None)
+        h = next((h for h in res.get("headroom") or [] if h.get("model") == model), None)
+        out.append(gains(rows, s, h))
+    res["gains"] = out
+    res["gains_derived"] = True
+    return res

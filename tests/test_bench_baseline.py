@@ -1,0 +1,146 @@
+"""The honest baseline of `provmap bench` (bench/baseline.py, issue 35) on synthetic rows, the
+user-sized harness's command line, and (with the [torch] extra) the YOLO-like export."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from provmap.bench.baseline import config_strategies, gains, rebase_rows, with_gains
+from provmap.bench.report import gains_table, markdown
+
+
+def _row(strategy, median, mn, model="m", **kw):
+    return {"model": model, "strategy": strategy, "kept": kw.pop("kept", strategy),
+            "median_ms": median, "min_ms": mn, "p90_ms": median * 1.1, "spread": 0.1,
+            "partitions": 1, "backends": [], "load": {"others_cores": 0.2, "cores": 2,
+                                                       "load1": 1.0, "steal_share": 0.0},
+            "noisy": False, "runs": 10, "capped": False, "max_abs_err_vs_ort": 0.0, **kw}
+
+
+ROWS = [
+    _row("single:onnxruntime", 10.0, 9.0),
+    _row("single:onnxruntime[threads=1]", 6.0, 5.9),
+    _row("single:onnxruntime[allow_spinning=0]", 9.5, 5.5),
+    _row("single:openvino", 8.0, 7.5),
+    _row("single:openvino[threads=1]", 7.0, 6.5),
+    _row("collage:onnxruntime,openvino", 5.4, 5.0, kept="collage", partitions=3),
+]
+
+
+def test_config_strategies_cover_threads_spinning_and_hints():
+    got = config_strategies(["onnxruntime", "openvino", "tvm"])
+    assert got[:4] == ["single:onnxruntime", "single:onnxruntime[threads=1]",
+                       "single:onnxruntime[allow_spinning=0]",
+                       "single:onnxruntime[threads=1;allow_spinning=0]"]
+    assert "single:openvino[performance_hint=THROUGHPUT]" in got
+    assert "single:openvino[threads=1;performance_hint=THROUGHPUT]" in got
+    assert [s for s in got if s.startswith("single:tvm")] == ["single:tvm"]
+    from provmap.partition.strategies import parse_strategy
+    from provmap.runtime_module.registry import get_backend
+
+    for s in got:  # every configuration is a backend a user can name
+        for b in parse_strategy(s)[1]:
+            get_backend(b)
+
+
+def test_gains_by_min_and_by_median_from_the_same_rows():
+    g = gains(ROWS, {"kept": "collage", "estimated_ms": {"collage": 5.0}},
+              {"oracle_ms": 5.2})
+    assert g["best_default_median"] == "single:openvino" and g["best_default_median_ms"] == 8.0
+    # by median the one-thread ORT wins; by minimum the no-spinning one does
+    assert g["best_config_median"] == "single:onnxruntime[threads=1]"
+    assert g["best_config_min"] == "single:onnxruntime[allow_spinning=0]"
+    assert g["variant_gain_median"] == pytest.approx(1 - 6.0 / 10.0)   # vs ORT's own default
+    assert g["variant_gain_min"] == pytest.approx(1 - 5.5 / 9.0)
+    assert g["partitioning_gain_median"] == pytest.approx(1 - 5.4 / 6.0)
+    assert g["partitioning_gain_min"] == pytest.approx(1 - 5.0 / 5.5)
+    assert g["libraries"]["openvino"]["best_median"] == "single:openvino[threads=1]"
+    assert g["predicted_ms"] == 5.0 and g["predicted_error"] == pytest.approx(5.0 / 5.4 - 1)
+    assert g["limit_ms"] == 5.2 and g["limit_is_bound"] is True
+    assert g["limit_headroom"] == pytest.approx(1 - 5.2 / 6.0)
+    # an oracle above a measured single configuration's minimum (5.5) is not a bound
+    assert gains(ROWS, None, {"oracle_ms": 5.6})["limit_is_bound"] is False
+    assert g["load"]["cores"] == 2
+
+
+def test_kept_plan_equal_to_a_variant_has_no_partitioning_gain():
+    rows = ROWS[:-1] + [_row("collage:onnxruntime,openvino", 6.0, 5.9,
+                             kept="collage->single:onnxruntime[threads=1]")]
+    g = gains(rows, {"kept": "collage->single:onnxruntime[threads=1]", "estimated_ms": {}})
+    assert g["partitioning_gain_median"] == pytest.approx(0.0)
+    assert g["predicted_ms"] is None  # variants are measured end to end, never estimated
+
+
+def test_results_before_the_baseline_are_rebased_and_tabled():
+    old = [dict(r, best_single="single:openvino", ratio_to_best_single=r["median_ms"] / 8.0)
+           for r in ROWS]
+    res = {"versions": {}, "host": {}, "date": "2026-11-26", "options": {}, "rows": old,
+           "search": [], "artifacts": [], "container": [], "provenance": [], "headroom": []}
+    new = with_gains(res)
+    assert res["rows"][0]["best_single"] == "single:openvino"  # the input is left alone
+    assert new["gains_derived"] and new["gains"][0]["best_config_median_ms"] == 6.0
+    assert {r["best_single"] for r in new["rows"]} == {"single:onnxruntime[threads=1]"}
+    lines = "\n".join(gains_table(new))
+    for col in ("best default single", "best single configuration", "kept plan",
+                "variant gain", "partitioning gain", "predicted / measured ms", "bound ms",
+                "load"):
+        assert f" {col} |" in lines
+    assert "**+9.1% / +10.0%**" in lines  # partitioning gain by min (5.0 vs 5.5) / by median
+    assert "re-derived" in markdown(res)
+    rows = [dict(r) for r in ROWS]
+    rebase_rows(rows)
+    assert rows[-1]["ratio_min_to_best_single"] == pytest.approx(5.0 / 5.5)
+
+
+def _provmap(*args):
+    return subprocess.run([sys.executable, "-c", "from provmap.cli.main import main; "
+                           "raise SystemExit(main())", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_user_models_bad_input(tmp_path):
+    r = _provmap("bench", "--user-models", "bert_base,nosuch", "-o", str(tmp_path / "o"),
+                 "--models-dir", str(tmp_path / "m"))
+    assert r.returncode == 2 and "nosuch" in r.stderr and "gpt2_small" in r.stderr
+    r = _provmap("bench", "--user-models", "--quick", "-o", str(tmp_path / "o"))
+    assert r.returncode == 2 and "--quick" in r.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_yolo_like_detector_exports_and_runs_on_onnxruntime(tmp_path):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    import onnxruntime as ort
+
+    from provmap.bench.yolo_like import build
+
+    torch.manual_seed(0)
+    model = build(size=128).eval()
+    x = torch.randn(1, 3, 128, 128)
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert want.shape == (1, 84, (16 * 16 + 8 * 8 + 4 * 4))  # boxes + 80 classes per anchor
+    path = tmp_path / "yolo.onnx"
+    torch.onnx.export(model, (x,), str(path), input_names=["images"],
+                      output_names=["output0"], opset_version=17, dynamo=False)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"images": x.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_user_models_without_torch_is_one_clear_error(tmp_path, monkeypatch):
+    from provmap.bench import user_bench
+    from provmap.provenance.errors import ProvmapError
+
+    monkeypatch.setattr(user_bench, "torch_available", lambda: False)
+    with pytest.raises(ProvmapError, match=r"\[torch\] extra"):
+        user_bench.prepare(["resnet50"], tmp_path)
+    done = user_bench.model_path("resnet50", "dynamo", tmp_path)  # an export made earlier
+    done.parent.mkdir(parents=True)
+    done.write_bytes(b"")
+    assert user_bench.prepare(["resnet50"], tmp_path) == [str(done)]
+    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "c" / "costs.sqlite"))
+    assert user_bench.models_dir() == tmp_path / "c" / "user-models"
