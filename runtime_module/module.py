@@ -84,7 +84,7 @@ class PartitionModule(Module):
         if self._runner is None:
             if self._gate is not None:
                 self._gate(self)
-            options = self.artifact.manifest["backends"].get(self.backend, {}).get("options", {})
+            options = self.artifact.backend_options(self.backend)  # declared options only
             threads = ((self.artifact.manifest.get("schedule") or {}).get("threads") or {}).get(self.id)
             try:
                 by_option = threads and "threads" in backend_class(self.backend).option_names()
