@@ -222,15 +222,61 @@ def dispatch(args) -> int:
         if interrupt.interrupted():  # a library turned Ctrl-C into its own error
             print("provmap: interrupted", file=sys.stderr)
             return 130
-        print(f"provmap: error: {e}", file=sys.stderr)
+        print(f"provmap: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # disk full, permissions changed mid-run: still one line
         if interrupt.interrupted():
             print("provmap: interrupted", file=sys.stderr)
             return 130
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"provmap: error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"provmap: error: {one_line(f'{where}{e.strerror or e}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # input nested deeper than any reader here expects
+        print(f"provmap: error: {_subject(args)}input nested too deeply to read",
+              file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"provmap: error: {_subject(args)}out of memory (an input asks for more than "
+              "this machine holds)", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - the promise is one line, whatever escaped
+        if interrupt.interrupted():
+            print("provmap: interrupted", file=sys.stderr)
+            return 130
+        print(f"provmap: error: {_subject(args)}{one_line(first_line(e, with_type=True))} "
+              "(unexpected; please report it with the command that caused it)",
+              file=sys.stderr)
+        return 2
+
+
+def _subject(args) -> str:
+    """The file the command was working on, to name in an unexpected error."""
+    for name in ("artifact", "model", "profile"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            return f"{term_safe(value)}: "
+    return ""
+
+
+_CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7f, *range(0x80, 0xa0), 0x2028, 0x2029,
+                          0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068,
+                          0x2069, 0x200e, 0x200f, 0x061c])
+
+
+def term_safe(text) -> str:
+    """`text` with every control character (escape sequences, carriage returns, bidi
+    overrides) written as a visible escape: names from an artifact or model are someone
+    else's text, and a terminal would act on them (recolour, move the cursor, retitle)."""
+    s = str(text)
+    if not any(ord(c) in _CONTROL for c in s):
+        return s
+    return "".join(c if ord(c) not in _CONTROL else
+                   ("\\x%02x" % ord(c) if ord(c) < 0x100 else "\\u%04x" % ord(c)) for c in s)
+
+
+def one_line(text: str) -> str:
+    """An error message as one safe line (newlines and escapes made visible)."""
+    return term_safe(" ".join(str(text).split("\n")).strip())
