@@ -24,6 +24,7 @@ import os
 import re
 
 from provmap.provenance.errors import ProvmapError
+from provmap.provenance.shapes import memory_bytes
 
 MAX_DEPTH = 32           # nesting of free-form parts (plan_info, blob_meta, host, coverage)
 MAX_NAME = 4096          # characters in one name (tensor, node, kernel, member)
@@ -38,14 +39,6 @@ _DTYPE_KINDS = "biufcVO"  # numbers, bool, ml_dtypes' types (V), ONNX strings as
 
 class SchemaError(ProvmapError):
     pass
-
-
-def memory_bytes() -> int:
-    """What this machine can hold: physical memory (a tensor larger than it cannot run)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not POSIX: a generous fixed bound
-        return 1 << 40
 
 
 def parse_json(data: bytes | str, where: str):

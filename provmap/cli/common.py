@@ -277,6 +277,12 @@ def term_safe(text) -> str:
                    ("\\x%02x" % ord(c) if ord(c) < 0x100 else "\\u%04x" % ord(c)) for c in s)
 
 
+def print_safe(text) -> None:
+    """Text output of names from an artifact or model (someone else's): control characters
+    shown escaped, line by line, rather than acted on by the terminal (JSON escapes itself)."""
+    print("\n".join(term_safe(line) for line in str(text).split("\n")))
+
+
 def one_line(text: str) -> str:
     """An error message as one safe line (newlines and escapes made visible)."""
     return term_safe(" ".join(str(text).split("\n")).strip())
