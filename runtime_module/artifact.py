@@ -235,8 +235,11 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
                            f"{e})") from None
     except (zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
         raise ProvmapError(f"{p}: refused: cannot read artifact: {e}") from None
+    for member in (manifest.get("constant_outputs") or {}).values():
+        schema.check_npy(members[member], f"{p}: {member}")
     if "map.json" in members:
-        schema.check_map(schema.parse_json(members["map.json"], f"{p}: map.json"), str(p))
+        schema.check_map(schema.parse_json(members["map.json"], f"{p}: map.json"), str(p),
+                         manifest)
     return Artifact(manifest=manifest, members=members,
                     digest=trust.manifest_digest(manifest_bytes), where=str(p))
 

@@ -262,7 +262,7 @@ def _check_model(v: _V, model, members: dict) -> None:
         v.strs(model["derived"], "model.derived", max_len=MAX_TEXT)
     for k in ("inputs", "outputs"):
         for i, t in enumerate(v.list_(model[k], f"model.{k}")):
-            v.tensor(t, f"model.{k}[{i}]", open_dims=(k == "outputs"))
+            v.tensor(t, f"model.{k}[{i}]", open_dims=True)
     for k in ("onnx_nodes", "op_nodes", "folded_before_import"):
         if k in model:
             v.int_(model[k], f"model.{k}")
@@ -341,6 +341,28 @@ def check_schedule_doc(v: _V, sched, partitions: list, ids: list[str]) -> None:
         raise SchemaError(f"{v.where}: {e}") from None
 
 
+def check_npy(data: bytes, where: str) -> None:
+    """A constant's .npy member: a plain numeric array whose header matches its size (an
+    object array would need pickle, which is never used)."""
+    import io
+
+    import numpy as np
+
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _order, dtype = read(f)
+    except Exception as e:  # numpy raises ValueError and friends for a bad header
+        raise SchemaError(f"{where}: not a valid .npy array ({str(e)[:200]})") from None
+    if dtype.hasobject or dtype.kind not in _DTYPE_KINDS.replace("O", ""):
+        raise SchemaError(f"{where}: holds {dtype} elements (Python objects), not numbers")
+    if math.prod(shape) * dtype.itemsize != len(data) - f.tell():
+        raise SchemaError(f"{where}: the header says {list(shape)} of {dtype}, the member "
+                          f"holds {len(data) - f.tell()} bytes of data")
+
+
 # -- map.json --------------------------------------------------------------------------------
 
 _MAP_RECORDS = {
@@ -353,9 +375,10 @@ _MAP_RECORDS = {
 }
 
 
-def check_map(d, where: str) -> dict:
+def check_map(d, where: str, manifest: dict | None = None) -> dict:
     """map.json: every record has exactly its fields, each of its type; the join tables are
-    triples of strings."""
+    triples of strings naming records that exist; and (with `manifest`) every node and kernel
+    a partition names is in the map."""
     v = _V(f"{where}: map.json")
     v.dict_(d, "", required=("schema_version", "onnx_nodes", "relax_exprs", "kernels",
                              "kernel_sites", "node_exprs", "site_exprs"))
@@ -381,13 +404,27 @@ def check_map(d, where: str) -> dict:
                     v.strs(x, f"{at}.{f}")
                 else:
                     v.opt_str(x, f"{at}.{f}", max_len=MAX_TEXT)
-    for key in ("node_exprs", "site_exprs"):
+    ids = {key: {r[f] for r in d[key]} for key, f in (("onnx_nodes", "id"),
+           ("relax_exprs", "id"), ("kernels", "name"), ("kernel_sites", "id"))}
+    for i, r in enumerate(d["kernel_sites"]):
+        if r["kernel"] not in ids["kernels"]:
+            v.fail(f"kernel_sites[{i}].kernel", f"{_short(r['kernel'])} is no kernel of the map")
+    for key, first in (("node_exprs", "onnx_nodes"), ("site_exprs", "kernel_sites")):
         for i, t in enumerate(v.list_(d[key], key)):
             v.list_(t, f"{key}[{i}]")
             if len(t) != 3:
                 v.fail(f"{key}[{i}]", f"expected 3 entries, got {len(t)}")
             for j, s in enumerate(t):
                 v.str_(s, f"{key}[{i}][{j}]")
+            if t[0] not in ids[first] or t[1] not in ids["relax_exprs"]:
+                v.fail(f"{key}[{i}]", f"{_short(t[:2])} names a record the map does not hold")
+    for i, p in enumerate((manifest or {}).get("partitions", ())):
+        for key, known in (("onnx_nodes", "onnx_nodes"), ("ops", "onnx_nodes"),
+                           ("kernels", "kernels")):
+            missing = [x for x in p.get(key, ()) if x not in ids[known]]
+            if missing:
+                raise SchemaError(f"{where}: manifest.json: partitions[{i}].{key}: "
+                                  f"{_short(missing[0])} is not in map.json")
     return d
 
 

@@ -277,6 +277,9 @@ class ArtifactModule(Module):
         out = {}
         for name, spec in self.input_specs.items():
             dt = np.dtype(spec["dtype"])
+            if None in spec["shape"]:
+                raise ProvmapError(f"input {name!r} has a dimension known only at run time "
+                                   f"({spec['shape']}): give the inputs (--inputs FILE.npz)")
             if dt.kind == "f":
                 out[name] = rng.standard_normal(spec["shape"]).astype(dt)
             elif dt.kind in "iu":
