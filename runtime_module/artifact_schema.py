@@ -108,7 +108,7 @@ class _V:
             self.fail(path, f"nested deeper than {MAX_DEPTH}")
         if isinstance(x, dict):
             for k, v in x.items():
-                self.free(v, f"{path}.{_short(k, 40)}", depth + 1)
+                self.free(v, f"{path}.{_key(k)}", depth + 1)
         elif isinstance(x, list):
             for i, v in enumerate(x):
                 self.free(v, f"{path}[{i}]", depth + 1)
@@ -169,6 +169,14 @@ def _tname(x) -> str:
             int: "an integer", float: "a number", type(None): "null"}.get(type(x), type(x).__name__)
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.:\-]{1,60}")
+
+
+def _key(k) -> str:
+    """A key in a field path: as is when plain, else quoted and cut short."""
+    return k if isinstance(k, str) and _PLAIN.fullmatch(k) else _short(k, 40)
+
+
 def _short(x, n=60) -> str:
     s = repr(x)
     return s if len(s) <= n else s[:n] + "..."
@@ -211,7 +219,7 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
         v.strs(m["warnings"], "warnings", max_len=MAX_TEXT)
     backends = v.dict_(m["backends"], "backends")
     for name, b in backends.items():
-        p = f"backends.{_short(name, 40)}"
+        p = f"backends.{_key(name)}"
         v.str_(name, p, empty=False)
         v.dict_(b, p)
         if "version" in b:
@@ -219,11 +227,11 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
         opts = v.dict_(b.get("options", {}), f"{p}.options")
         for k, val in opts.items():
             v.str_(k, f"{p}.options", max_len=128)
-            _check_option(v, val, f"{p}.options.{_short(k, 40)}", k)
+            _check_option(v, val, f"{p}.options.{_key(k)}", k)
     ids = _check_partitions(v, m["partitions"], members, backends)
     consts = v.dict_(m.get("constant_outputs") or {}, "constant_outputs")
     for name, member in consts.items():
-        p = f"constant_outputs.{_short(name, 40)}"
+        p = f"constant_outputs.{_key(name)}"
         v.str_(name, p)
         v.str_(member, p)
         if member not in members or not member.endswith(".npy"):
@@ -268,12 +276,12 @@ def _check_model(v: _V, model, members: dict) -> None:
             v.int_(model[k], f"model.{k}")
     if "input_shapes_given" in model:
         for name, dims in v.dict_(model["input_shapes_given"], "model.input_shapes_given").items():
-            for i, d in enumerate(v.list_(dims, f"model.input_shapes_given.{_short(name, 40)}",
+            for i, d in enumerate(v.list_(dims, f"model.input_shapes_given.{_key(name)}",
                                           max_len=64)):
-                v.int_(d, f"model.input_shapes_given.{_short(name, 40)}[{i}]")
+                v.int_(d, f"model.input_shapes_given.{_key(name)}[{i}]")
     if "not_compilable_by_tvm" in model:
         for nid, why in v.dict_(model["not_compilable_by_tvm"], "model.not_compilable_by_tvm").items():
-            v.str_(why, f"model.not_compilable_by_tvm.{_short(nid, 40)}", max_len=MAX_TEXT)
+            v.str_(why, f"model.not_compilable_by_tvm.{_key(nid)}", max_len=MAX_TEXT)
     if model.get("member") is not None:
         v.str_(model["member"], "model.member")
         if model["member"] not in members:
@@ -332,7 +340,7 @@ def check_schedule_doc(v: _V, sched, partitions: list, ids: list[str]) -> None:
     for k, stage in enumerate(v.list_(sched["stages"], "schedule.stages")):
         v.strs(stage, f"schedule.stages[{k}]")
     for pid, n in v.dict_(sched.get("threads") or {}, "schedule.threads").items():
-        v.int_(n, f"schedule.threads.{_short(pid, 40)}", lo=1, hi=MAX_THREADS)
+        v.int_(n, f"schedule.threads.{_key(pid)}", lo=1, hi=MAX_THREADS)
     if "why" in sched:
         v.str_(sched["why"], "schedule.why", max_len=MAX_TEXT)
     try:
