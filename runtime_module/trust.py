@@ -263,9 +263,12 @@ def is_trusted(digest: str) -> bool:
     if con is None:  # an old list that could not be converted: read it as before
         old = path if _is_legacy(path) else _legacy_default()
         return old is not None and any(r[0] == digest for r in _legacy_rows(old))
-    with contextlib.closing(con):
-        return con.execute("SELECT 1 FROM trusted WHERE digest = ?", (digest,)).fetchone() \
-            is not None
+    try:
+        with contextlib.closing(con):
+            return con.execute("SELECT 1 FROM trusted WHERE digest = ?", (digest,)).fetchone() \
+                is not None
+    except sqlite3.Error:  # a damaged list trusts nothing
+        return False
 
 
 def _now() -> str:
@@ -319,6 +322,14 @@ def forget_path(path: str | os.PathLike) -> int:
 def entries() -> list[dict]:
     """Every entry, read only: listing never creates, converts or rewrites the file."""
     path = trust_file()
+    try:
+        return _entries(path)
+    except sqlite3.Error as e:
+        raise TrustStoreError(f"{path}: the trust list is damaged ({e}); move it aside and "
+                              "trust your artifacts again") from None
+
+
+def _entries(path: Path) -> list[dict]:
     con = _connect_readonly()
     if con is None:
         rows = list(_legacy_rows(path)) if _is_legacy(path) else []
@@ -332,6 +343,13 @@ def entries() -> list[dict]:
 
 
 def _delete(digests: list[str]) -> None:
+    try:
+        _delete_rows(digests)
+    except sqlite3.Error as e:
+        raise TrustStoreError(f"{trust_file()}: the trust list is damaged ({e})") from None
+
+
+def _delete_rows(digests: list[str]) -> None:
     con = _connect(create=False)
     if con is None:
         raise OSError(f"{trust_file()}: cannot be converted to the current format")

@@ -144,6 +144,11 @@ def _load_inputs(path: str) -> dict:
         with np.load(path, allow_pickle=False) as z:
             if not hasattr(z, "files"):
                 raise ValueError("a single .npy array")
+            if not z.files:
+                raise ValueError("it holds no arrays")
+            odd = [n for n in z.zip.namelist() if not n.endswith(".npy")]
+            if odd:  # numpy hands such members back as bytes, not arrays
+                raise ValueError(f"member {odd[0]!r} is not a .npy array")
             return {k: z[k] for k in z.files}
     except Exception as e:
         first = first_line(e)
@@ -151,6 +156,23 @@ def _load_inputs(path: str) -> dict:
             first = "it holds Python objects, not arrays"
         raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({first}); write one "
                            "with numpy.savez(path, NAME=array, ...)") from None
+
+
+def read_json_file(path: str, what: str):
+    """A JSON file the user names (a profile, compare's errors): a regular file (a FIFO would
+    hang the read), parsed with nesting bounded; every failure one line naming the file."""
+    import stat
+
+    from provmap.runtime_module.artifact_schema import parse_json
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ProvmapError(f"{path}: not a regular file (the {what} JSON)")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ProvmapError(f"{path}: cannot read the {what} JSON: {e.strerror or e}") from None
+    return parse_json(data, f"{path}: the {what} JSON")
 
 
 def output_stats(a: np.ndarray) -> dict:
