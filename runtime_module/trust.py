@@ -130,10 +130,14 @@ def _is_legacy(path: Path) -> bool:
     try:
         if not path.is_file() or path.stat().st_size > _LEGACY_MAX:
             return False
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            if f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:  # the common case: read no more
+                return False
+            f.seek(0)
+            data = f.read()
     except OSError:
         return False
-    if not data or data.startswith(_SQLITE_MAGIC):
+    if not data:
         return False
     return all(_LEGACY_LINE.fullmatch(line) for line in data.splitlines())
 

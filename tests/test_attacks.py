@@ -228,3 +228,76 @@ def test_listing_an_old_text_list_leaves_it_as_it_is(tmp_path):
 def _zeros(d):
     np.savez(d / "zeros.npz", x=np.zeros(4, np.float32))
     return d / "zeros.npz"
+
+
+def test_revoke_by_path_after_the_file_was_replaced(ort_art, tmp_path, monkeypatch):
+    """`--list` showed the entry as "file now holds another artifact", yet `--revoke PATH`
+    said there was no such entry."""
+    import shutil
+
+    lst = tmp_path / "list"
+    env = dict(os.environ, PROVMAP_TRUST=str(lst))
+    onnx.save(relu_model(), tmp_path / "relu.onnx")
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", tmp_path / "relu.onnx", "-o", art, "--strategy", "single:tvm",
+                   env=env).returncode == 0
+    shutil.copyfile(ort_art, art)  # the path now holds another artifact
+    listed = provmap("trust", "--list", env=env).stdout
+    assert "file now holds another artifact" in listed
+    r = provmap("trust", "--revoke", art, env=env)
+    assert r.returncode == 0 and "revoked" in r.stdout, r.stderr
+    assert "0 trusted artifact(s)" in provmap("trust", "--list", env=env).stdout
+
+
+def test_trust_list_finds_entries_by_path_through_an_index(tmp_path, monkeypatch):
+    """A rebuild deletes the entries recorded at its path: with 100k entries that was a scan
+    per build (78 ms an add)."""
+    import sqlite3
+
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "list"))
+    trust.add_trusted("a" * 64, tmp_path / "a.provmap", backends=["tvm"])
+    con = sqlite3.connect(tmp_path / "list")
+    plan = " ".join(r[-1] for r in con.execute(
+        "EXPLAIN QUERY PLAN DELETE FROM trusted WHERE path = ? AND digest != ?", ("x", "y")))
+    con.close()
+    assert "trusted_path" in plan, plan
+
+
+def test_names_from_an_artifact_reach_the_terminal_escaped(tmp_path):
+    """A node named with terminal escape sequences recoloured (or retitled) the terminal of
+    whoever inspected the artifact; JSON was always escaped."""
+    evil = "\x1b]0;owned\x07\x1b[31mred"
+    m = relu_model()
+    m.graph.node[0].name = evil
+    onnx.save(m, tmp_path / "m.onnx")
+    art = tmp_path / "e.provmap"
+    assert provmap("compile", tmp_path / "m.onnx", "-o", art, "--strategy",
+                   "single:onnxruntime").returncode == 0
+    outs = [provmap("inspect", art), provmap("lookup", art, "--onnx-node", evil)]
+    kernel = json.loads(provmap("inspect", art, "--json").stdout)["partitions"][0]["kernels"][0]
+    outs.append(provmap("lookup", art, "--kernel", kernel))
+    for r in outs:
+        assert r.returncode == 0, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout, r.stdout
+        assert "\\x1b[31mred" in r.stdout, r.stdout
+    r = provmap("lookup", art, "--onnx-node", evil + "x")  # the error line too
+    assert r.returncode == 2 and "\x1b" not in r.stderr and "\\x1b" in r.stderr, r.stderr
+
+
+def test_backends_write_nothing_under_home(tmp_path):
+    """OpenVINO's import wrote ~/intel/openvino_ga_cid and sent an event; ONNX Runtime wrote a
+    device id under ~/.cache/Microsoft.  provmap turns both off (their own switches)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    onnx.save(relu_model(), tmp_path / "m.onnx")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "ORT_DISABLE_TELEMETRY")}
+    env.update(HOME=str(home), PROVMAP_TRUST=str(tmp_path / "list"),
+               PROVMAP_CACHE=str(tmp_path / "c.sqlite"))
+    art = tmp_path / "m.provmap"
+    r = provmap("compile", tmp_path / "m.onnx", "-o", art, "--strategy",
+                "greedy:openvino,onnxruntime", "--backend-option", "openvino.exclude_ops=Add",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    assert provmap("run", art, "--random", env=env).returncode == 0
+    assert sorted(p.name for p in home.rglob("*")) == []
