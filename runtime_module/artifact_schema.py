@@ -143,7 +143,7 @@ class _V:
         `open_dims`) and the whole tensor must fit in this machine's memory."""
         from provmap.provenance.dtypes import itemsize
 
-        self.dict_(t, path, required=("name", "dtype", "shape"))
+        self.dict_(t, path, required=("name", "dtype", "shape", "bytes"))
         self.str_(t["name"], f"{path}.name")
         self.dtype(t["dtype"], f"{path}.dtype")
         self.list_(t["shape"], f"{path}.shape", max_len=64)
@@ -152,8 +152,7 @@ class _V:
             if d is None and open_dims:
                 continue
             n *= self.int_(d, f"{path}.shape[{i}]")
-        if "bytes" in t and t["bytes"] is not None:
-            self.int_(t["bytes"], f"{path}.bytes")
+        self.int_(t["bytes"], f"{path}.bytes")
         try:
             size = n * itemsize(t["dtype"])
         except (TypeError, AttributeError):
@@ -204,7 +203,8 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
             v.fail(at, "absolute or leaves the artifact (..)")
         v.str_(name, at, pattern=_MEMBER)
         v.str_(h, at, pattern=_HEX64)
-    v.dict_(m, "", required=("model", "strategy", "backends", "partitions"))
+    v.dict_(m, "", required=("model", "strategy", "backends", "partitions", "host",
+                             "created_utc", "coverage"))
     if "map.json" not in members:
         v.fail("members", "no map.json (every artifact carries its provenance map)")
     _check_model(v, m["model"], members)
@@ -221,14 +221,14 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
     for name, b in backends.items():
         p = f"backends.{_key(name)}"
         v.str_(name, p, empty=False)
-        v.dict_(b, p)
-        if "version" in b:
-            v.str_(b["version"], f"{p}.version")
-        opts = v.dict_(b.get("options", {}), f"{p}.options")
+        v.dict_(b, p, required=("version", "options"))
+        v.str_(b["version"], f"{p}.version")
+        opts = v.dict_(b["options"], f"{p}.options")
         for k, val in opts.items():
             v.str_(k, f"{p}.options", max_len=128)
             _check_option(v, val, f"{p}.options.{_key(k)}", k)
     ids = _check_partitions(v, m["partitions"], members, backends)
+    _check_dataflow(v, m)
     consts = v.dict_(m.get("constant_outputs") or {}, "constant_outputs")
     for name, member in consts.items():
         p = f"constant_outputs.{_key(name)}"
@@ -261,13 +261,14 @@ def _check_option(v: _V, val, path: str, key: str) -> None:
 
 
 def _check_model(v: _V, model, members: dict) -> None:
-    v.dict_(model, "model", required=("name", "inputs", "outputs"))
+    v.dict_(model, "model", required=("name", "sha256", "inputs", "outputs"))
     v.str_(model["name"], "model.name", max_len=MAX_TEXT)
-    for k in ("sha256", "derived_sha256"):
-        if model.get(k):
-            v.str_(model[k], f"model.{k}", pattern=_HEX64)
-    if "derived" in model:
+    if model.get("derived"):
         v.strs(model["derived"], "model.derived", max_len=MAX_TEXT)
+        v.dict_(model, "model", required=("derived_sha256",))  # inspect names both hashes
+    for k in ("sha256", "derived_sha256"):
+        if k in model:
+            v.str_(model[k], f"model.{k}", pattern=_HEX64)
     for k in ("inputs", "outputs"):
         for i, t in enumerate(v.list_(model[k], f"model.{k}")):
             v.tensor(t, f"model.{k}[{i}]", open_dims=True)
@@ -313,7 +314,10 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
             for j, t in enumerate(v.list_(p[k], f"{at}.{k}")):
                 v.tensor(t, f"{at}.{k}[{j}]", open_dims=True)
         if "blob_meta" in p:
-            v.free(v.dict_(p["blob_meta"], f"{at}.blob_meta"), f"{at}.blob_meta")
+            meta = v.free(v.dict_(p["blob_meta"], f"{at}.blob_meta"), f"{at}.blob_meta")
+            for k in ("input_names", "output_names"):
+                if meta.get(k) is not None:
+                    v.strs(meta[k], f"{at}.blob_meta.{k}")
         prefix = f"partitions/{pid}/"
         for name, h in v.dict_(p["files"], f"{at}.files").items():
             fp = f"{at}.files[{_short(name)}]"
@@ -330,6 +334,26 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
         if "key" in p:
             v.str_(p["key"], f"{at}.key")
     return ids
+
+
+def _check_dataflow(v: _V, m: dict) -> None:
+    """Every tensor a partition's runner reads is a graph input or an earlier partition's
+    output, and every tensor it names as produced is one of its declared outputs: the executor
+    looks them up by name, and a dangling one was a KeyError in the middle of a run."""
+    available = {t["name"] for t in m["model"]["inputs"]}
+    for i, p in enumerate(m["partitions"]):
+        meta = p.get("blob_meta") or {}
+        ins = meta.get("input_names") or [t["name"] for t in p["inputs"]]
+        outs = {t["name"] for t in p["outputs"]}
+        for name in ins:
+            if name not in available:
+                v.fail(f"partitions[{i}].inputs", f"{_short(name)} is neither a graph input nor "
+                       "an output of an earlier partition")
+        for name in meta.get("output_names") or ():
+            if name not in outs:
+                v.fail(f"partitions[{i}].blob_meta.output_names",
+                       f"{_short(name)} is not among the partition's outputs")
+        available |= outs
 
 
 def check_schedule_doc(v: _V, sched, partitions: list, ids: list[str]) -> None:
@@ -349,115 +373,5 @@ def check_schedule_doc(v: _V, sched, partitions: list, ids: list[str]) -> None:
         raise SchemaError(f"{v.where}: {e}") from None
 
 
-def check_npy(data: bytes, where: str) -> None:
-    """A constant's .npy member: a plain numeric array whose header matches its size (an
-    object array would need pickle, which is never used)."""
-    import io
-
-    import numpy as np
-
-    f = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _order, dtype = read(f)
-    except Exception as e:  # numpy raises ValueError and friends for a bad header
-        raise SchemaError(f"{where}: not a valid .npy array ({str(e)[:200]})") from None
-    if dtype.hasobject or dtype.kind not in _DTYPE_KINDS.replace("O", ""):
-        raise SchemaError(f"{where}: holds {dtype} elements (Python objects), not numbers")
-    if math.prod(shape) * dtype.itemsize != len(data) - f.tell():
-        raise SchemaError(f"{where}: the header says {list(shape)} of {dtype}, the member "
-                          f"holds {len(data) - f.tell()} bytes of data")
-
-
-# -- map.json --------------------------------------------------------------------------------
-
-_MAP_RECORDS = {
-    "onnx_nodes": (("id", "s"), ("name", "s"), ("op_type", "s"), ("domain", "s"),
-                   ("index", "i"), ("inputs", "S"), ("outputs", "S"), ("elided", "o")),
-    "relax_exprs": (("id", "s"), ("function", "s"), ("var", "s"), ("op", "s"), ("shape", "o"),
-                    ("dtype", "o"), ("index", "i")),
-    "kernels": (("name", "s"), ("function", "s"), ("backend", "s"), ("kind", "s")),
-    "kernel_sites": (("id", "s"), ("kernel", "s"), ("caller", "s"), ("ordinal", "i")),
-}
-
-
-def check_map(d, where: str, manifest: dict | None = None) -> dict:
-    """map.json: every record has exactly its fields, each of its type; the join tables are
-    triples of strings naming records that exist; and (with `manifest`) every node and kernel
-    a partition names is in the map."""
-    v = _V(f"{where}: map.json")
-    v.dict_(d, "", required=("schema_version", "onnx_nodes", "relax_exprs", "kernels",
-                             "kernel_sites", "node_exprs", "site_exprs"))
-    if d["schema_version"] != 1 or isinstance(d["schema_version"], bool):
-        v.fail("schema_version", f"{_short(d['schema_version'])} is not supported (reads 1)")
-    if "meta" in d:
-        v.free(v.dict_(d["meta"], "meta"), "meta")
-    for key, fields in _MAP_RECORDS.items():
-        names = {f for f, _ in fields}
-        for i, r in enumerate(v.list_(d[key], key)):
-            at = f"{key}[{i}]"
-            v.dict_(r, at, required=[f for f, t in fields if t != "o"])
-            extra = set(r) - names
-            if extra:
-                v.fail(at, f"unexpected field {_short(sorted(extra)[0])}")
-            for f, t in fields:
-                x = r.get(f)
-                if t == "s":
-                    v.str_(x, f"{at}.{f}", max_len=MAX_TEXT)
-                elif t == "i":
-                    v.int_(x, f"{at}.{f}")
-                elif t == "S":
-                    v.strs(x, f"{at}.{f}")
-                else:
-                    v.opt_str(x, f"{at}.{f}", max_len=MAX_TEXT)
-    ids = {key: {r[f] for r in d[key]} for key, f in (("onnx_nodes", "id"),
-           ("relax_exprs", "id"), ("kernels", "name"), ("kernel_sites", "id"))}
-    for i, r in enumerate(d["kernel_sites"]):
-        if r["kernel"] not in ids["kernels"]:
-            v.fail(f"kernel_sites[{i}].kernel", f"{_short(r['kernel'])} is no kernel of the map")
-    for key, first in (("node_exprs", "onnx_nodes"), ("site_exprs", "kernel_sites")):
-        for i, t in enumerate(v.list_(d[key], key)):
-            v.list_(t, f"{key}[{i}]")
-            if len(t) != 3:
-                v.fail(f"{key}[{i}]", f"expected 3 entries, got {len(t)}")
-            for j, s in enumerate(t):
-                v.str_(s, f"{key}[{i}][{j}]")
-            if t[0] not in ids[first] or t[1] not in ids["relax_exprs"]:
-                v.fail(f"{key}[{i}]", f"{_short(t[:2])} names a record the map does not hold")
-    for i, p in enumerate((manifest or {}).get("partitions", ())):
-        for key, known in (("onnx_nodes", "onnx_nodes"), ("ops", "onnx_nodes"),
-                           ("kernels", "kernels")):
-            missing = [x for x in p.get(key, ()) if x not in ids[known]]
-            if missing:
-                raise SchemaError(f"{where}: manifest.json: partitions[{i}].{key}: "
-                                  f"{_short(missing[0])} is not in map.json")
-    return d
-
-
-# -- profile files (provmap profile --json, read by report --profile) ------------------------
-
-def check_profile(d, where: str) -> dict:
-    v = _V(where)
-    v.dict_(d, "", required=("partitions",))
-    v.free(d, "")
-    for i, p in enumerate(v.list_(d["partitions"], "partitions")):
-        v.dict_(p, f"partitions[{i}]", required=("partition",))
-        v.str_(p["partition"], f"partitions[{i}].partition")
-        _num(v, p.get("ms"), f"partitions[{i}].ms")
-    for i, r in enumerate(v.list_(d.get("onnx_nodes") or [], "onnx_nodes")):
-        v.dict_(r, f"onnx_nodes[{i}]", required=("id",))
-        v.str_(r["id"], f"onnx_nodes[{i}].id")
-        _num(v, r.get("ms"), f"onnx_nodes[{i}].ms")
-        if r.get("shared_with") is not None:
-            v.strs(r["shared_with"], f"onnx_nodes[{i}].shared_with")
-    _num(v, d.get("e2e_ms"), "e2e_ms")
-    if d.get("artifact_digest") is not None:
-        v.str_(d["artifact_digest"], "artifact_digest", pattern=_HEX64)
-    return d
-
-
-def _num(v: _V, x, path: str) -> None:
-    if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
-        v.fail(path, f"expected a number, got {_tname(x)}")
+# The members' own documents (map.json, .npy constants, profile files): member_schema.
+from .member_schema import check_map, check_npy, check_profile  # noqa: E402,F401

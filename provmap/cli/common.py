@@ -268,9 +268,9 @@ def dispatch(args) -> int:
         if interrupt.interrupted():
             print("provmap: interrupted", file=sys.stderr)
             return 130
-        print(f"provmap: error: {_subject(args)}{one_line(first_line(e, with_type=True))} "
-              "(unexpected; please report it with the command that caused it)",
-              file=sys.stderr)
+        print(f"provmap: error: {_subject(args)}internal error: "
+              f"{one_line(first_line(e, with_type=True))} (please report it with the command "
+              "that caused it)", file=sys.stderr)
         return 2
 
 
