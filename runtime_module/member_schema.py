@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .artifact_schema import _DTYPE_KINDS, MAX_TEXT, SchemaError, _HEX64, _V, _short
+from .schema_base import _DTYPE_KINDS, MAX_TEXT, SchemaError, _HEX64, _V, _short
 
 
 def check_npy(data: bytes, where: str) -> None:
