@@ -232,3 +232,15 @@ def test_trust_list_that_is_corrupt_sqlite_is_one_line(capsys, tmp_path, monkeyp
     rc = main(["trust", "--list"])
     err = capsys.readouterr().err
     assert rc in (0, 2) and "Traceback" not in err and "internal error" not in err, err
+
+
+def test_a_library_failing_to_import_while_the_parser_is_built_is_one_line(capsys,
+                                                                          monkeypatch):
+    """Building the parser imports the backends' option tables; a broken installation (seen:
+    torch's libraries half-installed under TVM's import) printed a traceback."""
+    import provmap.cli.main as cli_main
+
+    def broken():
+        raise OSError("libtorch_global_deps.so: cannot open shared object file")
+    monkeypatch.setattr(cli_main, "build_parser", broken)
+    refused(capsys, ["inspect", "x.provmap"], "cannot start", "libtorch_global_deps.so")

@@ -34,7 +34,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    return dispatch(build_parser().parse_args(argv))
+    """Parse and run; building the parser imports the backends' option tables, so a broken
+    installation (a library failing to import) is one line too, not a traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("provmap: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - argparse's own errors are SystemExit, not this
+        from provmap.provenance.errors import first_line
+
+        from .common import one_line
+
+        print(f"provmap: error: cannot start: {one_line(first_line(e, with_type=True))} "
+              "(is the installation complete?)", file=sys.stderr)
+        return 2
+    return dispatch(args)
 
 
 if __name__ == "__main__":
