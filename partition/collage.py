@@ -329,7 +329,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     if opts.refine_budget_s is None or opts.refine_budget_s > 0:
         from .refine import refine, suggestions_from, supported_fn
 
-        _say(progress, f"collage: second level, up to "
+        _say(progress, "collage: second level, up to "
                        + ("no limit" if opts.refine_budget_s is None else
                           f"{opts.refine_budget_s:.0f} s") + " of "
                        f"end-to-end measured changes to {winner}")

@@ -111,7 +111,8 @@ def start_server(tracker: str, key: str, host: str = "127.0.0.1", port: int = 90
         taddr = (thost, int(tport))
     except ValueError:
         raise ProvmapError(f"--tracker {tracker!r}: expected HOST:PORT") from None
-    return Server(host=host, port=port, port_end=port_end, tracker_addr=taddr, key=key,
+    # TVM tries range(port, port_end): its end is exclusive, --port-end is the last port tried.
+    return Server(host=host, port=port, port_end=port_end + 1, tracker_addr=taddr, key=key,
                   server_init_callback=register, silent=silent)
 
 

@@ -16,6 +16,30 @@ import onnx
 from .errors import ProvmapError
 
 FLAG = "--input-shape"
+INT64_MAX = 2**63 - 1
+
+
+def memory_bytes() -> int:
+    """What this machine can hold (physical memory): an input larger than that can never be
+    run, so asking for it is refused when it is given, not when `run` tries to allocate it."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: a generous fixed bound
+        return 1 << 40
+
+
+def check_size(label: str, dims, itemsize: int = 1) -> None:
+    """Refuse dimensions beyond int64, or a tensor larger than this machine's memory."""
+    total = 1
+    for k, d in enumerate(dims):
+        if d > INT64_MAX:
+            raise ProvmapError(f"{label}: dimension {k} is {d}, beyond int64")
+        total *= d
+    if total * itemsize > memory_bytes():
+        raise ProvmapError(f"{label}: {'x'.join(map(str, dims))} is {total * itemsize} bytes, "
+                           f"more than this machine's memory ({memory_bytes()} bytes)")
 
 
 def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -38,6 +62,7 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
             raise ProvmapError(f"{FLAG} {spec!r}: input {name!r} dimension {i} is {d}; sizes "
                                "must be >= 0 (a model's -1 is a dynamic dimension; give the "
                                "size to run it with)")
+    check_size(f"{FLAG} {spec!r}: input {name!r}", shape)  # at least a byte per element
     return name, shape
 
 
@@ -143,6 +168,13 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
             if bad:  # the Python API's input_shapes= too, not only the parsed flag
                 raise ProvmapError(f"{label}: input {vi.name!r} dimension {bad[0]} is "
                                    f"{want[bad[0]]}; sizes must be >= 0")
+            try:
+                from .dtypes import itemsize, onnx_dtype
+
+                size = itemsize(onnx_dtype(tt.elem_type))
+            except Exception:  # an element type numpy cannot hold: count a byte each
+                size = 1
+            check_size(f"{label}: input {vi.name!r}", [int(w) for w in want], size)
             if tt.HasField("shape") and len(tt.shape.dim) != len(want):
                 raise ProvmapError(f"{label}: input {vi.name!r} has rank {len(tt.shape.dim)} "
                                    f"({_dims_text(tt)}), {FLAG} gives {len(want)} dimensions")

@@ -24,6 +24,10 @@ from __future__ import annotations
 
 __all__ = ["compile", "load", "map", "lookup", "ProvmapError"]
 
+from provmap.provenance import quiet_backends as _quiet  # noqa: E402  (stdlib only)
+
+_quiet.install()  # backends' telemetry off, before anything imports one
+
 # name -> (module, attribute): the one table of what `provmap` re-exports.
 _API = {
     "compile": ("provmap.partition.compile", "compile_model"),

@@ -23,9 +23,7 @@ import hashlib
 import io
 import json
 import os
-import platform
 import re
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -39,9 +37,12 @@ from provmap.provenance.errors import ProvmapError
 from provmap.provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
 from provmap.provenance import atomic, store
 
-from . import trust
+from . import artifact_schema as schema, trust
+from .archive import StoredZip
 from .backend import Backend, BackendError, Blob, KernelInfo
 from .plan import Plan, order_plan
+from .spinning import quiet_spinning
+from .host import host_info, provmap_version as _provmap_version  # noqa: F401 (host_info: re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover  (reading an artifact must not import TVM: issue 36)
     from .graph_view import GraphView
@@ -63,20 +64,6 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def host_info() -> dict:
-    return {"platform": platform.platform(), "machine": platform.machine(),
-            "processor": platform.processor(), "cpus": os.cpu_count(),
-            "python": sys.version.split()[0]}
-
-
-def _provmap_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("provmap")
-    except Exception:
-        return "unknown"
-
-
 @dataclass
 class Artifact:
     """An artifact in memory: the manifest plus member bytes (everything but the manifest)."""
@@ -86,6 +73,12 @@ class Artifact:
     #: SHA-256 of the manifest as stored (it holds every member's hash): the identity that
     #: provmap.runtime_module.trust records.  Empty until the artifact is read or saved.
     digest: str = ""
+    #: The file it was read from, for messages ("" for one built in memory).
+    where: str = ""
+    #: Whether this process built it (build_artifact): only such an artifact is recorded as
+    #: "built here" in the trust list when saved.  One read from a file never is, however it
+    #: is re-saved (issue 33: re-saving a received artifact used to make it trusted).
+    built_here: bool = field(default=False, repr=False, compare=False)
 
     def partition(self, pid: str) -> dict:
         for p in self.manifest["partitions"]:
@@ -94,12 +87,40 @@ class Artifact:
         raise KeyError(pid)
 
     def blob(self, pid: str) -> Blob:
+        """Partition `pid`'s code and data, as its backend loads them.  Every ONNX file in it is
+        checked first (onnx_guard): no tensor may refer to data outside the artifact."""
+        from .onnx_guard import check_onnx_bytes
+
         p = self.partition(pid)
         prefix = f"partitions/{pid}/"
         files = {name[len(prefix):]: self.members[name] for name in p["files"]}
+        for name, data in files.items():
+            if name.lower().endswith(".onnx"):
+                check_onnx_bytes(data, f"{self.where or 'artifact'}: {prefix}{name}")
         # Kernel names come back from the manifest (their node mapping lives in the map).
         kernels = [KernelInfo(name=q.split(":", 1)[1], kind="") for q in p.get("kernels", [])]
-        return Blob(backend=p["backend"], files=files, meta=p["blob_meta"], kernels=kernels)
+        return Blob(backend=p["backend"], files=files, meta=p.get("blob_meta") or {},
+                    kernels=kernels)
+
+    def backend_options(self, backend: str) -> dict:
+        """The options the manifest gives `backend`, refused unless the backend declares each
+        one (its option_names and the common ones): an artifact cannot hand a backend a
+        setting it does not know, whichever backend it is and whether it is trusted or not."""
+        from .backend import Backend
+        from .registry import backend_class
+
+        options = dict(((self.manifest.get("backends") or {}).get(backend) or {})
+                       .get("options") or {})
+        try:
+            declared = set(backend_class(backend).option_names()) | set(Backend.COMMON_OPTIONS)
+        except BackendError as e:
+            raise ProvmapError(f"{self.where or 'artifact'}: {e}") from None
+        unknown = sorted(set(options) - declared)
+        if unknown:
+            raise ProvmapError(f"{self.where or 'artifact'}: manifest.json: backends."
+                               f"{backend}.options: {unknown[0]!r} is not an option of backend "
+                               f"{backend!r} (it takes {', '.join(sorted(declared))})")
+        return options
 
     def source_model(self, given=None):
         """The ONNX model to compare against and annotate: see `resolve_model`."""
@@ -128,7 +149,10 @@ class Artifact:
                     hint = f": pass --model PATH/{given_as}, the file it was compiled from"
                 raise ProvmapError("the artifact does not embed its ONNX model (compile with "
                                    f"--embed-model) and no --model was given{hint}")
-            model = onnx.load_from_string(self.members[member])
+            from .onnx_guard import check_onnx_bytes
+
+            model = check_onnx_bytes(self.members[member],
+                                     f"{self.where or 'artifact'}: {member}")
             label = "the embedded model"
         else:
             model, label = given, "the given model"
@@ -149,7 +173,8 @@ class Artifact:
                               else "") + ")")
 
     def provenance_map(self) -> ProvenanceMap:
-        return ProvenanceMap.from_dict(json.loads(self.members["map.json"]))
+        d = schema.parse_json(self.members["map.json"], f"{self.where or 'artifact'}: map.json")
+        return ProvenanceMap.from_dict(schema.check_map(d, self.where or "artifact"))
 
     # -- writing ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
@@ -169,9 +194,10 @@ class Artifact:
         self.manifest = manifest
         self.digest = trust.manifest_digest(manifest_bytes)
         # Your own builds run as they are; only code needs trust, so only code is recorded
-        # (a rebuild replaces its entry: the file no longer holds the old digest).
+        # (a rebuild replaces its entry: the file no longer holds the old digest).  An
+        # artifact read from a file and saved again is never recorded: its code is not ours.
         native = trust.native_backends(manifest)
-        if native:
+        if native and self.built_here:
             trust.add_trusted(self.digest, dest, how="built", backends=native)
         else:
             trust.forget_path(dest)
@@ -189,56 +215,45 @@ def _looks_like_onnx(p: Path) -> bool:
 
 
 def read_artifact(path: str | os.PathLike) -> Artifact:
-    """Read and verify an artifact; raise ProvmapError naming the file and the first problem."""
+    """Read and verify an artifact; raise ProvmapError naming the file and the first problem.
+
+    Order matters: the container is checked (archive.StoredZip: a regular file, stored
+    members whose sizes fit in it), then the manifest against the schema (artifact_schema),
+    then the member list against the manifest, and only then are members read, each hashed
+    as it streams; map.json is checked against its schema last."""
     p = Path(path)
-    if not p.exists():
-        raise ProvmapError(f"{p}: no such artifact")
     try:
-        with zipfile.ZipFile(p) as z:
-            names = z.namelist()
+        with StoredZip(p) as z:
+            names = z.names
             if MANIFEST not in names:
                 raise ProvmapError(f"{p}: not a provmap artifact (no {MANIFEST})")
             manifest_bytes = z.read(MANIFEST)
-            try:
-                manifest = json.loads(manifest_bytes)
-            except (ValueError, UnicodeDecodeError) as e:
-                raise ProvmapError(f"{p}: corrupt manifest: {e}") from None
-            if manifest.get("format") != FORMAT:
-                raise ProvmapError(f"{p}: not a provmap artifact (format {manifest.get('format')!r})")
-            if manifest.get("format_version") not in READS_VERSIONS:
-                raise ProvmapError(f"{p}: artifact format version {manifest.get('format_version')} "
-                                   f"is not supported (this provmap reads "
-                                   f"{', '.join(map(str, READS_VERSIONS))})")
-            expected = manifest.get("members") or {}
-            for name in list(names) + list(expected):
-                # Never written by provmap; refused so no tool extracting members can be
-                # steered outside its directory.
-                if name.startswith(("/", "\\")) or ".." in Path(name).parts or ":" in name.split("/")[0]:
-                    raise ProvmapError(f"{p}: refused: member name {name!r} is absolute or "
-                                       "leaves the artifact (..)")
+            manifest = schema.parse_json(manifest_bytes, f"{p}: {MANIFEST}")
+            schema.check_manifest(manifest, str(p), (FORMAT, READS_VERSIONS))
+            expected = manifest["members"]
+            # Names were checked with the manifest: no "..", no absolute or drive paths.
             listed = set(names) - {MANIFEST}
             if listed != set(expected):
                 extra = sorted(listed - set(expected))
                 missing = sorted(set(expected) - listed)
                 raise ProvmapError(f"{p}: refused: members do not match the manifest "
                                    f"(unexpected: {extra[:3]}, missing: {missing[:3]})")
-            members = {}
-            for name in sorted(expected):
-                data = z.read(name)
-                if _sha(data) != expected[name]:
-                    raise ProvmapError(f"{p}: refused: member {name} fails its SHA-256 check "
-                                       "(tampered or corrupted)")
-                members[name] = data
+            members = {name: z.read(name, sha256=expected[name]) for name in sorted(expected)}
     except zipfile.BadZipFile as e:
         if _looks_like_onnx(p):  # `provmap run model.onnx` said "not a zip file"
             raise ProvmapError(f"{p}: an ONNX model, not a provmap artifact; compile it "
                                f"first: provmap compile {p} -o {p.stem}.provmap") from None
         raise ProvmapError(f"{p}: refused: not a valid artifact file (truncated or corrupted: "
                            f"{e})") from None
-    except (zipfile.LargeZipFile, OSError, EOFError) as e:
+    except (zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
         raise ProvmapError(f"{p}: refused: cannot read artifact: {e}") from None
+    for member in (manifest.get("constant_outputs") or {}).values():
+        schema.check_npy(members[member], f"{p}: {member}")
+    if "map.json" in members:
+        schema.check_map(schema.parse_json(members["map.json"], f"{p}: map.json"), str(p),
+                         manifest)
     return Artifact(manifest=manifest, members=members,
-                    digest=trust.manifest_digest(manifest_bytes))
+                    digest=trust.manifest_digest(manifest_bytes), where=str(p))
 
 
 # -- building --------------------------------------------------------------------------------
@@ -246,30 +261,6 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
 def _progress(cb, msg):
     if cb is not None:
         cb(msg)
-
-
-def _quiet_spinning(plan: Plan, backends: dict[str, Backend]) -> dict[str, Backend]:
-    """In a plan mixing ONNX Runtime with other backends, turn ORT's thread spinning off.
-
-    ORT's pool threads keep spinning after a run; on a small machine they starve the next
-    backend's threads (measured here: OpenVINO on the transformer block 0.06 ms alone, ~6.8 ms
-    right after an ORT run).  Alone, ORT keeps its default (spinning helps it by 1-7%).  An
-    explicit allow_spinning option from the user always wins; the choice is in the manifest.
-    """
-    used = plan.backends()
-    if len(used) < 2:
-        return backends
-    from .registry import get_backend
-
-    out = dict(backends)
-    for name in used:  # onnxruntime and its variants (onnxruntime[threads=1], ...)
-        be = backends.get(name)
-        if be is None or "allow_spinning" not in be.option_names():
-            continue
-        if "allow_spinning" in be.options():
-            continue
-        out[name] = get_backend(name, **be.options(), allow_spinning="0")
-    return out
 
 
 def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
@@ -288,7 +279,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
     from .subgraph import Subgraph
 
     plan = order_plan(view, plan)
-    backends = _quiet_spinning(plan, backends)
+    backends = quiet_spinning(plan, backends)
     imp = view.imported
     members: dict[str, bytes] = {}
     parts = []
@@ -415,7 +406,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         # shape: provmap.provenance.normalize.reconcile_outputs).
         "warnings": list(imp.warnings),
     }
-    return Artifact(manifest=manifest, members=members)
+    return Artifact(manifest=manifest, members=members, built_here=True)
 
 
 def with_schedule(art: Artifact, schedule: dict | None) -> Artifact:
@@ -431,7 +422,8 @@ def with_schedule(art: Artifact, schedule: dict | None) -> Artifact:
         check_schedule(manifest["partitions"], schedule)
         manifest["schedule"] = json.loads(json.dumps(schedule))
         manifest["format_version"] = SCHEDULED_VERSION
-    return Artifact(manifest=manifest, members=art.members)
+    return Artifact(manifest=manifest, members=art.members, where=art.where,
+                    built_here=art.built_here)
 
 
 def embed_source_model(art: Artifact, model) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
 
 def _cpu_model() -> str:
     try:
@@ -50,3 +51,17 @@ def host_fingerprint() -> str:
         text = f"{_cpu_model()}|{os.cpu_count()}|{platform.machine()}"
         _HOST = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
     return _HOST
+
+
+def host_info() -> dict:
+    return {"platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor(), "cpus": os.cpu_count(),
+            "python": sys.version.split()[0]}
+
+
+def provmap_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("provmap")
+    except Exception:
+        return "unknown"

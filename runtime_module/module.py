@@ -86,7 +86,7 @@ class PartitionModule(Module):
         if self._runner is None:
             if self._gate is not None:
                 self._gate(self)
-            options = self.artifact.manifest["backends"].get(self.backend, {}).get("options", {})
+            options = self.artifact.backend_options(self.backend)  # declared options only
             threads = ((self.artifact.manifest.get("schedule") or {}).get("threads") or {}).get(self.id)
             try:
                 by_option = threads and "threads" in backend_class(self.backend).option_names()
@@ -317,6 +317,9 @@ class ArtifactModule(Module):
         out = {}
         for name, spec in self.input_specs.items():
             dt = np.dtype(spec["dtype"])
+            if None in spec["shape"]:
+                raise ProvmapError(f"input {name!r} has a dimension known only at run time "
+                                   f"({spec['shape']}): give the inputs (--inputs FILE.npz)")
             if dt.kind == "f":
                 out[name] = rng.standard_normal(spec["shape"]).astype(dt)
             elif dt.kind in "iu":

@@ -47,11 +47,14 @@ import sqlite3
 import zipfile
 from pathlib import Path
 
+from provmap.provenance.errors import ProvmapError
+
 MANIFEST = "manifest.json"  # the artifact member whose SHA-256 is the digest
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS trusted (digest TEXT PRIMARY KEY, path TEXT, how TEXT, "
            "added TEXT, backends TEXT, note TEXT) WITHOUT ROWID")
+_PATH_INDEX = "CREATE INDEX IF NOT EXISTS trusted_path ON trusted (path)"  # revoke/rebuild by path
 _COLUMNS = ("digest", "path", "how", "added", "backends", "note")
 
 
@@ -101,22 +104,63 @@ def native_backends(manifest: dict) -> list[str]:
 def file_digest(path: str | os.PathLike) -> str | None:
     """The digest of the artifact at `path` (its manifest only, unverified: prune compares it,
     it never trusts by it), or None if there is none."""
+    from .archive import StoredZip
+
     try:
-        with zipfile.ZipFile(path) as z:
-            return manifest_digest(z.read(MANIFEST))
-    except (OSError, KeyError, zipfile.BadZipFile, EOFError):
+        with StoredZip(path) as z:  # a FIFO, a device or a bomb is "no artifact", not a hang
+            return manifest_digest(z.read(MANIFEST)) if MANIFEST in z.names else None
+    except (OSError, KeyError, zipfile.BadZipFile, EOFError, ProvmapError):
         return None
 
 
 # -- storage ---------------------------------------------------------------------------------
 
+_LEGACY_LINE = re.compile(rb"\s*(#.*)?|\s*[0-9a-f]{64}\s*(#.*)?")
+_LEGACY_MAX = 64 << 20  # an old list of a million entries is ~100 MB; no real one comes near
+
+
+class TrustStoreError(ProvmapError):
+    """The trust list's file is something else (a directory, a user's file): one line, and the
+    file is never touched (`provmap trust --list` once turned a user's notes into SQLite)."""
+
+
 def _is_legacy(path: Path) -> bool:
+    """A file holding old-format lines only (`digest  # note`, comments, blank lines), not
+    merely "a file that is not SQLite": only such a file is ever converted."""
+    try:
+        if not path.is_file() or path.stat().st_size > _LEGACY_MAX:
+            return False
+        with open(path, "rb") as f:
+            if f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:  # the common case: read no more
+                return False
+            f.seek(0)
+            data = f.read()
+    except OSError:
+        return False
+    if not data:
+        return False
+    return all(_LEGACY_LINE.fullmatch(line) for line in data.splitlines())
+
+
+def check_store(path: Path | None = None) -> None:
+    """Raise TrustStoreError unless `path` (default: the list in use) is absent, an SQLite
+    file or an old text list."""
+    path = path or trust_file()
+    if not os.path.lexists(path):
+        return
+    if path.is_dir():
+        raise TrustStoreError(f"{path}: the trust list is a directory; set PROVMAP_TRUST to a "
+                              "file (it is created on first use)")
+    if not path.is_file():
+        raise TrustStoreError(f"{path}: the trust list is not a regular file")
     try:
         with open(path, "rb") as f:
             head = f.read(len(_SQLITE_MAGIC))
-    except OSError:
-        return False
-    return bool(head) and head != _SQLITE_MAGIC
+    except OSError as e:
+        raise TrustStoreError(f"{path}: cannot read the trust list: {e.strerror or e}") from None
+    if head and head != _SQLITE_MAGIC and not _is_legacy(path):
+        raise TrustStoreError(f"{path}: not a trust list (neither provmap's SQLite list nor its "
+                              "old text list); left untouched: point PROVMAP_TRUST elsewhere")
 
 
 def _legacy_rows(path: Path):
@@ -175,6 +219,7 @@ def _connect(create: bool) -> sqlite3.Connection | None:
     """The table, converting an old list first; None if there is no list (and `create` is
     False) or an old one cannot be converted (callers then fall back or give up)."""
     path = trust_file()
+    check_store(path)
     legacy = None if path.exists() else _legacy_default()
     if legacy is not None:
         try:
@@ -193,6 +238,21 @@ def _connect(create: bool) -> sqlite3.Connection | None:
             return None
     con = sqlite3.connect(path, timeout=30)
     con.execute(_SCHEMA)
+    con.execute(_PATH_INDEX)
+    return con
+
+
+def _connect_readonly() -> sqlite3.Connection | None:
+    """The table for reading only (`--list`, `is_trusted`'s lookup): nothing is created,
+    converted or indexed; None when there is no table to read."""
+    path = trust_file()
+    check_store(path)
+    if not path.is_file() or _is_legacy(path):
+        return None
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'trusted'").fetchone() is None:
+        con.close()
+        return None
     return con
 
 
@@ -200,14 +260,19 @@ def is_trusted(digest: str) -> bool:
     path = trust_file()
     try:
         con = _connect(create=False)
+    except TrustStoreError:
+        return False
     except (OSError, sqlite3.Error):
         con = None
     if con is None:  # an old list that could not be converted: read it as before
         old = path if _is_legacy(path) else _legacy_default()
         return old is not None and any(r[0] == digest for r in _legacy_rows(old))
-    with contextlib.closing(con):
-        return con.execute("SELECT 1 FROM trusted WHERE digest = ?", (digest,)).fetchone() \
-            is not None
+    try:
+        with contextlib.closing(con):
+            return con.execute("SELECT 1 FROM trusted WHERE digest = ?", (digest,)).fetchone() \
+                is not None
+    except sqlite3.Error:  # a damaged list trusts nothing
+        return False
 
 
 def _now() -> str:
@@ -240,7 +305,7 @@ def add_trusted(digest: str, path: str | os.PathLike | None = None, how: str = "
             con.execute("INSERT INTO trusted VALUES (?,?,?,?,?,?)",
                         (digest, where, how, _now(), ",".join(backends) or None, None))
             return True
-    except (OSError, sqlite3.Error):
+    except (OSError, sqlite3.Error, TrustStoreError):
         return False
 
 
@@ -254,15 +319,27 @@ def forget_path(path: str | os.PathLike) -> int:
         with contextlib.closing(con), con:
             return con.execute("DELETE FROM trusted WHERE path = ?",
                                (os.path.abspath(path),)).rowcount
-    except (OSError, sqlite3.Error):
+    except (OSError, sqlite3.Error, TrustStoreError):
         return 0
 
 
 def entries() -> list[dict]:
-    con = _connect(create=False)
+    """Every entry, read only: listing never creates, converts or rewrites the file."""
+    path = trust_file()
+    try:
+        return _entries(path)
+    except sqlite3.Error as e:
+        raise TrustStoreError(f"{path}: the trust list is damaged ({e}); move it aside and "
+                              "trust your artifacts again") from None
+
+
+def _entries(path: Path) -> list[dict]:
+    con = _connect_readonly()
     if con is None:
-        path = trust_file()
         rows = list(_legacy_rows(path)) if _is_legacy(path) else []
+        legacy = _legacy_default() if not path.exists() else None
+        if legacy is not None:
+            rows = list(_legacy_rows(legacy))
     else:
         with contextlib.closing(con):
             rows = con.execute("SELECT * FROM trusted ORDER BY added, digest").fetchall()
@@ -270,6 +347,13 @@ def entries() -> list[dict]:
 
 
 def _delete(digests: list[str]) -> None:
+    try:
+        _delete_rows(digests)
+    except sqlite3.Error as e:
+        raise TrustStoreError(f"{trust_file()}: the trust list is damaged ({e})") from None
+
+
+def _delete_rows(digests: list[str]) -> None:
     con = _connect(create=False)
     if con is None:
         raise OSError(f"{trust_file()}: cannot be converted to the current format")
@@ -283,8 +367,11 @@ def revoke(what: str) -> list[dict]:
     nothing matched); raises ValueError for an ambiguous prefix."""
     all_ = entries()
     digest = file_digest(what) if os.path.isfile(what) else None
-    if digest is not None:
-        hit = [e for e in all_ if e["digest"] == digest]
+    if digest is not None or os.path.exists(what):
+        # The file's current artifact, and whatever was recorded at this path (the file may
+        # hold another artifact by now: `--list` shows that entry as stale, so it must go too).
+        where = os.path.abspath(what)
+        hit = [e for e in all_ if e["digest"] == digest or e["path"] == where]
     elif re.fullmatch(r"[0-9a-fA-F]{8,64}", what):
         hit = [e for e in all_ if e["digest"].startswith(what.lower())]
         if len(hit) > 1:

@@ -15,8 +15,8 @@ from provmap.runtime_module.trust import trust_file  # noqa: E402  (stdlib only:
 _USER_TRUST = trust_file()  # the user's own list, before the redirection (read-only, at the end)
 _HOME = Path(tempfile.mkdtemp(prefix="provmap-tests-"))
 for _var, _name in (("PROVMAP_TRUST", "trusted"), ("PROVMAP_CACHE", "costs.sqlite"),
-                    ("PROVMAP_TUNING_DB", "tuning")):
-    os.environ[_var] = str(_HOME / _name)
+                    ("PROVMAP_TUNING_DB", "tuning"), ("MPLCONFIGDIR", "matplotlib")):
+    os.environ[_var] = str(_HOME / _name)  # matplotlib (imported by TVM's tools) caches too
 # The suite runs beside other jobs: a search's plumbing (plan reuse, cache hits) must not
 # depend on the load.  Contention is still detected and recorded; the hygiene tests
 # (test_contention*.py) set PROVMAP_CONTENTION=act to test what is done about it.
@@ -54,7 +54,17 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The suite never writes to the user's trust list (issue 26): fail the run if it did."""
+    """The suite never writes to the user's trust list (issue 26): fail the run if it did.
+    This run's own directory goes afterwards (it was left in /tmp by every run)."""
+    import shutil
+
+    try:
+        _check_user_trust(session)
+    finally:
+        shutil.rmtree(_HOME, ignore_errors=True)
+
+
+def _check_user_trust(session):
     factory = getattr(session.config, "_tmp_path_factory", None)
     prefixes = [str(_HOME)] + ([str(factory.getbasetemp())] if factory else [])
     since = getattr(session.config, "_provmap_started", "")

@@ -46,12 +46,12 @@ def tracker():
     t.terminate()
 
 
-def _start(tracker, *extra):
+def _start(tracker, *extra, span=50):
     """The server process and the port it says it bound (bounded: 60 s)."""
     port = _free_port()
     p = subprocess.Popen([sys.executable, "-m", "provmap.cli.main", "rpc-server", "--tracker",
                           tracker, "--key", "t", "--port", str(port), "--port-end",
-                          str(port + 50), "--stop-after", "120", *extra],
+                          str(port + span), "--stop-after", "120", *extra],
                          stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in p.stderr], daemon=True).start()
@@ -102,3 +102,13 @@ def test_rpc_server_on_another_address_warns_what_it_executes(tracker):
     assert "run native code on this machine" in r.stderr and "SSH tunnel" in r.stderr
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "rpc-server on 192.0.2.1: OSError: [Errno 99]" in r.stderr.splitlines()[-1]
+
+
+def test_port_end_is_the_last_port_tried(tracker):
+    """--port P --port-end P means "port P": TVM's own end is exclusive, so this range used to
+    be empty and the server failed to bind after accepting it (issue 33)."""
+    p, port, _err = _start(tracker, span=0)
+    try:
+        assert _listening(port) == {"0100007F"}
+    finally:
+        _stop(p)

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import time
 
 from provmap.provenance.errors import ProvmapError
@@ -19,6 +20,7 @@ from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress
                      add_input_shape_option, add_random_options, add_trust_option,
                      budget, check_inputs_choice, count, output_stats, positive_int,
                      warn)
+from .common import print_safe as _say
 from .compile_flags import collage_flags_only_under_collage, set_tuning_db
 from .trust import add_trust_command
 
@@ -213,7 +215,7 @@ def inspect_artifact(path: str, model=None) -> dict:
     parts = []
     for p in man["partitions"]:
         parts.append({
-            "id": p["id"], "backend": p["backend"], "type_key": p["type_key"], "why": p["why"],
+            "id": p["id"], "backend": p["backend"], "type_key": p["type_key"], "why": p.get("why", ""),
             "onnx_nodes": [{"id": nid, "name": nodes[nid].name, "op_type": nodes[nid].op_type,
                             "helper": nid not in p["ops"]} for nid in p["onnx_nodes"]],
             "kernels": p["kernels"],
@@ -233,46 +235,51 @@ def cmd_inspect(args) -> int:
     info = inspect_artifact(args.artifact, args.model)
     if args.relax:
         from provmap.runtime_module.module import load
-        print(load(args.artifact, runnable=False).artifact.members["partitioned.relax"].decode())
+        _say(load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
+             .decode(errors="replace"))
         return 0
     if args.sqlite:
         from provmap.runtime_module.module import load
         from provmap.workbench.placement import write_sqlite
 
         members = load(args.artifact, runnable=False).artifact.members
-        write_sqlite(info["placement"], members["map.sqlite"], args.sqlite)
+        try:
+            write_sqlite(info["placement"], members["map.sqlite"], args.sqlite)
+        except sqlite3.Error as e:  # the member is not the SQLite map provmap writes
+            raise ProvmapError(f"{args.artifact}: map.sqlite: not a readable SQLite map "
+                               f"({e}); nothing written to {args.sqlite}") from None
         _progress(f"wrote {args.sqlite}: the map with its placement table "
                   f"({len(info['placement']['nodes'])} ONNX nodes)")
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
     m = info["model"]
-    print(f"{info['artifact']}: model {m['name']} (sha256 {m['sha256'][:12]}), strategy "
+    _say(f"{info['artifact']}: model {m['name']} (sha256 {m['sha256'][:12]}), strategy "
           f"{info['strategy']}, {len(info['partitions'])} partition(s)")
     if m.get("derived"):
-        print(f"  compiled provmap's derived copy (sha256 {m['derived_sha256'][:12]}): "
+        _say(f"  compiled provmap's derived copy (sha256 {m['derived_sha256'][:12]}): "
               f"{'; '.join(m['derived'])}")
     for name, b in info["backends"].items():
-        print(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
+        _say(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
     for w in info["warnings"]:
-        print(f"  warning: {w}")
+        _say(f"  warning: {w}")
     from provmap.runtime_module.schedule import describe
 
-    print(f"  schedule: {describe(info['schedule'])}")
+    _say(f"  schedule: {describe(info['schedule'])}")
     for p in info["partitions"]:
         ops = [n for n in p["onnx_nodes"] if not n["helper"]]
         nk = len(p["kernels"])
-        print(f"\n{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
-              f"{nk} kernel{'s' if nk != 1 else ''}  [{p['why']}]")
+        _say(f"\n{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
+              f"{nk} kernel{'s' if nk != 1 else ''}  [{p.get('why', '')}]")
         for t in p["inputs"]:
-            print(f"  in   {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B  <- {t['producer']}")
+            _say(f"  in   {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B  <- {t['producer']}")
         for t in p["outputs"]:
-            print(f"  out  {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B")
+            _say(f"  out  {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B")
         shown = ops[:args.limit] if args.limit else ops
-        print("  nodes: " + ", ".join(f"{n['name'] or n['id']}({n['op_type']})" for n in shown)
+        _say("  nodes: " + ", ".join(f"{n['name'] or n['id']}({n['op_type']})" for n in shown)
               + (f", ... {len(ops) - len(shown)} more" if len(shown) < len(ops) else ""))
         ks = p["kernels"][:args.limit] if args.limit else p["kernels"]
-        print("  kernels: " + ", ".join(k.split(":", 1)[1] for k in ks)
+        _say("  kernels: " + ", ".join(k.split(":", 1)[1] for k in ks)
               + (f", ... {len(p['kernels']) - len(ks)} more" if len(ks) < len(p["kernels"]) else ""))
     return 0
 
@@ -293,22 +300,22 @@ def cmd_lookup(args) -> int:
         return 0
     for r in ans["results"]:
         if "kernels" in r and "backends" in r:  # node answer
-            print(f"ONNX node #{r['index']} {r['name']!r} ({r['op_type']}) id {r['id']}: "
+            _say(f"ONNX node #{r['index']} {r['name']!r} ({r['op_type']}) id {r['id']}: "
                   f"backend {', '.join(r['backends']) or '-'}, partition "
                   f"{', '.join(r['partitions']) or '-'}" + (f"; elided: {r['elided']}" if r['elided'] else ""))
             for k in r["kernels"]:
-                print(f"  {k['kernel']}  [{k['backend']}, {k['kind']}, {k['role']}]")
+                _say(f"  {k['kernel']}  [{k['backend']}, {k['kind']}, {k['role']}]")
         elif "onnx_nodes" in r and "kernel" in r:
-            print(f"kernel {r['kernel']} [{r['backend']}, {r['kind']}] in {r['partition']}:")
+            _say(f"kernel {r['kernel']} [{r['backend']}, {r['kind']}] in {r['partition']}:")
             for n in r["onnx_nodes"]:
-                print(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
+                _say(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
         else:
             shape = re.sub(r"T\.int64\((\d+)\)", r"\1", r["shape"] or "?")  # older maps
-            print(f"expr {r['expr']} ({r['op']}, {r['dtype'] or ''}[{shape}]):")
+            _say(f"expr {r['expr']} ({r['op']}, {r['dtype'] or ''}[{shape}]):")
             for n in r["onnx_nodes"]:
-                print(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
+                _say(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
             for k in r["kernels"]:
-                print(f"  kernel {k['kernel']} [{k['backend']}] {k['role']}")
+                _say(f"  kernel {k['kernel']} [{k['backend']}] {k['role']}")
     return 0
 
 

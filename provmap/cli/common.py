@@ -148,6 +148,11 @@ def _load_inputs(path: str) -> dict:
         with np.load(path, allow_pickle=False) as z:
             if not hasattr(z, "files"):
                 raise ValueError("a single .npy array")
+            if not z.files:
+                raise ValueError("it holds no arrays")
+            odd = [n for n in z.zip.namelist() if not n.endswith(".npy")]
+            if odd:  # numpy hands such members back as bytes, not arrays
+                raise ValueError(f"member {odd[0]!r} is not a .npy array")
             return {k: z[k] for k in z.files}
     except Exception as e:
         first = first_line(e)
@@ -155,6 +160,23 @@ def _load_inputs(path: str) -> dict:
             first = "it holds Python objects, not arrays"
         raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({first}); write one "
                            "with numpy.savez(path, NAME=array, ...)") from None
+
+
+def read_json_file(path: str, what: str):
+    """A JSON file the user names (a profile, compare's errors): a regular file (a FIFO would
+    hang the read), parsed with nesting bounded; every failure one line naming the file."""
+    import stat
+
+    from provmap.runtime_module.artifact_schema import parse_json
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ProvmapError(f"{path}: not a regular file (the {what} JSON)")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ProvmapError(f"{path}: cannot read the {what} JSON: {e.strerror or e}") from None
+    return parse_json(data, f"{path}: the {what} JSON")
 
 
 def output_stats(a: np.ndarray) -> dict:
@@ -254,15 +276,67 @@ def dispatch(args) -> int:
         if interrupt.interrupted():  # a library turned Ctrl-C into its own error
             print("provmap: interrupted", file=sys.stderr)
             return 130
-        print(f"provmap: error: {e}", file=sys.stderr)
+        print(f"provmap: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # disk full, permissions changed mid-run: still one line
         if interrupt.interrupted():
             print("provmap: interrupted", file=sys.stderr)
             return 130
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"provmap: error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"provmap: error: {one_line(f'{where}{e.strerror or e}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # input nested deeper than any reader here expects
+        print(f"provmap: error: {_subject(args)}input nested too deeply to read",
+              file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"provmap: error: {_subject(args)}out of memory (an input asks for more than "
+              "this machine holds)", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - the promise is one line, whatever escaped
+        if interrupt.interrupted():
+            print("provmap: interrupted", file=sys.stderr)
+            return 130
+        print(f"provmap: error: {_subject(args)}internal error: "
+              f"{one_line(first_line(e, with_type=True))} (please report it with the command "
+              "that caused it)", file=sys.stderr)
+        return 2
+
+
+def _subject(args) -> str:
+    """The file the command was working on, to name in an unexpected error."""
+    for name in ("artifact", "model", "profile"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            return f"{term_safe(value)}: "
+    return ""
+
+
+_CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7f, *range(0x80, 0xa0), 0x2028, 0x2029,
+                          0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068,
+                          0x2069, 0x200e, 0x200f, 0x061c])
+
+
+def term_safe(text) -> str:
+    """`text` with every control character (escape sequences, carriage returns, bidi
+    overrides) written as a visible escape: names from an artifact or model are someone
+    else's text, and a terminal would act on them (recolour, move the cursor, retitle)."""
+    s = str(text)
+    if not any(ord(c) in _CONTROL for c in s):
+        return s
+    return "".join(c if ord(c) not in _CONTROL else
+                   ("\\x%02x" % ord(c) if ord(c) < 0x100 else "\\u%04x" % ord(c)) for c in s)
+
+
+def print_safe(text) -> None:
+    """Text output of names from an artifact or model (someone else's): control characters
+    shown escaped, line by line, rather than acted on by the terminal (JSON escapes itself)."""
+    print("\n".join(term_safe(line) for line in str(text).split("\n")))
+
+
+def one_line(text: str) -> str:
+    """An error message as one safe line (newlines and escapes made visible)."""
+    return term_safe(" ".join(str(text).split("\n")).strip())

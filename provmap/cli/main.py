@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    try:  # start-up: imports and parsing, before dispatch's own handler is in place
+    """Parse and run.  Start-up (imports and parsing) comes before dispatch's own handler is in
+    place: Ctrl-C there is one line, and so is a broken installation (a library failing to
+    import while the parser is built)."""
+    try:
         from .common import dispatch
         from .native_log import native_log_filtered
 
@@ -49,6 +52,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - argparse's own errors are SystemExit, not this
+        from provmap.provenance.errors import first_line
+
+        from .common import one_line
+
+        print(f"provmap: error: cannot start: {one_line(first_line(e, with_type=True))} "
+              "(is the installation complete?)", file=sys.stderr)
+        return 2
     with native_log_filtered(enabled=not args.verbose):
         return dispatch(args)
 

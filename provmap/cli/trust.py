@@ -64,6 +64,7 @@ def cmd_trust(args) -> int:
                            + (f" (got {', '.join(chosen)})" if chosen else ""))
     if args.json and not args.list:  # ignored silently, a script would parse plain text
         raise ProvmapError(f"trust: --json goes with --list (got {chosen[0]})")
+    trust.check_store()  # a directory or someone's file: one line, and never written
     if args.artifact:
         return _record(args.artifact)
     if args.list:

@@ -15,17 +15,17 @@ import sys
 
 from provmap.provenance.errors import ProvmapError
 
-from .common import _progress, tcp_port
+from .common import _progress, read_json_file, tcp_port
 
 
 def _read_json(path: str, what: str, key: str) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ProvmapError(f"{path}: cannot read the {what} JSON: {e}") from None
+    data = read_json_file(path, what)
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise ProvmapError(f"{path}: not the output of `provmap {what} --json`")
+    if what == "profile":
+        from provmap.runtime_module.artifact_schema import check_profile
+
+        check_profile(data, path)
     return data
 
 

@@ -13,7 +13,7 @@ import os
 
 from .common import (MODEL_HELP, _load_inputs, _progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
-                     non_negative, positive_int, warn)
+                     non_negative, positive_int, read_json_file, warn)
 from provmap.provenance.errors import ProvmapError
 from provmap.provenance.atomic import write_bytes_atomic
 
@@ -197,13 +197,12 @@ def cmd_report(args) -> int:
         raise ProvmapError("give either --profile FILE (saved costs) or --measure (profile "
                            "now), not both")
     if args.profile:
-        try:
-            with open(args.profile) as f:
-                profile = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ProvmapError(f"{args.profile}: cannot read the profile JSON: {e}") from None
+        from provmap.runtime_module.artifact_schema import check_profile
+
+        profile = read_json_file(args.profile, "profile")
         if not isinstance(profile, dict) or not isinstance(profile.get("partitions"), list):
             raise ProvmapError(f"{args.profile}: not the output of `provmap profile --json`")
+        check_profile(profile, args.profile)
     mod = load(args.artifact, runnable=bool(args.measure), trust=args.trust)
     if profile is not None:
         _check_profile_is_of(profile, args.profile, mod, args.artifact)

@@ -1,0 +1,138 @@
+"""Reading the artifact's zip container without trusting what it declares.
+
+Why a reader of our own on top of zipfile: an artifact may come from a stranger, and a zip's
+central directory says whatever its writer wanted.  A 2 MB file declaring a 2 GB deflated
+member made `inspect` take 4.4 GB of memory; `/dev/zero` or a FIFO given as an artifact made
+it read forever.  provmap only ever writes stored (uncompressed) members, so here:
+
+- the path must be a regular file (checked with stat before it is opened: opening a FIFO
+  blocks), and it is opened without blocking and checked again;
+- every member must be stored, unencrypted, listed once, with its compressed and declared sizes
+  equal, and all members together no larger than the file itself: a member can then never
+  expand to more bytes than the archive holds on disk (no amplification, whatever is declared);
+- members are read in chunks, hashed as they stream, and the read stops at the declared size.
+
+Everything refused is one ProvmapError line naming the file and the member.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import zipfile
+
+from provmap.provenance.errors import ProvmapError
+
+CHUNK = 1 << 20
+
+
+def open_regular(path) -> "os.PathLike":
+    """An open binary file object for `path`, refusing anything but a regular file."""
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise ProvmapError(f"{p}: no such artifact") from None
+    except OSError as e:
+        raise ProvmapError(f"{p}: refused: cannot read artifact: {e.strerror or e}") from None
+    _check_mode(p, st.st_mode)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise ProvmapError(f"{p}: refused: cannot read artifact: {e.strerror or e}") from None
+    _check_mode(p, os.fstat(fd).st_mode, fd)  # the name may have changed since the stat
+    return os.fdopen(fd, "rb")
+
+
+def _check_mode(p: str, mode: int, fd: int | None = None) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if fd is not None:
+        os.close(fd)
+    what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise ProvmapError(f"{p}: refused: {what}, not an artifact file")
+
+
+class StoredZip:
+    """A checked, read-only view of an artifact's zip: `names`, `size(name)`, `read(name)`."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._f = open_regular(path)
+        try:
+            self.file_size = os.fstat(self._f.fileno()).st_size
+            self._z = zipfile.ZipFile(self._f)
+            self._infos = self._check(self._z.infolist())
+        except BaseException:
+            self._f.close()
+            raise
+
+    def _check(self, infos) -> dict:
+        out: dict[str, zipfile.ZipInfo] = {}
+        total = 0
+        for i in infos:
+            name = i.filename
+            if name in out:
+                raise ProvmapError(f"{self.path}: refused: member {name!r} is listed twice")
+            if i.flag_bits & 0x1:
+                raise ProvmapError(f"{self.path}: refused: member {name!r} is encrypted")
+            kind = stat.S_IFMT(i.external_attr >> 16)  # 0: no type recorded (writestr)
+            if kind and kind != stat.S_IFREG:  # a symlink (or device) entry, as unzip sees it
+                raise ProvmapError(f"{self.path}: refused: member {name!r} is not a regular "
+                                   "file (a symbolic link or special file entry)")
+            if i.compress_type != zipfile.ZIP_STORED:
+                raise ProvmapError(f"{self.path}: refused: member {name!r} is compressed "
+                                   f"(method {i.compress_type}); provmap writes stored members "
+                                   "only")
+            if i.file_size != i.compress_size or i.file_size > self.file_size:
+                raise ProvmapError(f"{self.path}: refused: member {name!r} declares "
+                                   f"{i.file_size} bytes in a {self.file_size}-byte file")
+            total += i.file_size
+            if total > self.file_size:
+                raise ProvmapError(f"{self.path}: refused: members declare more bytes "
+                                   f"({total}+) than the file holds ({self.file_size})")
+            out[name] = i
+        return out
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._infos)
+
+    def size(self, name: str) -> int:
+        return self._infos[name].file_size
+
+    def read(self, name: str, sha256: str | None = None, limit: int | None = None) -> bytes:
+        """The member's bytes, read in chunks; `sha256` (hex) is checked as they stream, and a
+        member longer than `limit` is refused before it is read."""
+        info = self._infos[name]
+        if limit is not None and info.file_size > limit:
+            raise ProvmapError(f"{self.path}: refused: member {name} is {info.file_size} bytes "
+                               f"(at most {limit} accepted)")
+        h = hashlib.sha256()
+        buf = bytearray()
+        with self._z.open(info) as f:
+            while len(buf) < info.file_size:
+                chunk = f.read(min(CHUNK, info.file_size - len(buf)))
+                if not chunk:
+                    break
+                h.update(chunk)
+                buf += chunk
+        if len(buf) != info.file_size:
+            raise ProvmapError(f"{self.path}: refused: member {name} is truncated")
+        if sha256 is not None and h.hexdigest() != sha256:
+            raise ProvmapError(f"{self.path}: refused: member {name} fails its SHA-256 check "
+                               "(tampered or corrupted)")
+        return bytes(buf)
+
+    def close(self) -> None:
+        self._z.close()
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

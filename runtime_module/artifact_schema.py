@@ -1,0 +1,233 @@
+"""The artifact's schema: manifest.json, map.json, the schedule, and profile files.
+
+Why it exists: every reader (inspect, lookup, explain, report, run) indexed the manifest as it
+expected it to be, so a field of the wrong type from an edited artifact became a KeyError or
+TypeError traceback deep inside a command, and sizes nobody checked became allocations of
+hundreds of GiB.  Now the whole document is checked once, on read, before anything uses it;
+anything unexpected is one ProvmapError line naming the artifact, the member and the field
+(`manifest.json: partitions[0].inputs[1].shape[0]: ...`).
+
+Why hand-written rather than pydantic/jsonschema/msgspec: the checks that matter here are not
+only types but cross-references (a partition's files must be members of the artifact under its
+own folder, with the same hashes; kernels are qualified by their partition), sizes against the
+machine's memory, and one line in provmap's wording; a validator library would still need most
+of this code around it, and a new dependency in every install.  It is small, has no recursion
+on input data except `_free` (bounded by MAX_DEPTH), and JSON parsing itself is guarded by
+`parse_json` (deep nesting is one line, not a RecursionError).
+"""
+
+from __future__ import annotations
+
+import math
+
+from provmap.provenance.errors import ProvmapError
+
+from .schema_base import (_DTYPE_KINDS, _HEX64, _MEMBER, _PID, INT64_MAX, MAX_NAME,  # noqa: F401
+                          MAX_TEXT, MAX_THREADS, SchemaError, _key, _short, _tname, _V,
+                          parse_json)
+# The members' own documents (map.json, .npy constants, profile files): member_schema.
+from .member_schema import check_map, check_npy, check_profile  # noqa: F401
+
+
+# -- manifest --------------------------------------------------------------------------------
+
+def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
+    """Check manifest `m` of artifact `where` (before the members are read: sizes and names
+    only need the manifest).  `formats`: (format name, versions this provmap reads)."""
+    v = _V(f"{where}: manifest.json")
+    fmt, versions = formats
+    v.dict_(m, "")
+    if m.get("format") != fmt:
+        raise SchemaError(f"{where}: not a provmap artifact (format {_short(m.get('format'))})")
+    if m.get("format_version") not in versions or isinstance(m.get("format_version"), bool):
+        raise SchemaError(f"{where}: artifact format version {_short(m.get('format_version'))} "
+                          f"is not supported (this provmap reads "
+                          f"{', '.join(map(str, versions))})")
+    members = v.dict_(v.dict_(m, "", required=("members",))["members"], "members")
+    for name, h in members.items():
+        at = f"members[{_short(name)}]"
+        v.str_(name, at)
+        if ".." in name.split("/") or name.startswith(("/", "\\")) or ":" in name:
+            v.fail(at, "absolute or leaves the artifact (..)")
+        v.str_(name, at, pattern=_MEMBER)
+        v.str_(h, at, pattern=_HEX64)
+    v.dict_(m, "", required=("model", "strategy", "backends", "partitions", "host",
+                             "created_utc", "coverage"))
+    if "map.json" not in members:
+        v.fail("members", "no map.json (every artifact carries its provenance map)")
+    _check_model(v, m["model"], members)
+    v.str_(m["strategy"], "strategy")
+    for k in ("provmap_version", "created_utc"):
+        if k in m:
+            v.str_(m[k], k)
+    for k in ("host", "plan_info", "coverage"):
+        if k in m and m[k] is not None:
+            v.free(v.dict_(m[k], k), k)
+    if "warnings" in m:
+        v.strs(m["warnings"], "warnings", max_len=MAX_TEXT)
+    backends = v.dict_(m["backends"], "backends")
+    for name, b in backends.items():
+        p = f"backends.{_key(name)}"
+        v.str_(name, p, empty=False)
+        v.dict_(b, p, required=("version", "options"))
+        v.str_(b["version"], f"{p}.version")
+        opts = v.dict_(b["options"], f"{p}.options")
+        for k, val in opts.items():
+            v.str_(k, f"{p}.options", max_len=128)
+            _check_option(v, val, f"{p}.options.{_key(k)}", k)
+    ids = _check_partitions(v, m["partitions"], members, backends)
+    _check_dataflow(v, m)
+    consts = v.dict_(m.get("constant_outputs") or {}, "constant_outputs")
+    for name, member in consts.items():
+        p = f"constant_outputs.{_key(name)}"
+        v.str_(name, p)
+        v.str_(member, p)
+        if member not in members or not member.endswith(".npy"):
+            v.fail(p, f"{_short(member)} is not an .npy member of the artifact")
+    if m.get("schedule") is not None:
+        check_schedule_doc(v, m["schedule"], m["partitions"], ids)
+    return m
+
+
+def _check_option(v: _V, val, path: str, key: str) -> None:
+    if key in ("only_ops", "exclude_ops") and isinstance(val, list):
+        v.strs(val, path, max_len=128)
+        return
+    if isinstance(val, float) and not math.isfinite(val):
+        v.fail(path, "not a finite number")
+    if not (val is None or isinstance(val, (str, int, float, bool))):
+        v.fail(path, f"expected a string, number or boolean, got {_tname(val)}")
+    if isinstance(val, str):
+        v.str_(val, path, max_len=MAX_NAME)
+    if key == "threads" and val not in (None, ""):
+        try:
+            n = int(str(val))
+        except ValueError:
+            v.fail(path, f"{_short(val)} is not a thread count")
+        if not 1 <= n <= MAX_THREADS or isinstance(val, bool) or isinstance(val, float):
+            v.fail(path, f"{_short(val)} is not a thread count (1..{MAX_THREADS})")
+
+
+def _check_model(v: _V, model, members: dict) -> None:
+    v.dict_(model, "model", required=("name", "sha256", "inputs", "outputs"))
+    v.str_(model["name"], "model.name", max_len=MAX_TEXT)
+    if model.get("derived"):
+        v.strs(model["derived"], "model.derived", max_len=MAX_TEXT)
+        v.dict_(model, "model", required=("derived_sha256",))  # inspect names both hashes
+    for k in ("sha256", "derived_sha256"):
+        if k in model:
+            v.str_(model[k], f"model.{k}", pattern=_HEX64)
+    for k in ("inputs", "outputs"):
+        for i, t in enumerate(v.list_(model[k], f"model.{k}")):
+            v.tensor(t, f"model.{k}[{i}]", open_dims=True)
+    for k in ("onnx_nodes", "op_nodes", "folded_before_import"):
+        if k in model:
+            v.int_(model[k], f"model.{k}")
+    if "input_shapes_given" in model:
+        for name, dims in v.dict_(model["input_shapes_given"], "model.input_shapes_given").items():
+            for i, d in enumerate(v.list_(dims, f"model.input_shapes_given.{_key(name)}",
+                                          max_len=64)):
+                v.int_(d, f"model.input_shapes_given.{_key(name)}[{i}]")
+    if "not_compilable_by_tvm" in model:
+        for nid, why in v.dict_(model["not_compilable_by_tvm"], "model.not_compilable_by_tvm").items():
+            v.str_(why, f"model.not_compilable_by_tvm.{_key(nid)}", max_len=MAX_TEXT)
+    if model.get("member") is not None:
+        v.str_(model["member"], "model.member")
+        if model["member"] not in members:
+            v.fail("model.member", f"{_short(model['member'])} is no member of the artifact")
+    if "member_is" in model:
+        v.opt_str(model["member_is"], "model.member_is")
+    if "given_as" in model:
+        v.str_(model["given_as"], "model.given_as")
+    if "index_inputs" in model:
+        for name, b in v.dict_(model["index_inputs"], "model.index_inputs").items():
+            at = f"model.index_inputs.{_key(name)}"
+            v.dict_(b, at, required=("node", "op", "size"))
+            v.str_(b["node"], f"{at}.node")
+            if b["op"] not in ("Gather", "GatherElements"):
+                v.fail(f"{at}.op", f"{_short(b['op'])} is not Gather or GatherElements")
+            v.int_(b["size"], f"{at}.size")
+
+
+def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
+    ids: list[str] = []
+    for i, p in enumerate(v.list_(parts, "partitions", max_len=1_000_000)):
+        at = f"partitions[{i}]"
+        v.dict_(p, at, required=("id", "backend", "type_key", "ops", "onnx_nodes", "inputs",
+                                 "outputs", "files", "source", "kernels"))
+        pid = v.str_(p["id"], f"{at}.id", pattern=_PID)
+        if pid in ids:
+            v.fail(f"{at}.id", f"{pid} is used by two partitions")
+        ids.append(pid)
+        v.str_(p["backend"], f"{at}.backend", empty=False)
+        if p["backend"] not in backends:
+            v.fail(f"{at}.backend", f"{_short(p['backend'])} is not in the manifest's backends")
+        v.str_(p["type_key"], f"{at}.type_key")
+        if "why" in p:
+            v.str_(p["why"], f"{at}.why", max_len=MAX_TEXT)
+        for k in ("ops", "onnx_nodes", "exprs", "runner_inputs", "runner_outputs"):
+            if k in p:
+                v.strs(p[k], f"{at}.{k}")
+        for k in ("inputs", "outputs"):
+            for j, t in enumerate(v.list_(p[k], f"{at}.{k}")):
+                v.tensor(t, f"{at}.{k}[{j}]", open_dims=True)
+        if "blob_meta" in p:
+            meta = v.free(v.dict_(p["blob_meta"], f"{at}.blob_meta"), f"{at}.blob_meta")
+            for k in ("input_names", "output_names"):
+                if meta.get(k) is not None:
+                    v.strs(meta[k], f"{at}.blob_meta.{k}")
+        prefix = f"partitions/{pid}/"
+        for name, h in v.dict_(p["files"], f"{at}.files").items():
+            fp = f"{at}.files[{_short(name)}]"
+            v.str_(name, fp)
+            if not name.startswith(prefix) or members.get(name) != h:
+                v.fail(fp, f"not a member of the artifact under {prefix} with that SHA-256")
+        v.str_(p["source"], f"{at}.source")
+        if p["source"] not in members:
+            v.fail(f"{at}.source", f"{_short(p['source'])} is no member of the artifact")
+        for j, k in enumerate(v.list_(p["kernels"], f"{at}.kernels")):
+            v.str_(k, f"{at}.kernels[{j}]")
+            if not k.startswith(f"{pid}:"):
+                v.fail(f"{at}.kernels[{j}]", f"{_short(k)} is not qualified by {pid}:")
+        if "key" in p:
+            v.str_(p["key"], f"{at}.key")
+    return ids
+
+
+def _check_dataflow(v: _V, m: dict) -> None:
+    """Every tensor a partition's runner reads is a graph input or an earlier partition's
+    output, and every tensor it names as produced is one of its declared outputs: the executor
+    looks them up by name, and a dangling one was a KeyError in the middle of a run."""
+    available = {t["name"] for t in m["model"]["inputs"]}
+    for i, p in enumerate(m["partitions"]):
+        meta = p.get("blob_meta") or {}
+        ins = meta.get("input_names") or [t["name"] for t in p["inputs"]]
+        outs = {t["name"] for t in p["outputs"]}
+        for name in ins:
+            if name not in available:
+                v.fail(f"partitions[{i}].inputs", f"{_short(name)} is neither a graph input nor "
+                       "an output of an earlier partition")
+        for name in meta.get("output_names") or ():
+            if name not in outs:
+                v.fail(f"partitions[{i}].blob_meta.output_names",
+                       f"{_short(name)} is not among the partition's outputs")
+        available |= outs
+
+
+def check_schedule_doc(v: _V, sched, partitions: list, ids: list[str]) -> None:
+    """Types and ranges here; which stage may read what: schedule.check_schedule."""
+    from .schedule import check_schedule
+
+    v.dict_(sched, "schedule", required=("stages",))
+    for k, stage in enumerate(v.list_(sched["stages"], "schedule.stages")):
+        v.strs(stage, f"schedule.stages[{k}]")
+    for pid, n in v.dict_(sched.get("threads") or {}, "schedule.threads").items():
+        v.int_(n, f"schedule.threads.{_key(pid)}", lo=1, hi=MAX_THREADS)
+    if "why" in sched:
+        v.str_(sched["why"], "schedule.why", max_len=MAX_TEXT)
+    try:
+        check_schedule(partitions, sched)
+    except ProvmapError as e:
+        raise SchemaError(f"{v.where}: {e}") from None
+
+
