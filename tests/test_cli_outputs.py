@@ -53,3 +53,21 @@ def test_an_existing_file_is_replaced_with_a_word_only_on_success(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"{out} exists: it is replaced when this command succeeds" in r.stderr
     assert out.read_bytes() != before
+
+
+def test_errors_are_json_on_stdout_under_json(tmp_path):
+    """Scripts read `--json` output; a failure printed only a stderr line (issue 36)."""
+    import json
+
+    for args in (("inspect", tmp_path / "missing.provmap", "--json"),
+                 ("map", tmp_path / "missing.onnx", "-o", tmp_path / "m", "--json"),
+                 ("backends", "--json", "--options")):
+        r = provmap(*args)
+        if args[0] == "backends":
+            assert r.returncode == 0 and "error" not in json.loads(r.stdout)
+            continue
+        line = one_error(r, "missing.")
+        doc = json.loads(r.stdout)
+        assert doc == {"error": line.removeprefix("provmap: error: "), "code": 2}
+    r = provmap("inspect", tmp_path / "missing.provmap")  # without --json: stderr only
+    assert r.returncode == 2 and r.stdout == ""

@@ -9,6 +9,7 @@ file is left behind because every file is written to a temp path and renamed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -274,36 +275,40 @@ def dispatch(args) -> int:
         return 0
     except ProvmapError as e:
         if interrupt.interrupted():  # a library turned Ctrl-C into its own error
-            print("provmap: interrupted", file=sys.stderr)
-            return 130
-        print(f"provmap: error: {one_line(str(e))}", file=sys.stderr)
-        return 2
+            return _fail(args, None, 130)
+        return _fail(args, one_line(str(e)))
     except OSError as e:  # disk full, permissions changed mid-run: still one line
         if interrupt.interrupted():
-            print("provmap: interrupted", file=sys.stderr)
-            return 130
+            return _fail(args, None, 130)
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"provmap: error: {one_line(f'{where}{e.strerror or e}')}", file=sys.stderr)
-        return 2
+        return _fail(args, one_line(f"{where}{e.strerror or e}"))
     except KeyboardInterrupt:
-        print("provmap: interrupted", file=sys.stderr)
-        return 130
+        return _fail(args, None, 130)
     except RecursionError:  # input nested deeper than any reader here expects
-        print(f"provmap: error: {_subject(args)}input nested too deeply to read",
-              file=sys.stderr)
-        return 2
+        return _fail(args, f"{_subject(args)}input nested too deeply to read")
     except MemoryError:
-        print(f"provmap: error: {_subject(args)}out of memory (an input asks for more than "
-              "this machine holds)", file=sys.stderr)
-        return 2
+        return _fail(args, f"{_subject(args)}out of memory (an input asks for more than this "
+                           "machine holds)")
     except Exception as e:  # noqa: BLE001 - the promise is one line, whatever escaped
         if interrupt.interrupted():
-            print("provmap: interrupted", file=sys.stderr)
-            return 130
-        print(f"provmap: error: {_subject(args)}internal error: "
-              f"{one_line(first_line(e, with_type=True))} (please report it with the command "
-              "that caused it)", file=sys.stderr)
-        return 2
+            return _fail(args, None, 130)
+        return _fail(args, f"{_subject(args)}internal error: "
+                           f"{one_line(first_line(e, with_type=True))} (please report it with "
+                           "the command that caused it)")
+
+
+def _fail(args, message: str | None, code: int = 2) -> int:
+    """The one stderr line of a failed command (None: interrupted), and with --json the same
+    as `{"error": ..., "code": ...}` on stdout, which scripts read as they read Polygraphy's
+    and trtexec's (issue 36: errors were never JSON)."""
+    print("provmap: interrupted" if message is None else f"provmap: error: {message}",
+          file=sys.stderr)
+    if getattr(args, "json", False) is True:
+        import json
+
+        with contextlib.suppress(OSError, ValueError):
+            print(json.dumps({"error": message or "interrupted", "code": code}), flush=True)
+    return code
 
 
 def _subject(args) -> str:
