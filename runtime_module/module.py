@@ -145,6 +145,10 @@ class ArtifactModule(Module):
         if not self.runnable:
             raise ProvmapError(f"{where}: loaded for inspection only (runnable=False): partition "
                                "code is never loaded from it; load it runnable to run it")
+        try:  # an unknown backend is said as such, before any talk of trust (issue 36)
+            backend_class(m.backend)
+        except BackendError as e:
+            raise ProvmapError(f"{where}: partition {m.id}: {e}") from None
         if self._trust or not _loads_native_code(m.backend):
             return
         if self.artifact.digest and _trust.is_trusted(self.artifact.digest):

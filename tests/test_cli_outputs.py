@@ -71,3 +71,32 @@ def test_errors_are_json_on_stdout_under_json(tmp_path):
         assert doc == {"error": line.removeprefix("provmap: error: "), "code": 2}
     r = provmap("inspect", tmp_path / "missing.provmap")  # without --json: stderr only
     assert r.returncode == 2 and r.stdout == ""
+
+
+def test_an_unknown_backend_in_a_manifest_is_named_as_such(tmp_path):
+    """It used to get the trust message ("it is native code"), which sends a user to `provmap
+    trust` for a backend this install does not have (issue 36)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from attack_kit import members, repack
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              tmp_path / "m.onnx")
+    assert provmap("compile", tmp_path / "m.onnx", "-o", tmp_path / "a.provmap", "--strategy",
+                   "single:onnxruntime").returncode == 0
+    m, files = members(tmp_path / "a.provmap")
+    m["backends"] = {"nosuch": m["backends"]["onnxruntime"]}
+    for p in m["partitions"]:
+        p["backend"] = "nosuch"
+    repack(tmp_path / "u.provmap", m, files)
+    np.savez(tmp_path / "in.npz", x=np.ones(2, np.float32))
+    for extra in ((), ("--trust",)):
+        line = one_error(provmap("run", tmp_path / "u.provmap", "--inputs", tmp_path / "in.npz",
+                                 "-o", tmp_path / "o.npz", *extra),
+                         "partition p0: unknown backend 'nosuch'", "available: tvm")
+        assert "native code" not in line
