@@ -124,3 +124,24 @@ def _reduction(op_name: str, largest: bool):
 FIXED = {"SequenceInsert": sequence_insert, "Expand": expand,
          "Max": _pairwise(relax.op.maximum), "Min": _pairwise(relax.op.minimum),
          "ReduceMax": _reduction("relax.max", True), "ReduceMin": _reduction("relax.min", False)}
+
+
+def _attr(node, name, default):
+    for a in node.attribute:
+        if a.name == name:
+            return a.s.decode() if a.type == a.STRING else a.i
+    return default
+
+
+def wrong_lowering(node) -> str | None:
+    """Why TVM 0.27's conversion of `node` would compute other numbers than ONNX's, for the
+    cases found by the corpus step (bench/corpus.py, issue 32) that no replacement fixes yet;
+    the node is then opaque (TVM declines it, `map` marks it) instead of running wrong."""
+    if node.op_type == "IsInf" and (not _attr(node, "detect_positive", 1)
+                                    or not _attr(node, "detect_negative", 1)):
+        return ("TVM's IsInf ignores detect_positive/detect_negative (it flags both infinities: "
+                "onnx's test_isinf_positive came out wrong)")
+    if node.op_type == "SpaceToDepth" and str(_attr(node, "mode", "DCR")).upper() == "CRD":
+        return ("TVM's SpaceToDepth orders channels as DCR whatever the mode (onnx's "
+                "test_spacetodepth_crd_mode_example came out wrong)")
+    return None

@@ -119,6 +119,9 @@ class TrackingImporter(_fe.ONNXGraphImporter):
             return "control flow is not supported by provmap's Relax import"
         if node.op_type not in _supported_ops():
             return "operator not supported by the Relax ONNX importer"
+        wrong = converters.wrong_lowering(node)
+        if wrong:
+            return wrong
         for x in inputs:
             if x is not None and isinstance(getattr(x, "ty", None), relax.ObjectType):
                 return "reads a value the Relax import could not type (from an opaque node)"

@@ -1,0 +1,76 @@
+"""Settings a library computes otherwise than ONNX, found by the corpus step (issue 32), are
+refused on that library with the reason, and greedy runs them elsewhere with ONNX Runtime's
+numbers: never run wrong (runtime_module/backends/ov_refusals.py,
+provenance/converters.wrong_lowering)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+from provmap.partition.compile import compile_model
+from provmap.provenance.errors import ProvmapError
+from provmap.runtime_module.module import load
+
+
+@pytest.fixture(autouse=True)
+def _own_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
+    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
+
+
+def _model(node, x_shape, y_shapes, inits=(), x_type=TP.FLOAT):
+    outs = [helper.make_tensor_value_info(o, t, s) for o, (t, s) in zip(node.output, y_shapes)]
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", x_type, x_shape)],
+                          outs, list(inits))
+    opset = 28 if node.op_type == "SpaceToDepth" else 19  # its mode attribute is opset 28's
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def topk_ties():
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")
+    return _model(node, [2, 4], [(TP.FLOAT, [2, 3]), (TP.INT64, [2, 3])], [k]), \
+        {"x": np.array([[1, 1, 1, 0], [2, 2, 3, 3]], np.float32)}
+
+
+def space_to_depth_crd():
+    node = helper.make_node("SpaceToDepth", ["x"], ["y"], name="s2d", blocksize=2, mode="CRD")
+    return _model(node, [1, 2, 4, 4], [(TP.FLOAT, [1, 8, 2, 2])]), \
+        {"x": np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)}
+
+
+def isinf_positive():
+    node = helper.make_node("IsInf", ["x"], ["y"], name="isinf", detect_negative=0)
+    return _model(node, [4], [(TP.BOOL, [4])]), \
+        {"x": np.array([1.0, np.inf, -np.inf, np.nan], np.float32)}
+
+
+def _ort(model, feeds):
+    try:
+        s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # an opset this ORT has no kernel for
+        pytest.skip(f"ONNX Runtime cannot run it: {e}")
+    return s.run(None, feeds)
+
+
+@pytest.mark.parametrize("make,backend,words", [
+    (topk_ties, "openvino", "breaks TopK ties"),
+    (space_to_depth_crd, "openvino", "DCR whatever the mode"),
+    (space_to_depth_crd, "tvm", "DCR whatever the mode"),
+    (isinf_positive, "tvm", "ignores detect_positive/detect_negative"),
+])
+def test_refused_with_the_reason_and_run_elsewhere(make, backend, words, tmp_path):
+    model, feeds = make()
+    with pytest.raises(ProvmapError, match=words):
+        compile_model(model, f"single:{backend}")
+    want = _ort(model, feeds)  # SpaceToDepth's mode is opset 28's: ORT 1.32 has no kernel yet
+    compile_model(model, f"greedy:{backend},onnxruntime").save(tmp_path / "a.provmap")
+    mod = load(tmp_path / "a.provmap")
+    assert {p["backend"] for p in mod.manifest["partitions"]} == {"onnxruntime"}
+    got = mod.run(feeds)
+    for name, w in zip([o.name for o in model.graph.output], want):
+        np.testing.assert_array_equal(got[name], w)
