@@ -65,8 +65,8 @@ def test_inspect_placement_and_annotate_count_the_same_states(built):
     # inspect's text says the same numbers in the same words.
     text = cli("inspect", art)
     assert text.returncode == 0, text.stderr
-    line = next(ln for ln in text.stdout.splitlines() if ln.startswith("  nodes: "))
-    said = {w: int(n) for n, w in re.findall(r"(\d+) ([a-z ]+?)(?:,|$)", line[9:])}
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith("  node states: "))
+    said = {w: int(n) for n, w in re.findall(r"(\d+) ([a-z ]+?)(?:,|$)", line[15:])}
     assert said == {WORDS[s]: n for s, n in want.items()}
 
     # annotate: JSON summary, text line, and the metadata it wrote, all the same counts.

@@ -261,7 +261,7 @@ def cmd_inspect(args) -> int:
               f"{'; '.join(m['derived'])}")
     from provmap.workbench.placement import describe_states
 
-    _say(f"  nodes: {describe_states(info['placement']['states'])}")
+    _say(f"  node states: {describe_states(info['placement']['states'])}")
     for name, b in info["backends"].items():
         _say(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
     for w in info["warnings"]:
