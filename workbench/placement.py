@@ -100,6 +100,9 @@ def _reason(answer: dict) -> str:
     """Why a node runs in no partition, in the map's own words."""
     if answer["elided"]:
         return answer["elided"]  # folded before import, not compilable by TVM, alias, ...
+    if answer["partitions"]:  # given to a backend whose compiled code has no kernel for it
+        return (f"given to {','.join(answer['partitions'])} "
+                f"({','.join(answer['backends'])}), which compiled no kernel computing it")
     if answer["exprs"]:
         return ("its Relax bindings were folded into constants of the compiled module "
                 f"({','.join(answer['exprs'])})")
