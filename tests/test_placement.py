@@ -44,7 +44,7 @@ def test_inspect_json_has_one_row_per_node_of_the_users_model(art):
     assert r.returncode == 0, r.stderr
     table = json.loads(r.stdout)["placement"]
     assert (table["schema"], table["version"], table["model"], table["graph"]) == \
-        ("provmap.placement", 1, "original", "g")
+        ("provmap.placement", 2, "original", "g")
     rows = table["nodes"]
     assert [r["node"] for r in rows] == ["node", "dup", "node_1", "dup_1", "node_2"]
     assert [r["name"] for r in rows] == ["", "dup", "", "dup", ""]
@@ -52,9 +52,14 @@ def test_inspect_json_has_one_row_per_node_of_the_users_model(art):
     assert by["node"]["backends"] == ["openvino"] and by["dup"]["backends"] == ["onnxruntime"]
     assert by["dup_1"]["backends"] == ["openvino"] and by["node_2"]["backends"] == ["openvino"]
     assert by["dup"]["partitions"] != by["node"]["partitions"]
-    assert all(r["kernels"] and r["reason"] is None for r in rows if r["op_type"] != "Constant")
-    # The Constant travels with its consumer (a helper of that partition: no kernel of its own).
-    assert by["node_1"]["partitions"] == by["dup_1"]["partitions"] and not by["node_1"]["kernels"]
+    assert all(r["kernels"] and r["reason"] is None and r["state"] == "ran"
+               for r in rows if r["op_type"] != "Constant")
+    # The Constant runs nowhere (v2; v1 placed it on its consumer's backend with no kernel):
+    # its consumer's partition carries its value.
+    c = by["node_1"]
+    assert (c["state"], c["partitions"], c["backends"], c["kernels"]) == \
+        ("folded_at_import", [], [], [])
+    assert c["carried_by"] == by["dup_1"]["partitions"] and c["reason"]
     # The artifact's own partitions are the table's.
     parts = {p["id"]: p["backend"] for p in table["partitions"]}
     assert all(parts[p] in r["backends"] for r in rows for p in r["partitions"])
@@ -71,10 +76,11 @@ def test_sqlite_export_is_the_same_table_beside_the_map(art, tmp_path):
     assert len(got) == len(want["nodes"])
     for g, w in zip(got, want["nodes"]):
         assert g["idx"] == w["index"] and g["node"] == w["node"] and g["reason"] == w["reason"]
-        for k in ("partitions", "backends", "kernels", "exprs"):
+        assert g["state"] == w["state"]
+        for k in ("partitions", "backends", "kernels", "carried_by", "exprs"):
             assert json.loads(g[k]) == w[k]
     meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-    assert json.loads(meta["placement_version"]) == 1
+    assert json.loads(meta["placement_version"]) == 2
     # Joins to the map's own tables: every kernel named is one of the map's kernels.
     ok = con.execute("SELECT count(*) FROM placement, json_each(placement.kernels) k "
                      "WHERE k.value NOT IN (SELECT name FROM kernels)").fetchone()[0]
@@ -82,7 +88,7 @@ def test_sqlite_export_is_the_same_table_beside_the_map(art, tmp_path):
     ov = [row[0] for row in con.execute(
         "SELECT node FROM placement, json_each(placement.backends) b WHERE b.value = "
         "'openvino' ORDER BY idx")]
-    assert ov == ["node", "node_1", "dup_1", "node_2"]
+    assert ov == ["node", "dup_1", "node_2"]  # not the Constant it carries
 
 
 def test_annotate_groups_nodes_by_partition_for_model_explorer(art, tmp_path):

@@ -22,11 +22,11 @@ import json
 
 import onnx
 
-from .placement import group, placement
+from .placement import STATES, group, placement
 
 #: Keys this module writes on a node; any older provmap.* key is dropped first.  "namespace"
 #: is Model Explorer's: it groups nodes into collapsible layers, here one per partition.
-KEYS = ("provmap.id", "provmap.backend", "provmap.partition", "provmap.kernels",
+KEYS = ("provmap.id", "provmap.state", "provmap.backend", "provmap.partition", "provmap.kernels",
         "provmap.exprs", "provmap.reason")
 
 
@@ -47,7 +47,8 @@ def annotate_model(model: onnx.ModelProto, mod) -> onnx.ModelProto:
     out.CopyFrom(model)
     rows = placement(out, mod)["nodes"]
     for node, row in zip(out.graph.node, rows):
-        props = {"provmap.id": row["id"] or "", "provmap.exprs": ",".join(row["exprs"])}
+        props = {"provmap.id": row["id"] or "", "provmap.state": row["state"],
+                 "provmap.exprs": ",".join(row["exprs"])}
         if row["backends"]:
             props.update({"provmap.backend": ",".join(row["backends"]),
                           "provmap.partition": ",".join(row["partitions"]),
@@ -77,15 +78,19 @@ def annotate_model(model: onnx.ModelProto, mod) -> onnx.ModelProto:
 
 
 def coverage(model: onnx.ModelProto) -> dict:
-    """How many nodes got a placement, a reason, or nothing (the last must be 0)."""
+    """How many nodes got a placement, a reason, or nothing (the last must be 0), and how many
+    are in each state (placement.STATES), read back from the annotated model itself."""
     placed = reasoned = bare = 0
+    states = dict.fromkeys(STATES, 0)
     for node in model.graph.node:
-        keys = {p.key for p in node.metadata_props}
-        if "provmap.backend" in keys:
+        props = {p.key: p.value for p in node.metadata_props}
+        if "provmap.backend" in props:
             placed += 1
-        elif "provmap.reason" in keys:
+        elif "provmap.reason" in props:
             reasoned += 1
         else:
             bare += 1
+        if props.get("provmap.state") in states:
+            states[props["provmap.state"]] += 1
     return {"nodes": len(model.graph.node), "placed": placed, "with_reason": reasoned,
-            "unannotated": bare}
+            "unannotated": bare, "states": states}

@@ -1,4 +1,4 @@
-"""Placement as data: one row per node of the user's ONNX model (schema `provmap.placement` v1).
+"""Placement as data: one row per node of the user's ONNX model (schema `provmap.placement` v2).
 
 Vendors asked for a per-node placement artifact rather than logs (which partition and backend
 runs each node, which kernels carry it, or why it runs nowhere), keyed by the node names of the
@@ -11,6 +11,11 @@ the map by their output tensor names, which input-shape fixing, sorting and fold
 `node` is the name Model Explorer shows (and keys overlays by): the ONNX name, or for an
 unnamed or repeated one the name onnx_ir's NameFixPass gives it, computed here so that the table
 needs neither onnx_ir nor Model Explorer.
+
+Every row has one `state` from STATES, the single vocabulary inspect, annotate and the docs'
+queries count with (issue 36: they had three different counts of "folded" for one artifact).
+Only a node a kernel computes is placed on a backend; a folded Constant that a partition carries
+as a constant is not "run" by it, and says which partitions carry it in `carried_by` instead.
 """
 
 from __future__ import annotations
@@ -20,8 +25,49 @@ import json
 
 import onnx
 
+from provmap.provenance.fold import FOLD_REASON
+
 SCHEMA = "provmap.placement"
-VERSION = 1
+#: 2: rows gained `state` and `carried_by`; `partitions`/`backends` list only partitions whose
+#: kernels compute the node (v1 also listed a folded constant a partition merely carried).
+VERSION = 2
+
+#: The node states, in the order counts are printed, with the words used for them.
+STATES = {
+    "ran": "ran on a backend",
+    "folded_before_import": "folded before import",
+    "folded_at_import": "folded at import",
+    "elided": "elided by a pass",
+    "not_compilable": "not compilable",
+    "unmatched": "not in the compiled model",
+}
+
+
+def state_of(answer: dict | None) -> str:
+    """A node's state from its lookup answer (None: no node of the compiled model matched)."""
+    if answer is None:
+        return "unmatched"
+    if any(k["role"] == "compute" for k in answer["kernels"]):
+        return "ran"
+    why = answer["elided"] or ""
+    if why == FOLD_REASON:
+        return "folded_before_import"
+    if "not compilable by TVM" in why:
+        return "not_compilable"
+    if "folded at import" in why:  # "constant folded at import", "shape arithmetic ..."
+        return "folded_at_import"
+    return "elided"  # aliases, removed by a pass, VM-evaluated, folded by TVM's passes
+
+
+def count_states(rows) -> dict:
+    """How many rows are in each state, every state present (0 included), in STATES order."""
+    counts = collections.Counter(r["state"] for r in rows)
+    return {s: counts.get(s, 0) for s in STATES}
+
+
+def describe_states(counts: dict) -> str:
+    """The counts in words, zero states left out: "21 ran on a backend, 23 folded ..."."""
+    return ", ".join(f"{n} {STATES[s]}" for s, n in counts.items() if n)
 
 
 def graph_id(model: onnx.ModelProto) -> str:
@@ -54,26 +100,35 @@ def _reason(answer: dict) -> str:
     """Why a node runs in no partition, in the map's own words."""
     if answer["elided"]:
         return answer["elided"]  # folded before import, not compilable by TVM, alias, ...
+    if answer["partitions"]:  # given to a backend whose compiled code has no kernel for it
+        return (f"given to {','.join(answer['partitions'])} "
+                f"({','.join(answer['backends'])}), which compiled no kernel computing it")
     if answer["exprs"]:
         return ("its Relax bindings were folded into constants of the compiled module "
                 f"({','.join(answer['exprs'])})")
     return "computes nothing at run time"
 
 
-def _row(index: int, node, explorer_id: str, pnode, lookup) -> dict:
+def _row(index: int, node, explorer_id: str, pnode, lookup, backend_of: dict) -> dict:
     row = {"index": index, "node": explorer_id, "name": node.name, "op_type": node.op_type,
-           "id": None, "partitions": [], "backends": [], "kernels": [], "exprs": [],
-           "reason": None}
+           "id": None, "state": "unmatched", "partitions": [], "backends": [], "kernels": [],
+           "carried_by": [], "exprs": [], "reason": None}
     if pnode is None:
         row["reason"] = "not a node of the compiled model"
         return row
     answer = lookup.onnx_node(pnode.id)[0]
-    row.update(id=pnode.id, exprs=list(answer["exprs"]))
-    if answer["backends"]:
-        row.update(partitions=list(answer["partitions"]), backends=list(answer["backends"]),
+    state = state_of(answer)
+    row.update(id=pnode.id, state=state, exprs=list(answer["exprs"]))
+    # Partitions in the manifest's order, each once: where its kernels compute (ran) or carry
+    # its value as a constant (every other state).
+    computing = {k["partition"] for k in answer["kernels"] if k["role"] == "compute"}
+    carrying = {k["partition"] for k in answer["kernels"]} - computing
+    if state == "ran":
+        parts = [p for p in backend_of if p in computing]
+        row.update(partitions=parts, backends=sorted({backend_of[p] for p in parts}),
                    kernels=[k["kernel"] for k in answer["kernels"] if k["role"] == "compute"])
     else:
-        row["reason"] = _reason(answer)
+        row.update(carried_by=[p for p in backend_of if p in carrying], reason=_reason(answer))
     return row
 
 
@@ -81,23 +136,24 @@ def placement(model: onnx.ModelProto | None, mod) -> dict:
     """The table for `mod` (a loaded artifact) over `model`, the user's model; None: over the
     map's own nodes (the compiled copy's names), for an artifact without its model."""
     lookup = mod.lookup
+    backend_of = {p["id"]: p["backend"] for p in mod.manifest["partitions"]}
     if model is None:
         nodes = [onnx.helper.make_node(n.op_type, list(n.inputs), list(n.outputs), name=n.name)
                  for n in lookup.map.nodes]
         ids = explorer_node_ids(onnx.helper.make_model(onnx.helper.make_graph(nodes, "", [], [])))
-        rows = [_row(k, node, ids[k], pn, lookup)
+        rows = [_row(k, node, ids[k], pn, lookup, backend_of)
                 for k, (node, pn) in enumerate(zip(nodes, lookup.map.nodes))]
         gid, over = "<main>", "compiled"
     else:
         by_outputs = {tuple(n.outputs): n for n in lookup.map.nodes}
         ids = explorer_node_ids(model)
-        rows = [_row(k, node, ids[k], by_outputs.get(tuple(node.output)), lookup)
+        rows = [_row(k, node, ids[k], by_outputs.get(tuple(node.output)), lookup, backend_of)
                 for k, node in enumerate(model.graph.node)]
         gid, over = graph_id(model), "original"
     return {"schema": SCHEMA, "version": VERSION, "model": over, "graph": gid,
             "partitions": [{"id": p["id"], "backend": p["backend"]}
                            for p in mod.manifest["partitions"]],
-            "nodes": rows}
+            "states": count_states(rows), "nodes": rows}
 
 
 def group(row: dict) -> str:
@@ -109,8 +165,8 @@ def group(row: dict) -> str:
 
 
 #: The SQLite table's columns, in order: the JSON row's keys, lists stored as JSON arrays.
-COLUMNS = ("index", "node", "name", "op_type", "id", "partitions", "backends", "kernels",
-           "exprs", "reason")
+COLUMNS = ("index", "node", "name", "op_type", "id", "state", "partitions", "backends",
+           "kernels", "carried_by", "exprs", "reason")
 
 
 def write_sqlite(table: dict, map_sqlite: bytes, path) -> None:
@@ -125,9 +181,9 @@ def write_sqlite(table: dict, map_sqlite: bytes, path) -> None:
         con = sqlite3.connect(tmp)
         try:
             con.execute("CREATE TABLE placement (idx INTEGER NOT NULL, node TEXT NOT NULL, "
-                        "name TEXT NOT NULL, op_type TEXT NOT NULL, id TEXT, partitions TEXT "
-                        "NOT NULL, backends TEXT NOT NULL, kernels TEXT NOT NULL, exprs TEXT "
-                        "NOT NULL, reason TEXT)")
+                        "name TEXT NOT NULL, op_type TEXT NOT NULL, id TEXT, state TEXT NOT NULL, "
+                        "partitions TEXT NOT NULL, backends TEXT NOT NULL, kernels TEXT NOT "
+                        "NULL, carried_by TEXT NOT NULL, exprs TEXT NOT NULL, reason TEXT)")
             con.executemany(
                 f"INSERT INTO placement VALUES ({','.join('?' * len(COLUMNS))})",
                 [[json.dumps(r[c]) if isinstance(r[c], list) else r[c] for c in COLUMNS]

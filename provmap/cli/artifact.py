@@ -259,6 +259,9 @@ def cmd_inspect(args) -> int:
     if m.get("derived"):
         _say(f"  compiled provmap's derived copy (sha256 {m['derived_sha256'][:12]}): "
               f"{'; '.join(m['derived'])}")
+    from provmap.workbench.placement import describe_states
+
+    _say(f"  node states: {describe_states(info['placement']['states'])}")
     for name, b in info["backends"].items():
         _say(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
     for w in info["warnings"]:

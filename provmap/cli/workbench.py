@@ -223,6 +223,7 @@ def cmd_report(args) -> int:
 
 def cmd_annotate(args) -> int:
     from provmap.workbench.annotate import annotate_model, coverage
+    from provmap.workbench.placement import describe_states
     from provmap.runtime_module.module import load
 
     mod = load(args.artifact, runnable=False)
@@ -230,11 +231,12 @@ def cmd_annotate(args) -> int:
     write_bytes_atomic(args.output, model.SerializeToString())
     cov = coverage(model)
     summary = {"annotated": args.output, "nodes": cov["nodes"], "with_backend": cov["placed"],
-               "with_reason": cov["with_reason"], "unannotated": cov["unannotated"]}
+               "with_reason": cov["with_reason"], "unannotated": cov["unannotated"],
+               "states": cov["states"]}
     print(json.dumps(summary) if args.json else
-          f"wrote {args.output}: {cov['nodes']} nodes annotated, {cov['placed']} with their "
-          f"backend, {cov['with_reason']} with the reason they run in no partition "
-          "(metadata_props provmap.*; open in Netron)")
+          f"wrote {args.output}: {cov['nodes']} nodes annotated ({describe_states(cov['states'])}"
+          f"); {cov['placed']} with their backend, {cov['with_reason']} with the reason they "
+          "run in no partition (metadata_props provmap.*; open in Netron)")
     return 0
 
 
