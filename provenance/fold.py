@@ -131,7 +131,18 @@ def infer_types(model: onnx.ModelProto, declared: set | None = None,
     if unshaped:
         from .ort_types import symbolic_output_shapes
 
-        types.update(symbolic_output_shapes(light, unshaped))
+        declared_shape = {o.name: static_shape(o.type) for o in model.graph.output}
+        for name, tp in symbolic_output_shapes(light, unshaped).items():
+            # Symbolic inference guesses where data decides (a Split whose sizes are a run-time
+            # input: it splits evenly, [3] where onnx's test_split_variable_parts_1d declares
+            # and computes [2]).  A full declaration of the same rank that disagrees stays a
+            # hint the run checks; a different rank (the CRNN's [1, seqlen] for [20, 1, 8210])
+            # is no such guess, and the computed shape wins.
+            want = declared_shape.get(name)
+            got = static_shape(tp)
+            if want is not None and got is not None and len(want) == len(got) and want != got:
+                continue
+            types[name] = tp
     for o in model.graph.output:  # nothing computed it: the declaration is all there is
         if not _has_shape(types.get(o.name)) and (o.name not in types or _has_shape(o.type)):
             types[o.name] = o.type

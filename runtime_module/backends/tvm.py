@@ -170,6 +170,14 @@ def _module_for(fn, imported_mod) -> tvm.IRModule:
     return tvm.IRModule(funcs)
 
 
+def _not_a_tensor(imp, name: str) -> bool:
+    """A sequence or optional value (typed as such by ONNX's inference): it has no tensor type
+    by nature, and TVM's Relax import converts the sequence ops (tests/test_tvm_converters.py);
+    only an untyped *tensor* is declined."""
+    tp = (getattr(imp, "onnx_types", None) or {}).get(name)
+    return tp is not None and tp.WhichOneof("value") in ("sequence_type", "optional_type")
+
+
 class TVMBackend(Backend):
     """Options: `tune` ("none", or "metaschedule": tune each region's TIR before building it,
     see tvm_tuning), `trials` (per task, default 64), `tune_budget` (trials in all for this
@@ -246,7 +254,8 @@ class TVMBackend(Backend):
             # TVM builds for known shapes; a tensor nothing typed (downstream of an op no
             # inference sees through) could not even be a partition boundary.
             untyped = next((x for x in list(view.node_inputs[i]) + list(view.nodes[i].output)
-                            if x and x not in view.initializers and view.known(x) is None), None)
+                            if x and x not in view.initializers and view.known(x) is None
+                            and not _not_a_tensor(imp, x)), None)
             if untyped is not None:
                 out[i] = Support(False, f"tensor '{untyped}' has no type or shape that ONNX's "
                                         "or ONNX Runtime's inference computes")
