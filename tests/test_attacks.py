@@ -295,6 +295,14 @@ def test_names_from_an_artifact_reach_the_terminal_escaped(tmp_path):
         assert r.returncode == 0, r.stderr
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout, r.stdout
         assert "\\x1b[31mred" in r.stdout, r.stdout
+    # explain's text too (a strategy whose reasons name the node: greedy with a refusal)
+    art2 = tmp_path / "e2.provmap"
+    assert provmap("compile", tmp_path / "m.onnx", "-o", art2, "--strategy",
+                   "greedy:openvino,onnxruntime", "--backend-option",
+                   "openvino.exclude_ops=Relu").returncode == 0
+    r = provmap("explain", art2)
+    assert r.returncode == 0 and "\x1b" not in r.stdout and "\x07" not in r.stdout, r.stdout
+    assert "\\x1b[31mred" in r.stdout, r.stdout  # the node, named in the greedy reason
     r = provmap("lookup", art, "--onnx-node", evil + "x")  # the error line too
     assert r.returncode == 2 and "\x1b" not in r.stderr and "\\x1b" in r.stderr, r.stderr
 

@@ -13,7 +13,7 @@ import os
 
 from .common import (MODEL_HELP, _load_inputs, _progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
-                     non_negative, positive_int, read_json_file, warn)
+                     non_negative, positive_int, read_json_file, term_safe, warn)
 from provmap.provenance.errors import ProvmapError
 from provmap.provenance.atomic import write_bytes_atomic
 
@@ -249,7 +249,10 @@ def cmd_explain(args) -> int:
     x = explain_artifact(mod.manifest)
     if args.headroom:
         x["headroom"] = _headroom(args, mod)
-    print(json.dumps(x, indent=1) if args.json else format_explain(x), end="" if not args.json else "\n")
+    if args.json:
+        print(json.dumps(x, indent=1))
+    else:  # names and reasons from the artifact are someone else's text: escaped per line
+        print("".join(term_safe(ln) + "\n" for ln in format_explain(x).splitlines()), end="")
     return 0
 
 
