@@ -64,8 +64,8 @@ def test_garbage_npz_is_named_as_not_an_npz(art, tmp_path):
 def test_lookup_json_answers_with_an_error_object(art):
     r = provmap("lookup", art / "log.provmap", "--onnx-node", "nosuch", "--json")
     assert r.returncode == 2
-    ans = json.loads(r.stdout)
-    assert ans["results"] == [] and "nosuch" in ans["error"]
+    ans = json.loads(r.stdout)  # one object, not a second error object after it
+    assert ans["results"] == [] and "nosuch" in ans["error"] and ans["code"] == 2
 
 
 def test_options_have_help_text():

@@ -296,7 +296,9 @@ def cmd_lookup(args) -> int:
         if args.json:  # a script reading stdout gets an answer too, not an empty stream
             q = {k: v for k, v in (("onnx_node", args.onnx_node), ("kernel", args.kernel),
                                    ("expr", args.expr)) if v is not None}
-            print(json.dumps({"query": q, "results": [], "error": str(e)}, indent=2))
+            print(json.dumps({"query": q, "results": [], "error": str(e), "code": 2},
+                             indent=2))
+            args.json_error_printed = True  # dispatch's own {"error"} object would be a second
         raise
     if args.json:
         print(json.dumps(ans, indent=2))

@@ -303,7 +303,7 @@ def _fail(args, message: str | None, code: int = 2) -> int:
     and trtexec's (issue 36: errors were never JSON)."""
     print("provmap: interrupted" if message is None else f"provmap: error: {message}",
           file=sys.stderr)
-    if getattr(args, "json", False) is True:
+    if getattr(args, "json", False) is True and not getattr(args, "json_error_printed", False):
         import json
 
         with contextlib.suppress(OSError, ValueError):
