@@ -146,7 +146,11 @@ def check_dag(data, backends):
     order = data.draw(st.permutations(backends))
     # Each op type kept off the first backend by a coin: a draw of "all" or "none" (one
     # partition) gets rarer as the graph mixes more op types.
-    excluded = [op for op in ops if data.draw(st.booleans())]
+    # TopK stays on ONNX Runtime when that is the first backend: OpenVINO refuses a TopK whose
+    # indices are read (it orders ties otherwise than ONNX: ov_refusals), so nothing else
+    # could run it.
+    excluded = [op for op in ops if data.draw(st.booleans())
+                and not (op == "TopK" and order[0] == "onnxruntime")]
     opts = {order[0]: {"exclude_ops": excluded}} if excluded else {}
     art = compile_model(load_view(model, "dag"), f"greedy:{','.join(order)}",
                         backend_options=opts)
