@@ -30,25 +30,39 @@ def strategy_backends(strategy: str, default_collage) -> list[str]:
     return list(names) if names or kind != "collage" else list(default_collage)
 
 
+def _option_problem(cls, opts: dict):
+    """The first thing wrong with `opts` for backend class `cls`, as (kind, option, detail):
+    kind "name" (no such option; detail: the known names), "value" (detail: what it expects)
+    or "host" (this machine cannot honour them; option ""); None when nothing is."""
+    names = list(cls.option_names()) + list(Backend.COMMON_OPTIONS)
+    for k, v in opts.items():
+        if k not in names:
+            return "name", k, names
+        # only_ops/exclude_ops: a string or a list here; check_op_lists checks the ops
+        why = None if k in OP_LIST_OPTIONS else cls.option_problem(k, v)
+        if why:
+            return "value", k, why
+    why = cls.host_problem(opts)
+    return ("host", "", why) if why else None
+
+
 def _check_variants(strategy: str, used: list[str]) -> None:
     """The options written inside a strategy's NAME[OPTION=VALUE] variants, before any work."""
     for name in used:
         base, opts = parse_variant(name)
         if not opts or base not in available_backends():
             continue
-        cls = backend_class(base)
-        names = list(cls.option_names()) + list(Backend.COMMON_OPTIONS)
-        for k, v in opts.items():
-            if k not in names:
-                raise ProvmapError(f"strategy {strategy!r}: backend {base!r} has no option "
-                                   f"{k!r}{_hint(k, names)} (options: {', '.join(names)})")
-            why = None if k in OP_LIST_OPTIONS else cls.option_problem(k, v)
-            if why:
-                raise ProvmapError(f"strategy {strategy!r}: {name}: backend {base!r} expects "
-                                   f"{why} for {k!r}")
-        why = cls.host_problem(opts)
-        if why:
-            raise ProvmapError(f"strategy {strategy!r}: {name}: {why}")
+        bad = _option_problem(backend_class(base), opts)
+        if bad is None:
+            continue
+        kind, k, detail = bad
+        if kind == "name":
+            raise ProvmapError(f"strategy {strategy!r}: backend {base!r} has no option "
+                               f"{k!r}{_hint(k, detail)} (options: {', '.join(detail)})")
+        if kind == "value":
+            raise ProvmapError(f"strategy {strategy!r}: {name}: backend {base!r} expects "
+                               f"{detail} for {k!r}")
+        raise ProvmapError(f"strategy {strategy!r}: {name}: {detail}")
 
 
 def check_backend_options(strategy: str, options: dict, default_collage=()) -> None:
@@ -73,21 +87,18 @@ def check_backend_options(strategy: str, options: dict, default_collage=()) -> N
             cls = backend_class(backend)
         except BackendError as e:
             raise ProvmapError(f"{flag}: {e}") from None
-        names = list(cls.option_names()) + list(Backend.COMMON_OPTIONS)
-        for name, value in opts.items():
-            if name not in names:
-                raise ProvmapError(f"--backend-option {backend}.{name}: backend {backend!r} has "
-                                   f"no option {name!r}{_hint(name, names)} (options: "
-                                   f"{', '.join(names)})")
-            if name in OP_LIST_OPTIONS:
-                continue  # a string or a list here; check_op_lists checks the ops themselves
-            why = cls.option_problem(name, value)
-            if why:
-                raise ProvmapError(f"--backend-option {backend}.{name}={value}: backend "
-                                   f"{backend!r} expects {why} for {name!r}")
-        why = cls.host_problem(opts)
-        if why:
-            raise ProvmapError(f"--backend-option {backend}: {why}")
+        bad = _option_problem(cls, opts)
+        if bad is None:
+            continue
+        kind, name, detail = bad
+        if kind == "name":
+            raise ProvmapError(f"--backend-option {backend}.{name}: backend {backend!r} has "
+                               f"no option {name!r}{_hint(name, detail)} (options: "
+                               f"{', '.join(detail)})")
+        if kind == "value":
+            raise ProvmapError(f"--backend-option {backend}.{name}={opts[name]}: backend "
+                               f"{backend!r} expects {detail} for {name!r}")
+        raise ProvmapError(f"--backend-option {backend}: {detail}")
 
 
 def _onnx_op_types() -> set[str]:
