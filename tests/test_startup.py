@@ -12,19 +12,9 @@ import pytest
 
 import small_models
 
-HEAVY = ("tvm", "onnxruntime", "openvino")
-
-# Runs the CLI as the console script does, then reports which backend libraries got imported.
-_PROBE = """
-import json, sys
-from provmap.cli.main import main
-try:
-    rc = main(sys.argv[1:])
-except SystemExit as e:
-    rc = e.code
-print("HEAVY=" + json.dumps(sorted(m for m in %r if m in sys.modules)), file=sys.stderr)
-raise SystemExit(rc)
-""" % (HEAVY,)
+# The CLI run as the console script runs it, reporting which backend libraries it imported:
+# the same probe bench/startup.py times.
+from provmap.bench.startup import _PROBE  # noqa: E402
 
 
 def _probe(*args):
