@@ -95,8 +95,10 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     assert art4.manifest["strategy"] == art3.manifest["strategy"]
     assert [(p["backend"], sorted(p["ops"])) for p in art4.manifest["partitions"]] == \
         [(p["backend"], sorted(p["ops"])) for p in art3.manifest["partitions"]]
-    np.testing.assert_allclose(load(tmp_path / "c4.provmap").run(feeds)["y"], out["y"],
-                               atol=1e-6)
+    # art3's plan may differ from the first one (other backends, other fp32 summation order):
+    # judged against ORT as the first was, not bit for bit against it.
+    np.testing.assert_allclose(load(tmp_path / "c4.provmap").run(feeds)["y"],
+                               ort_ref(model, feeds)["y"], atol=1e-4, rtol=1e-3)
     # Other search settings are another key: searched, not reused.
     art5 = compile_model(view, "collage:onnxruntime,openvino",
                          collage_options=_opts(cache, e2e_variants=(), e2e_margin=0.05))
