@@ -48,7 +48,7 @@ def neg_relu_chain(n_nodes: int, width: int = 16) -> onnx.ModelProto:
 
 def time_compile(model: onnx.ModelProto, strategy: str, backend_options=None) -> dict:
     from provmap.partition.compile import make_plan
-    from provmap.partition.view import load_view
+    from provmap.partition.model_source import load_view
     from provmap.runtime_module.artifact import build_artifact
 
     row = {"nodes": len(model.graph.node)}

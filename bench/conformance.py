@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from provmap.provenance.errors import first_line
+from provmap.provenance.util.errors import first_line
 
 PLAIN = ["ort", "openvino", "tvm"]
 # provmap pipeline -> the plain library it must not fall behind.
@@ -250,7 +250,7 @@ def _run_provmap(backend: str):
 
 def _run_map(model, names, inputs):
     from provmap.provenance.build import compile_tvm
-    from provmap.provenance.errors import ProvmapError
+    from provmap.provenance.util.errors import ProvmapError
     from provmap.provenance.importer import import_onnx
 
     imp = import_onnx(model)
@@ -274,7 +274,7 @@ _RUNNERS.update(_abort=lambda *a: os.abort(), _hang=lambda *a: time.sleep(3600))
 def _execute(case: str, payload, pipeline: str) -> dict:
     import onnx
 
-    from provmap.provenance.errors import ProvmapError
+    from provmap.provenance.util.errors import ProvmapError
 
     model_bytes, sets, rtol, atol = payload
     model = onnx.ModelProto.FromString(model_bytes)
@@ -475,7 +475,7 @@ def main(argv=None) -> int:
     results = {n: {p: flat[(n, p)] for p in pipelines} for n in names}
     import onnx
 
-    from provmap.provenance.atomic import write_atomic
+    from provmap.provenance.util.atomic import write_atomic
 
     meta = {"onnx": onnx.__version__, "cases": len(names), "pipelines": pipelines,
             "sample": a.sample, "seed": a.seed, "regex": a.cases, "timeout": a.timeout,

@@ -333,7 +333,7 @@ def main(argv=None) -> int:
     meta = {**_meta(), "cases": len(names), "folders": folders, "backends": backends,
             "sample": a.sample, "seed": a.seed, "regex": a.cases, "timeout": a.timeout,
             "jobs": a.jobs, "seconds": round(time.time() - t0, 1)}
-    from provmap.provenance.atomic import write_atomic
+    from provmap.provenance.util.atomic import write_atomic
 
     md, out = markdown(results, table, meta), Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """What bench adds to each model's rows about how far to trust them and how far a plan could go.
 
 * Load: the latency run of a model (every strategy interleaved) is one measuring window
-  (`provmap.runtime_module.contention`); each row records that window's load and the other
+  (`provmap.partition.measure.contention`); each row records that window's load and the other
   processes' CPU, and is marked noisy when the window was contended or the row's own samples
   spread more than `SPREAD_MAX` ((p90 - min) / median).  A noisy row's ratio is not a result.
 * Limit: the per-node oracle (`provmap.workbench.headroom`) over the searched backends and their
@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from provmap.runtime_module.contention import SPREAD_MAX, Window
+from provmap.partition.measure.contention import SPREAD_MAX, Window
 
 
 def measured_with_load(measure, say):

@@ -23,8 +23,8 @@ KEY = "provmap-bench"
 def run(model: str, servers_list=(1, 2), max_size: int = 6, max_depth: int = 3,
         progress=print) -> dict:
     from provmap.partition.collage import CollageOptions, collage
-    from provmap.partition.remote import local_farm
-    from provmap.partition.view import load_view
+    from provmap.partition.measure.remote import local_farm
+    from provmap.partition.model_source import load_view
     from provmap.runtime_module.artifact import host_info
     from provmap.runtime_module.registry import get_backend
 

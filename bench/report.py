@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from provmap.provenance.atomic import write_atomic, write_bytes_atomic
+from provmap.provenance.util.atomic import write_atomic, write_bytes_atomic
 
 
 def _f(x, fmt="{:.2f}", none="-"):
@@ -285,7 +285,7 @@ def update_readme(readme: str | os.PathLike, res: dict, results_dir: str) -> Non
     path = Path(readme)
     text = path.read_text()
     if START not in text or END not in text:
-        from provmap.provenance.errors import ProvmapError
+        from provmap.provenance.util.errors import ProvmapError
 
         raise ProvmapError(f"{path}: no {START} ... {END} markers to put the tables between")
     head, rest = text.split(START, 1)

@@ -3,7 +3,7 @@
 Stages timed per size: tagging (ONNX import with IDs on every node and binding), support checks
 (the real ONNX Runtime and OpenVINO backends' `verdicts`), candidate generation + pruning, the
 shortest-path search, and writing the provenance map (JSON + SQLite).  The search here is priced
-by a deterministic synthetic cost table (`provmap.partition.cost.MockEstimator`), on purpose: measuring
+by a deterministic synthetic cost table (`provmap.partition.measure.cost.MockEstimator`), on purpose: measuring
 thousands of candidates on real backends would time the backends, not the search; real prices
 are what the per-model search rows of the suite measure.
 
@@ -74,9 +74,9 @@ def synthetic_price(view, cand) -> float:
 
 
 def time_size(n_nodes: int) -> dict:
-    from provmap.partition.candidates import generate
+    from provmap.partition.generate import generate
     from provmap.partition.prune import prune
-    from provmap.partition.cost import MockEstimator
+    from provmap.partition.measure.cost import MockEstimator
     from provmap.partition.search import search
     from provmap.provenance import store
     from provmap.provenance.importer import import_onnx

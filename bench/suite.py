@@ -7,7 +7,7 @@ For each model, in one process:
     result), its size, load and verify time, and lookup latency (p50/p99 over every ONNX node
     and kernel);
   * latency: every artifact *and* each backend library called directly on the whole model,
-    measured together in interleaved blocks (`provmap.runtime_module.interleave`), so machine noise hits
+    measured together in interleaved blocks (`provmap.partition.measure.interleave`), so machine noise hits
     all alike; ratios to the best single configuration (bench/baseline.py); the container's overhead is single:<b> over
     direct:<b> from the same run;
   * correctness: every artifact's outputs against ONNX Runtime on the original model;
@@ -16,7 +16,7 @@ Then a scaling run on synthetic graphs (bench/scaling.py).  Results: DIR/results
 docs/bench.md), DIR/results.md (the tables README shows) and DIR/latency.png.
 
 Bundled light models ship all-equal ConstantOfShape weights; `bundled:NAME` already gives them
-seeded random ones (provenance/zoo.py), so fast paths for constant data cannot flatter anyone;
+seeded random ones (provenance/bundled/zoo.py), so fast paths for constant data cannot flatter anyone;
 `--keep-weights` benches the constant originals (`bundled:NAME:original`).
 """
 
@@ -105,7 +105,7 @@ def versions() -> dict:
 
 
 def _load_model(spec: str, keep_weights: bool):
-    from provmap.provenance import zoo
+    from provmap.provenance.bundled import zoo
 
     spec = spec if spec.startswith("bundled:") or os.path.exists(spec) else f"bundled:{spec}"
     if keep_weights and spec.removeprefix("bundled:") in zoo.LIGHT_MODELS:
@@ -291,7 +291,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 direct[b] = f
                 fns[f"direct:{b}"] = (lambda f=f: f(feeds))
         log(f"latency: {len(fns)} alternatives, interleaved blocks")
-        from provmap.runtime_module.interleave import measure_interleaved
+        from provmap.partition.measure.interleave import measure_interleaved
 
         lat, load = measured_with_load(lambda: measure_interleaved(
             fns, repeats=opts.repeats, passes=opts.passes,

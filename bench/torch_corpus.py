@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from provmap.provenance.errors import first_line
+from provmap.provenance.util.errors import first_line
 
 from .torch_models import EXPORTERS, MODELS, export
 

@@ -56,9 +56,9 @@ def compile_once(model: str, out: Path, cache: Path, db: Path, args) -> dict:
 
 def check_against_ort(model: str, artifact: Path) -> float:
     import provmap
-    from provmap.provenance import zoo
+    from provmap.provenance.bundled import zoo
     from provmap.runtime_module.registry import get_backend
-    from provmap.partition.view import load_view
+    from provmap.partition.model_source import load_view
 
     onnx_model = zoo.resolve(f"bundled:{model}")[0]
     feed = zoo.random_inputs(onnx_model, seed=0)

@@ -30,8 +30,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from provmap.partition.view import load_view
-from provmap.provenance import zoo
+from provmap.partition.model_source import load_view
+from provmap.provenance.bundled import zoo
 from provmap.runtime_module.backend import time_runner
 from provmap.runtime_module.backends.tvm_tuning import (TuningDatabase, make_target,
                                                         tune_region)

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 EXPORTERS = ("dynamo", "torchscript")
 

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from provmap.provenance.errors import first_line
+from provmap.provenance.util.errors import first_line
 
 from .torch_corpus import _versions, compare, ort_outputs, run_with_deadline
 from . import user_models as um

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import available_backends, backend_class, parse_variant
 

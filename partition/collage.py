@@ -1,8 +1,8 @@
 """The `collage` strategy: the seven steps of TVM's CollagePartition, on our graph, plus what it lacked.
 
-1. rules per backend (provmap.partition.rules) -> 2. candidates, convex and bounded (provmap.partition.candidates)
+1. rules per backend (provmap.partition.rules) -> 2. candidates, convex and bounded (provmap.partition.generate)
 -> 3. constraints and unsupported ops remove candidates (provmap.partition.constraints) -> pruning
--> 4. prices from a CostEstimator (measured, cached in SQLite: provmap.partition.cost / provmap.partition.cache)
+-> 4. prices from a CostEstimator (measured, cached in SQLite: provmap.partition.measure.cost / provmap.partition.measure.cache)
 -> 5. shortest path with measured boundary-crossing costs (provmap.partition.search)
 -> 6. coalescing of adjacent same-backend partitions -> 7. the plan, built into an artifact.
 
@@ -17,21 +17,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
 from provmap.runtime_module.backend import Backend
-from provmap.runtime_module.interleave import (break_tie, measure_artifacts, near_ties,
+from provmap.partition.measure.interleave import (break_tie, measure_artifacts, near_ties,
                                                 pick_fastest, why_tied)
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.graph_view import GraphView
 
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # defined where the CLI's help reads it
-from .hygiene import Window, measure_clean, reuse_refusal, search_conditions, store_plan
+from .measure.hygiene import Window, measure_clean, reuse_refusal, search_conditions, store_plan
 from .region_alternatives import region_alternatives
 from .schedule_search import search_schedules
 from .search import coalesce, search
 from .strategies import greedy as greedy_plan
-from .measured import tuning_summary
+from .measure.measured import tuning_summary
 from .variants import e2e_variants
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -83,12 +83,12 @@ def _say(cb, msg):
 def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions | None = None,
             progress=None) -> CollageResult:
     """Search the cheapest plan, check it end to end, and return the fastest measured plan."""
-    from .cache import CacheLocked, CostCache
-    from .candidates import generate
+    from .measure.cache import CacheLocked, CostCache
+    from .generate import generate
     from .prune import prune
     from .constraints import check, filter_candidates, parse_constraints
-    from .measured import MeasuredEstimator
-    from .boundary import calibrate_boundary, crossing_s
+    from .measure.measured import MeasuredEstimator
+    from .measure.boundary import calibrate_boundary, crossing_s
 
     opts = opts or CollageOptions()
     t0 = time.perf_counter()
@@ -106,13 +106,13 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                    + (f"{opts.measure_budget_s:g} s" if opts.measure_budget_s is not None
                       else "none"))
 
-    from .cache import host_fingerprint
+    from .measure.cache import host_fingerprint
 
     pool, host = None, None
     if opts.measure_on:
         from provmap.runtime_module.registry import parse_variant
 
-        from .remote import RemotePool
+        from .measure.remote import RemotePool
 
         bases = sorted({parse_variant(n)[0] for n in names} | {"onnxruntime"})
         pool = RemotePool(opts.measure_on, backends=bases)
@@ -149,7 +149,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
                             budget_s=opts.measure_budget_s, in_context=opts.in_context,
                             remote=pool)
     est.begin(len(kept))
-    phases = {"candidates": Window()}  # measuring conditions (partition/hygiene.py)
+    phases = {"candidates": Window()}  # measuring conditions (partition/measure/hygiene.py)
     try:
         if est.parallel > 1:
             _say(progress, f"collage: measuring {len(kept)} candidates on {est.parallel} "
@@ -358,7 +358,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         art = search_schedules(art, winner, report, opts.refine_margin, progress=progress)
         chosen_plan.info["schedule"] = art.manifest.get("schedule")  # kept with the plan
     if opts.in_context:
-        from .in_context import feed_back
+        from .measure.in_context import feed_back
 
         try:
             report["in_context"] = feed_back(art, cache, every,
@@ -385,7 +385,7 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend],
     import hashlib
     import json
 
-    from .cache import backend_identity
+    from .measure.cache import backend_identity
 
     model = Subgraph(view, view.op_nodes).key
     settings = {"backends": {n: list(backend_identity(b)) for n, b in backends.items()},

@@ -8,8 +8,8 @@ import warnings
 
 import onnx
 
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapWarning
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapWarning
 from provmap.runtime_module.artifact import (Artifact, build_artifact, embed_source_model,
                                              with_schedule)
 from provmap.runtime_module.plan import Plan
@@ -19,7 +19,7 @@ from provmap.runtime_module.graph_view import GraphView
 from .defaults import DEFAULT_COLLAGE_BACKENDS, DEFAULT_STRATEGY  # noqa: F401  (re-exported)
 from .backend_options import check_backend_options, check_op_lists
 from .strategies import greedy, parse_strategy, single
-from .view import load_view
+from .model_source import load_view
 
 
 def _given_model(model, view: GraphView):

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Support
 from provmap.runtime_module.graph_view import GraphView
 

@@ -22,7 +22,7 @@ local changes to it:
 
 Each proposal that is valid (every node supported, the constraints respected, no cycle between
 partitions) is built (partition builds are cached across proposals) and measured against the
-incumbent, interleaved in blocks (`runtime_module.interleave`), `passes` passes.  It replaces the
+incumbent, interleaved in blocks (`partition.measure.interleave`), `passes` passes.  It replaces the
 incumbent only if its median is lower by more than `margin` *and* its median is lower in every
 pass *and* its fastest run is lower by more than `margin` too: a win that is not beyond noise
 is not a win.  After an
@@ -37,10 +37,10 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.artifact import build_artifact
 from provmap.runtime_module.graph_view import GraphView
-from provmap.runtime_module.interleave import measure_artifacts
+from provmap.partition.measure.interleave import measure_artifacts
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 
 from .candidate import Candidate

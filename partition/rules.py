@@ -4,7 +4,7 @@ In TVM's Collage a target owns a tree of PartitionRules (patterns, "primitive" o
 CombinePartitionRule growing fused groups, OnlyValid filters, ...).  Here every backend gets
 the same five rules, applied to the op nodes its verdicts accept ("supported" nodes); a rule
 only proposes sets of op node indices, and `candidates_for_backend` deduplicates and checks
-them (`provmap.partition.candidates` describes convex / connected / exits / depth):
+them (`provmap.partition.generate` describes convex / connected / exits / depth):
 
 * **single-op**: every supported op node alone.  Always kept (no size/exit limit): it is what
   lets the search give any node to any backend that supports it.

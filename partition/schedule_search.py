@@ -23,7 +23,7 @@ import os
 import time
 
 from provmap.runtime_module.artifact import with_schedule
-from provmap.runtime_module.interleave import measure_artifacts
+from provmap.partition.measure.interleave import measure_artifacts
 from provmap.runtime_module.registry import backend_class
 from provmap.runtime_module.schedule import asap_stages, describe, has_independent, \
     make_schedule, split_threads

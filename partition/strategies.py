@@ -9,7 +9,7 @@ the first backend lacks becomes one small partition instead of splitting the who
 
 from __future__ import annotations
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.plan import PartitionSpec, Plan
 from provmap.runtime_module.registry import split_outside_brackets, variant_name

@@ -3,7 +3,7 @@ level's moves, never the first level's candidate prices (see e2e_variants)."""
 
 from __future__ import annotations
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import get_backend, parse_variant, with_options
 

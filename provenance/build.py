@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
-from .errors import ProvmapError
+from .util.errors import ProvmapError
 from .importer import Imported
 from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap, mark_vm_evaluated
 from .relax_keys import PLUMBING_PACKED

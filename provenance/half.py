@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import first_line
+from .util.errors import first_line
 
 HALF = ("float16", "bfloat16")
 

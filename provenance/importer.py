@@ -23,7 +23,7 @@ import tvm
 from tvm import relax
 
 from . import ids as _ids
-from .errors import ProvmapError, first_line
+from .util.errors import ProvmapError, first_line
 from .fold import FOLD_REASON, fold_constants, infer_types
 from .int8_pairs import saturation_warning
 from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,

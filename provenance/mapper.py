@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .errors import ProvmapError
+from .util.errors import ProvmapError
 from .model import ProvenanceMap
 
 

@@ -144,7 +144,7 @@ def reconcile_outputs(model: onnx.ModelProto, types: dict, declared_only: set | 
     in part, only the declaration gives: hints, since nothing checked them (ORT returns what it
     computes whatever the declaration says; the executor does the same and warns).
     """
-    from .dtypes import onnx_dtype
+    from .util.dtypes import onnx_dtype
 
     types = dict(types)
     warnings: list[str] = []

@@ -30,7 +30,7 @@ from tvm import relax
 
 from .shapes import failure_hint
 from .build import Build, BuildFailed, compile_tvm, cpu_target
-from .errors import first_line
+from .util.errors import first_line
 from .importer import Imported
 from .model import ROLE_PRODUCED
 from .relax_keys import bindings

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import onnx
 
-from .errors import ProvmapError
+from .util.errors import ProvmapError
 
 FLAG = "--input-shape"
 INT64_MAX = 2**63 - 1
@@ -169,7 +169,7 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                 raise ProvmapError(f"{label}: input {vi.name!r} dimension {bad[0]} is "
                                    f"{want[bad[0]]}; sizes must be >= 0")
             try:
-                from .dtypes import itemsize, onnx_dtype
+                from .util.dtypes import itemsize, onnx_dtype
 
                 size = itemsize(onnx_dtype(tt.elem_type))
             except Exception:  # an element type numpy cannot hold: count a byte each

@@ -22,7 +22,7 @@ from pathlib import Path
 import sqlite_utils
 
 from provmap.provenance.model import SCHEMA_VERSION, ProvenanceMap
-from .atomic import commit_temp, discard_temp, stage_file
+from .util.atomic import commit_temp, discard_temp, stage_file
 
 __all__ = [
     "save", "save_json", "save_sqlite", "load", "load_json", "load_sqlite",

@@ -14,7 +14,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from . import converters, half
-from .dtypes import onnx_dtype
+from .util.dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
     """Vars, constants, shapes and immediates: nothing a binding would compute."""

@@ -34,7 +34,7 @@ _API = {
     "load": ("provmap.runtime_module.module", "load"),
     "map": ("provmap.provenance.mapper", "map_model"),
     "lookup": ("provmap.runtime_module.module", "lookup"),
-    "ProvmapError": ("provmap.provenance.errors", "ProvmapError"),
+    "ProvmapError": ("provmap.provenance.util.errors", "ProvmapError"),
 }
 
 

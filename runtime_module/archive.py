@@ -22,7 +22,7 @@ import os
 import stat
 import zipfile
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 CHUNK = 1 << 20
 

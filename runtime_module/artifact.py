@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from provmap.provenance.ids import model_sha256
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
-from provmap.provenance import atomic, store
+from provmap.provenance import store
+from provmap.provenance.util import atomic
 
 from . import artifact_schema as schema, trust
 from .archive import StoredZip
@@ -133,7 +134,7 @@ class Artifact:
         shape arithmetic folded), which is accepted too and named as such by the callers."""
         import onnx
 
-        from provmap.provenance import zoo
+        from provmap.provenance.bundled import zoo
 
         info = self.manifest["model"]
         if given is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 from .schema_base import (_DTYPE_KINDS, _HEX64, _MEMBER, _PID, INT64_MAX, MAX_NAME,  # noqa: F401
                           MAX_TEXT, MAX_THREADS, SchemaError, _key, _short, _tname, _V,

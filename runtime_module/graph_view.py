@@ -17,8 +17,8 @@ from typing import Iterable
 import numpy as np
 import onnx
 
-from provmap.provenance.dtypes import itemsize, onnx_dtype
-from provmap.provenance.errors import ProvmapError, describe_node
+from provmap.provenance.util.dtypes import itemsize, onnx_dtype
+from provmap.provenance.util.errors import ProvmapError, describe_node
 from provmap.provenance.ids import model_sha256, node_inputs
 from provmap.provenance.importer import Imported
 from provmap.provenance.model import ROLE_PRODUCED

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 #: op -> which input holds indices into input 0 along the `axis` attribute (default 0).
 _INDEX_INPUT = {"Gather": 1, "GatherElements": 1}

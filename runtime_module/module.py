@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, with numpy)
 import numpy as np
 
-from provmap.provenance.errors import ProvmapError, ProvmapWarning
+from provmap.provenance.util.errors import ProvmapError, ProvmapWarning
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError

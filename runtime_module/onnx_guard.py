@@ -11,7 +11,7 @@ If/Loop/Scan, model-local functions), is refused, for every backend, trusted or 
 
 from __future__ import annotations
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 
 def _tensor_refs(t, where: str):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import onnx
 
-from provmap.provenance.dtypes import onnx_dtype
+from provmap.provenance.util.dtypes import onnx_dtype
 
 from .graph_view import TensorSpec
 

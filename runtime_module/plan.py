@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 if TYPE_CHECKING:  # pragma: no cover  (a plan is read with artifacts, which must not import TVM)
     from .graph_view import GraphView

@@ -22,7 +22,7 @@ partition not named keeps its backend's options.
 
 from __future__ import annotations
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 
 def _producers(partitions: list[dict]) -> dict[str, str]:

@@ -9,7 +9,7 @@ import json
 import math
 import re
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.shapes import memory_bytes
 
 MAX_DEPTH = 32           # nesting of free-form parts (plan_info, blob_meta, host, coverage)
@@ -107,7 +107,7 @@ class _V:
         return x
 
     def dtype(self, x, path) -> str:
-        from provmap.provenance.dtypes import itemsize
+        from provmap.provenance.util.dtypes import itemsize
 
         self.str_(x, path, max_len=64)
         try:
@@ -127,7 +127,7 @@ class _V:
     def tensor(self, t, path, open_dims: bool) -> dict:
         """{name, dtype, shape[, bytes]}; dims are int64 (None: known at run time, only where
         `open_dims`) and the whole tensor must fit in this machine's memory."""
-        from provmap.provenance.dtypes import itemsize
+        from provmap.provenance.util.dtypes import itemsize
 
         self.dict_(t, path, required=("name", "dtype", "shape", "bytes"))
         self.str_(t["name"], f"{path}.name")

@@ -19,8 +19,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from provmap.provenance.dtypes import onnx_elem
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.dtypes import onnx_elem
+from provmap.provenance.util.errors import ProvmapError
 
 from .graph_view import GraphView, TensorSpec
 

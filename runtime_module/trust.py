@@ -47,7 +47,7 @@ import sqlite3
 import zipfile
 from pathlib import Path
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 MANIFEST = "manifest.json"  # the artifact member whose SHA-256 is the digest
 _SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -12,8 +12,8 @@ import pytest
 import small_models as sm
 
 from provmap.partition.compile import compile_model, load_view
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.artifact import read_artifact
 from provmap.runtime_module.module import load
 from provmap.runtime_module.plan import PartitionSpec, Plan

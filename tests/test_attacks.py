@@ -19,7 +19,7 @@ import pytest
 from attack_kit import members, relu_model, repack, stealing_model
 from cli_runner import one_error, provmap
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module import trust
 from provmap.runtime_module.artifact import read_artifact, with_schedule
 from provmap.runtime_module.module import load
@@ -159,7 +159,7 @@ def _bomb(path, declared=2 << 30):
 
 _CLI = "from provmap.cli.main import main\nrc = main(sys.argv[1:])\n"
 # The container reader alone (what read_artifact opens first), without the CLI's imports.
-_READER = ("from provmap.provenance.errors import ProvmapError\n"
+_READER = ("from provmap.provenance.util.errors import ProvmapError\n"
            "from provmap.runtime_module.archive import StoredZip\nrc = 0\ntry:\n"
            "    with StoredZip(sys.argv[1]) as z:\n        [z.read(n) for n in z.names]\n"
            "except ProvmapError as e:\n    print('provmap: error:', e, file=sys.stderr)\n"

@@ -16,7 +16,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from provmap.provenance import zoo
+from provmap.provenance.bundled import zoo
 from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.backend import BackendError, Blob, Runner
 from provmap.runtime_module.backends.openvino import OpenVINOBackend

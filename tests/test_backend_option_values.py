@@ -16,7 +16,7 @@ import pytest
 
 from cli_runner import one_error, provmap
 from provmap.partition.compile import compile_model
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import BackendError
 from provmap.runtime_module.registry import backend_class
 from small_models import conv_relu

@@ -170,7 +170,7 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
 
 def test_a_contended_window_or_a_wide_spread_marks_a_row_noisy():
     from provmap.bench.limits import row_load
-    from provmap.runtime_module.contention import judge
+    from provmap.partition.measure.contention import judge
 
     quiet = judge(2, 0.8, 0.05, 0.0, seconds=5.0)
     assert row_load(quiet, {"spread": 0.1})["noisy"] is False

@@ -133,7 +133,7 @@ def test_yolo_like_detector_exports_and_runs_on_onnxruntime(tmp_path):
 
 def test_user_models_without_torch_is_one_clear_error(tmp_path, monkeypatch):
     from provmap.bench import user_bench
-    from provmap.provenance.errors import ProvmapError
+    from provmap.provenance.util.errors import ProvmapError
 
     monkeypatch.setattr(user_bench, "torch_available", lambda: False)
     with pytest.raises(ProvmapError, match=r"\[torch\] extra"):

@@ -1,4 +1,4 @@
-"""Candidate generation (provmap.partition.rules / provmap.partition.candidates), pruning and user constraints.
+"""Candidate generation (provmap.partition.rules / provmap.partition.generate), pruning and user constraints.
 
 Small hand-built graphs; no backend library is needed (verdicts are made up here).
 """
@@ -16,13 +16,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from provmap.partition.candidate import Candidate
 from provmap.partition.opgraph import facts, mask_of, reachability, validate
-from provmap.partition.candidates import generate
+from provmap.partition.generate import generate
 from provmap.partition.prune import prune
 from provmap.partition.compile import load_view
 from provmap.partition.constraints import allows, check, filter_candidates, parse_constraints
 from provmap.partition.rules import candidates_for_backend
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Support
 from provmap.runtime_module.subgraph import Subgraph
 

@@ -145,7 +145,7 @@ def test_cache_in_a_missing_directory_is_refused(tmp_path):
 def test_locked_cache_is_a_clear_error_the_search_can_go_on_without(tmp_path):
     import sqlite3
 
-    from provmap.partition.cache import CacheLocked, CostCache
+    from provmap.partition.measure.cache import CacheLocked, CostCache
 
     path = tmp_path / "c.sqlite"
     CostCache(path).close()

@@ -100,7 +100,7 @@ def test_python_api_refuses_the_backend_options_the_cli_refuses(tmp_path, option
                                                                  words):
     """provmap.compile() used to take them and build a plan without them."""
     from provmap.partition.compile import compile_model
-    from provmap.provenance.errors import ProvmapError
+    from provmap.provenance.util.errors import ProvmapError
     from small_models import conv_relu
 
     with pytest.raises(ProvmapError) as e:
@@ -123,7 +123,7 @@ def test_backend_options_that_apply_are_still_taken(tmp_path):
 
 def test_python_api_refuses_a_negative_input_size_too():
     from provmap.partition.compile import load_view
-    from provmap.provenance.errors import ProvmapError
+    from provmap.provenance.util.errors import ProvmapError
     from small_models import conv_relu
 
     name = conv_relu().graph.input[0].name

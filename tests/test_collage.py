@@ -16,8 +16,8 @@ import pytest
 
 from provmap.partition.collage import CollageOptions
 from provmap.partition.compile import compile_model, load_view
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
 
 

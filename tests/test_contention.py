@@ -1,4 +1,4 @@
-"""Contention detection (provmap.runtime_module.contention): the verdict's logic on chosen
+"""Contention detection (provmap.partition.measure.contention): the verdict's logic on chosen
 inputs, and the real counters with a real CPU hog.  This machine is shared (other jobs may run
 while the tests do), so no test asserts that the real machine is quiet: quiet verdicts are
 tested on chosen inputs, the real counters only where the test itself controls the load."""
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from provmap.runtime_module import contention as c
+from provmap.partition.measure import contention as c
 
 from cpu_hog import cpu_hog
 
@@ -99,7 +99,7 @@ def test_only_an_end_to_end_phase_decides_whether_a_plan_was_chosen_under_conten
     """A few contended candidate prices do not stop a plan the clean end-to-end check kept from
     being cached (the quiet bench host saw 1-6 of ~1,000 per model); a contended end-to-end
     check does, and without one the prices decide."""
-    from provmap.partition.hygiene import search_conditions
+    from provmap.partition.measure.hygiene import search_conditions
 
     clean = {"contended": False, "reasons": []}
     busy = {"contended": True, "reasons": ["others used 1.0 CPU"]}

@@ -1,14 +1,14 @@
-"""What a Collage search does under contention (provmap.partition.hygiene), with a real CPU
+"""What a Collage search does under contention (provmap.partition.measure.hygiene), with a real CPU
 hog started by the test: the search says so, marks its record, and does not store its kept plan
 in the plan cache as if it were clean; a stored plan recorded as contended is not reused."""
 
 import pytest
 
-from provmap.partition import hygiene
-from provmap.partition.cache import CostCache
+from provmap.partition.measure import hygiene
+from provmap.partition.measure.cache import CostCache
 from provmap.partition.collage import CollageOptions, plan_cache_keys
 from provmap.partition.compile import compile_model, load_view
-from provmap.runtime_module.contention import snapshot
+from provmap.partition.measure.contention import snapshot
 from provmap.runtime_module.registry import get_backend
 
 from cpu_hog import cpu_hog
@@ -75,7 +75,7 @@ def test_a_cached_plan_recorded_as_contended_is_not_reused(tmp_path, acting):
 def test_candidate_prices_under_a_cpu_hog_are_measured_again_and_kept_out_of_the_cache(
         tmp_path, acting):
     from provmap.partition.candidate import Candidate
-    from provmap.partition.measured import MeasuredEstimator
+    from provmap.partition.measure.measured import MeasuredEstimator
 
     view = load_view(conv_relu(), "conv_relu")
     ops = frozenset(view.op_nodes)

@@ -12,15 +12,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import crashing_backend as cb
-from provmap.partition.cache import CostCache, default_path, host_fingerprint
+from provmap.partition.measure.cache import CostCache, default_path, host_fingerprint
 from provmap.partition.candidate import Candidate, Estimate
 from provmap.partition.compile import load_view
-from provmap.partition.measured import MeasuredEstimator
-from provmap.partition.cost import MockEstimator
-from provmap.partition.worker import backend_spec, timing_plan
-from provmap.partition.boundary import calibrate_boundary, crossing_s
-from provmap.partition.accuracy import make_inputs
-from provmap.provenance.errors import ProvmapError
+from provmap.partition.measure.measured import MeasuredEstimator
+from provmap.partition.measure.cost import MockEstimator
+from provmap.partition.measure.worker import backend_spec, timing_plan
+from provmap.partition.measure.boundary import calibrate_boundary, crossing_s
+from provmap.partition.measure.accuracy import make_inputs
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.subgraph import Subgraph
 

@@ -28,7 +28,7 @@ from cli_runner import provmap as cli
 import provmap
 from provmap.bench.user_corpus import tolerance
 from provmap.bench.user_models import crnn_declared_output, quantize
-from provmap.provenance.errors import ProvmapError, ProvmapWarning
+from provmap.provenance.util.errors import ProvmapError, ProvmapWarning
 from provmap.runtime_module.module import ArtifactModule
 
 WIDTH = 9

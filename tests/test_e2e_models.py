@@ -22,7 +22,7 @@ import pytest
 
 from provmap.partition.compile import compile_model, load_view
 from provmap.runtime_module.module import load
-from provmap.provenance import zoo
+from provmap.provenance.bundled import zoo
 
 # VGG-19 (548 MB of weights, ~2.5 min of the default run) is the `heavy` variant:
 # `pytest -m heavy` runs it; the other five are the default run's sample.

@@ -8,7 +8,8 @@ import sys
 import onnx
 import pytest
 
-from provmap.provenance import ids, zoo
+from provmap.provenance import ids
+from provmap.provenance.bundled import zoo
 from provmap.provenance.importer import import_onnx
 
 
@@ -24,7 +25,7 @@ def id_table(model):
 
 _CHILD = """
 import json, sys
-from provmap.provenance import zoo
+from provmap.provenance.bundled import zoo
 from provmap.provenance.importer import import_onnx
 m, _ = zoo.resolve(sys.argv[1])
 imp = import_onnx(m)

@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 from cli_runner import one_error, provmap
 from provmap.partition.compile import compile_model
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
 
 

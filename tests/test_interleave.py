@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from provmap.runtime_module.interleave import (Latency, break_tie, measure_interleaved, near_ties,
+from provmap.partition.measure.interleave import (Latency, break_tie, measure_interleaved, near_ties,
                                                 pick_fastest)
 
 
@@ -116,8 +116,8 @@ def test_search_alternatives_with_native_code_run_without_a_trust_entry(tmp_path
     from onnx import TensorProto, helper
 
     from provmap.partition.compile import compile_model
-    from provmap.partition.in_context import measure_partitions
-    from provmap.runtime_module.interleave import measure_artifacts
+    from provmap.partition.measure.in_context import measure_partitions
+    from provmap.partition.measure.interleave import measure_artifacts
 
     monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "empty-trust-list"))
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
@@ -137,9 +137,9 @@ def test_in_context_times_record_the_runs_actually_taken(tmp_path, monkeypatch):
     far more than the 20 runs asked for: the cache says how many medians it holds."""
     from onnx import TensorProto, helper
 
-    from provmap.partition.cache import CostCache
+    from provmap.partition.measure.cache import CostCache
     from provmap.partition.compile import compile_model
-    from provmap.partition.in_context import MIN_S, feed_back
+    from provmap.partition.measure.in_context import MIN_S, feed_back
     from provmap.runtime_module.registry import get_backend
 
     monkeypatch.setenv("PROVMAP_CONTENTION", "ignore")

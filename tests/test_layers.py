@@ -110,6 +110,26 @@ def test_no_upward_imports():
     assert not bad, "imports upward or sideways:\n" + "\n".join(sorted(bad))
 
 
+#: The measuring room inside partition/ (issue 34): it prices what the search room proposes and
+#: knows of that room only its vocabulary and the model loader, so the search can change without
+#: the measuring and issue 35's pricing can change without the search.
+MEASURE_ROOM = "provmap.partition.measure"
+MEASURE_MAY_USE = {"provmap.partition.candidate", "provmap.partition.model_source"}
+
+
+def test_the_measuring_room_uses_only_the_search_rooms_vocabulary():
+    edges, _ = graph()
+    bad = [f"{m} imports {t}" for m, targets in edges.items()
+           if m.startswith(MEASURE_ROOM + ".") or m == MEASURE_ROOM
+           for t in targets
+           if t.startswith("provmap.partition.") and not t.startswith(MEASURE_ROOM)
+           and t not in MEASURE_MAY_USE]
+    assert not bad, "\n".join(sorted(bad))
+    # and the room exists where docs/layout.md says (an empty room would pass the check above)
+    assert {"provmap.partition.measure.measured", "provmap.partition.measure.worker",
+            "provmap.partition.measure.contention", "provmap.partition.measure.interleave"} <= set(edges)
+
+
 def find_cycles(edges: dict[str, set[str]]) -> list[str]:
     cycles, state, stack = [], {}, []
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from provmap.partition.view import load_view
-from provmap.provenance import zoo
+from provmap.partition.model_source import load_view
+from provmap.provenance.bundled import zoo
 from provmap.runtime_module.onnx_region import OnnxRegion
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.subgraph import Subgraph

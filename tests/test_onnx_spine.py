@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from provmap.partition.compile import compile_model, load_view
 from provmap.provenance.build import compile_tvm
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.fold import FOLD_REASON
 from provmap.provenance.importer import import_onnx, mark_not_compilable
 from provmap.runtime_module.module import load

@@ -19,7 +19,7 @@ import small_models as sm
 import crashing_backend as cb
 from cli_runner import one_error, provmap
 from provmap.partition.compile import compile_model, load_view
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module import schedule as S
 from provmap.runtime_module.artifact import read_artifact, with_schedule
 from provmap.runtime_module.module import ArtifactModule, load
@@ -234,7 +234,7 @@ def test_collage_second_level_runs_the_schedule_search(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "concurrent schedules measured end to end against" in r.stdout
     # A schedule kept with the plan is honoured when the plan is reused from the cache.
-    from provmap.partition.cache import CostCache
+    from provmap.partition.measure.cache import CostCache
     from provmap.partition.collage import plan_cache_keys
     from provmap.runtime_module.registry import get_backend
 

@@ -19,7 +19,7 @@ import small_models as sm
 from onnx import TensorProto, helper, numpy_helper
 
 from provmap.partition.compile import compile_model, load_view
-from provmap.provenance import zoo
+from provmap.provenance.bundled import zoo
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.module import load
 from provmap.runtime_module.registry import available_backends, backend_class, get_backend

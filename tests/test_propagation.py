@@ -10,7 +10,8 @@ from tvm.relax.dpl import is_op, wildcard
 
 from provmap.bench import conformance
 from provmap.cli.map import main as map_cli
-from provmap.provenance import store, zoo
+from provmap.provenance import store
+from provmap.provenance.bundled import zoo
 from provmap.provenance.build import compile_tvm, bytecode_calls
 from provmap.provenance.debugify import check_passes
 from provmap.provenance.importer import import_onnx

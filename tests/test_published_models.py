@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 from provmap.cli.main import main as cli_main
 from provmap.partition.compile import compile_model
 from provmap.provenance import store
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.int8_pairs import can_saturate, saturation_warning
 from provmap.runtime_module.host import int8_pairs_exact
 from provmap.runtime_module.module import load

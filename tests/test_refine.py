@@ -11,10 +11,10 @@ from provmap.partition.constraints import parse_constraints
 from provmap.partition.candidate import Candidate, Estimate
 from provmap.partition.refine import _wins, propose, refine, suggestions_from, supported_fn
 from provmap.partition.strategies import greedy
-from provmap.partition.view import load_view
-from provmap.provenance import zoo
+from provmap.partition.model_source import load_view
+from provmap.provenance.bundled import zoo
 from provmap.runtime_module.artifact import build_artifact
-from provmap.runtime_module.interleave import Latency
+from provmap.partition.measure.interleave import Latency
 from provmap.runtime_module.module import ArtifactModule
 from provmap.runtime_module.plan import order_plan
 from provmap.runtime_module.registry import get_backend

@@ -1,4 +1,4 @@
-"""Measuring candidates through TVM's RPC tracker (provmap.partition.remote): a tracker and two
+"""Measuring candidates through TVM's RPC tracker (provmap.partition.measure.remote): a tracker and two
 servers on 127.0.0.1, each stopped at the end of the test whatever happens."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from provmap.partition.cache import CostCache, host_fingerprint
+from provmap.partition.measure.cache import CostCache, host_fingerprint
 from provmap.partition.collage import CollageOptions, collage
-from provmap.partition.remote import RemotePool, TrackerAddress, local_farm
-from provmap.partition.view import load_view
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapError
+from provmap.partition.measure.remote import RemotePool, TrackerAddress, local_farm
+from provmap.partition.model_source import load_view
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.registry import get_backend
 
 KEY = "provmap-test"

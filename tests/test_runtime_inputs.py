@@ -25,7 +25,7 @@ from tvm import relax
 from provmap.partition.compile import compile_model, load_view
 from provmap.provenance.build import cpu_pipeline, cpu_target
 from provmap.provenance.debugify import check_build
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.backend import BackendError
 from provmap.runtime_module.backends.tvm import TVMBackend

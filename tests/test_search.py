@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 from provmap.partition.candidate import Candidate, Estimate
 from provmap.partition.compile import load_view
 from provmap.partition.search import coalesce, search
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.plan import order_plan
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -166,9 +166,9 @@ def test_coalesce_merges_adjacent_same_backend_partitions_only_without_cycles():
 def test_pruning_bounds_the_number_of_estimates_without_changing_the_answer():
     """Nodes only one backend can take need no cut inside them: pruning drops those candidates,
     so fewer are priced, and the cheapest cover is the same."""
-    from provmap.partition.candidates import generate
+    from provmap.partition.generate import generate
     from provmap.partition.prune import prune
-    from provmap.partition.cost import MockEstimator
+    from provmap.partition.measure.cost import MockEstimator
     from provmap.runtime_module.backend import Support
 
     v = load_view(chain(10), "chain10")

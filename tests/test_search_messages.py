@@ -8,7 +8,7 @@ import pytest
 
 from cli_runner import one_error, provmap
 from provmap.cli.main import build_parser
-from provmap.runtime_module.interleave import Latency, near_ties, why_tied
+from provmap.partition.measure.interleave import Latency, near_ties, why_tied
 from provmap.workbench.explain import level_words
 
 

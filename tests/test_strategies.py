@@ -7,8 +7,8 @@ import unsupported_models as um
 
 from provmap.partition.compile import compile_model, load_view, make_plan
 from provmap.partition.strategies import parse_strategy
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 

@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from provmap.partition.compile import compile_model
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.artifact import read_artifact
 from provmap.runtime_module.module import load
 

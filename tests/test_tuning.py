@@ -16,8 +16,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from provmap.partition.cache import backend_identity
-from provmap.partition.view import load_view
+from provmap.partition.measure.cache import backend_identity
+from provmap.partition.model_source import load_view
 from provmap.runtime_module.backends.tvm_tuning import TuningDatabase, make_target
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.subgraph import Subgraph
@@ -55,7 +55,7 @@ def model_path(tmp_path_factory):
 _BUILD = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from provmap.partition.view import load_view
+    from provmap.partition.model_source import load_view
     from provmap.runtime_module.registry import get_backend
     from provmap.runtime_module.subgraph import Subgraph
     model, db, trials, budget = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]

@@ -83,7 +83,7 @@ def test_annotate_writes_onto_the_users_file_and_covers_every_node(built):
 
 def test_the_derived_copy_is_accepted_and_named(built, tmp_path):
     from provmap.partition.compile import compile_model
-    from provmap.partition.view import load_view
+    from provmap.partition.model_source import load_view
 
     view = load_view(built / "model.onnx", input_shapes={"x": (2, 3, 8, 8)})
     onnx.save(view.model, tmp_path / "derived.onnx")

@@ -8,8 +8,8 @@ import pytest
 
 from provmap.partition.compile import compile_model
 from provmap.partition.strategies import parse_strategy
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import BackendError
 from provmap.runtime_module.module import load
 from provmap.runtime_module.registry import (

@@ -15,7 +15,7 @@ import small_models
 from provmap.workbench.bisect import bisect, check_reproducer
 from provmap.cli.main import main as cli_main
 from provmap.partition.compile import compile_model, load_view
-from provmap.provenance import zoo
+from provmap.provenance.bundled import zoo
 from provmap.workbench.compare import Tolerance, compare_artifact
 from provmap.runtime_module.module import load
 from provmap.runtime_module.registry import get_backend

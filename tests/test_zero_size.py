@@ -12,7 +12,7 @@ from cli_runner import one_error, provmap as cli
 from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
 import provmap
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 
 def empty_cache_model() -> onnx.ModelProto:

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from provmap.provenance import zoo
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.bundled import zoo
+from provmap.provenance.util.errors import ProvmapError
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -165,7 +165,7 @@ def test_bundled_weights_are_the_same_in_every_process():
     import subprocess
     import sys
 
-    code = ("import hashlib; from provmap.provenance import zoo; "
+    code = ("import hashlib; from provmap.provenance.bundled import zoo; "
             "print(hashlib.sha256(zoo.resolve('bundled:squeezenet')[0]"
             ".SerializeToString()).hexdigest())")
     digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from provmap.provenance.errors import ProvmapError
-from provmap.provenance.atomic import save_npz_atomic, write_bytes_atomic
+from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.atomic import save_npz_atomic, write_bytes_atomic
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.workbench.compare import Tolerance, metrics, reference_run
 from provmap.runtime_module.graph_view import GraphView

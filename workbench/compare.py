@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from provmap.provenance.errors import ProvmapError, first_line
+from provmap.provenance.util.errors import ProvmapError, first_line
 
 
 #: 8-bit integer tensors in a model are quantized activations (QuantizeLinear, QLinearConv,
@@ -76,7 +76,7 @@ def undefined_quantization(model: onnx.ModelProto) -> dict[str, str]:
     rounding of those undefined: ONNX Runtime gives 0 where OpenVINO gives -128, whole model or
     two-node model alike.  compare still reports the difference, with this reason beside it, so
     nobody hunts a kernel bug that the model itself carries."""
-    from provmap.provenance.random_weights import constant_values
+    from provmap.provenance.bundled.random_weights import constant_values
 
     quant = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1]
     consts = constant_values(model.graph, {n.input[1] for n in quant})

@@ -134,7 +134,7 @@ def explain_artifact(manifest: dict) -> dict:
 
 
 def _tie_reason(e: dict, tb: dict, k: str) -> str:
-    """Why near_ties (provmap.runtime_module.interleave) held `k` tied with the first pick: a
+    """Why near_ties (provmap.partition.measure.interleave) held `k` tied with the first pick: a
     median within the margin, or a lower minimum.  Saying only "within 3%" next to medians
     43% apart hid the second rule."""
     med, low = e["measured_ms"], e.get("measured_min_ms") or {}
@@ -225,7 +225,7 @@ def format_explain(x: dict) -> str:
 
 
 def _measuring_section(x: dict) -> list[str]:
-    """The conditions the search measured under (partition/hygiene.py), and the limit when
+    """The conditions the search measured under (partition/measure/hygiene.py), and the limit when
     `explain --headroom` measured it (workbench/headroom.py)."""
     from .headroom import format_headroom
 

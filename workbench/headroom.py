@@ -20,7 +20,7 @@ partition's time); bench uses its own interleaved latencies for best single and 
 
 from __future__ import annotations
 
-from provmap.runtime_module.contention import Window
+from provmap.partition.measure.contention import Window
 
 #: Share of a backend's partition time that must reach ONNX nodes for its node times to enter
 #: the oracle.  The rest is the library's per-call time (up to about half on a 0.03 ms
@@ -75,7 +75,7 @@ def node_oracle(view, backends: dict, kept=None, inputs=None, repeats: int = 10,
     """Profile the whole model alone on each of `backends` ({name: Backend}, variants
     included) and, if given, the `kept` plan (an ArtifactModule or Artifact); see the module
     doc.  Returns the oracle, the best single plan, the kept plan's time and the share."""
-    from provmap.provenance import zoo
+    from provmap.provenance.bundled import zoo
     from provmap.runtime_module.artifact import build_artifact
     from provmap.runtime_module.plan import PartitionSpec, Plan
 

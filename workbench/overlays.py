@@ -93,7 +93,7 @@ def error_overlay(model, table: dict, result: dict) -> dict:
 def write_overlays(out_dir, model, mod, profile: dict | None = None,
                    errors: dict | None = None) -> dict:
     """model.onnx (annotated) and one JSON per overlay in `out_dir`; returns their paths."""
-    from provmap.provenance.atomic import write_bytes_atomic
+    from provmap.provenance.util.atomic import write_bytes_atomic
 
     out = Path(out_dir).resolve()  # Model Explorer resolves paths from its own directory
     table = placement(model, mod)

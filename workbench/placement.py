@@ -174,7 +174,7 @@ def write_sqlite(table: dict, map_sqlite: bytes, path) -> None:
     version in `meta`), so a tool joins rows to kernels and Relax bindings in one file."""
     import sqlite3
 
-    from provmap.provenance.atomic import write_atomic
+    from provmap.provenance.util.atomic import write_atomic
 
     def write(tmp) -> None:
         tmp.write_bytes(map_sqlite)

@@ -41,7 +41,7 @@ class ProvmapRunner(BaseRunner):
         self.trust = trust
 
     def activate_impl(self):
-        from provmap.provenance.errors import ProvmapError
+        from provmap.provenance.util.errors import ProvmapError
         from provmap.runtime_module.module import load
 
         try:
@@ -116,7 +116,7 @@ def save_run_results(outputs: dict, path, runner_name: str) -> None:
     `polygraphy run MODEL --onnxrt --load-outputs FILE` compares with its own runners."""
     from polygraphy.comparator import IterationResult, RunResults  # pyright: ignore[reportMissingImports]
 
-    from provmap.provenance.atomic import write_atomic
+    from provmap.provenance.util.atomic import write_atomic
 
     results = RunResults()
     results.append((runner_name, [IterationResult(OrderedDict(outputs), runner_name=runner_name)]))
@@ -128,6 +128,6 @@ def save_inputs_json(path, feeds: dict) -> None:
     --load-inputs FILE` feeds to its runners: the same inputs the artifact ran on."""
     from polygraphy.json import save_json  # pyright: ignore[reportMissingImports]
 
-    from provmap.provenance.atomic import write_atomic
+    from provmap.provenance.util.atomic import write_atomic
 
     write_atomic(path, lambda tmp: save_json([OrderedDict(feeds)], str(tmp)))

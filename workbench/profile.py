@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from provmap.runtime_module.contention import Window
+from provmap.partition.measure.contention import Window
 from provmap.runtime_module.registry import get_backend
 
 
@@ -41,7 +41,7 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
     trace_run = None
     plain = []
     say(f"profile: {max(1, repeats)} end-to-end runs (plain and hooked, interleaved)")
-    win = Window()  # the conditions the runs were measured under (runtime_module/contention)
+    win = Window()  # the conditions the runs were measured under (partition/measure/contention)
     for k in range(max(1, repeats)):
         t0 = time.perf_counter()
         mod.run(inputs)

@@ -13,8 +13,8 @@ import re
 import sqlite3
 import time
 
-from provmap.provenance.errors import ProvmapError
-from provmap.provenance.atomic import save_npz_atomic
+from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
                      add_input_shape_option, add_random_options, add_trust_option,
@@ -100,7 +100,7 @@ def cmd_compile(args) -> int:
             print(f"  tvm tuning of the artifact's partitions: {t['tasks']} task(s), from the "
                   f"database {t['reused']}, tuned now {t['tuned']}, untuned {t['untuned']}")
         if search is not None:
-            from provmap.partition.measured import tuning_summary
+            from provmap.partition.measure.measured import tuning_summary
             from provmap.workbench.explain import level_words
 
             if search.get("plan_cache"):

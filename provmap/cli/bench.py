@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 from .common import _progress, count, positive_int, seconds
 

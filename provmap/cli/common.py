@@ -14,7 +14,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from provmap.provenance.errors import ProvmapError, first_line
+from provmap.provenance.util.errors import ProvmapError, first_line
 
 if TYPE_CHECKING:  # pragma: no cover  (numpy is imported where arrays are read: start-up)
     import numpy as np
@@ -217,7 +217,7 @@ _DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
 def _check_outputs(args) -> None:
     """Every output is checked for writability before any work (a read-only directory used to
     end a long compile in a traceback)."""
-    from provmap.provenance.atomic import check_writable
+    from provmap.provenance.util.atomic import check_writable
 
     for name, is_dir in _OUTPUTS.items():
         value = getattr(args, name, None)
@@ -236,7 +236,7 @@ def _one_line_warnings() -> None:
     profile, report...) prints as `provmap: warning: ...`, not with a file and line."""
     import warnings
 
-    from provmap.provenance.errors import ProvmapWarning
+    from provmap.provenance.util.errors import ProvmapWarning
 
     shown = warnings.showwarning
     if getattr(shown, "_provmap", False):
@@ -254,7 +254,7 @@ def _one_line_warnings() -> None:
 
 def dispatch(args) -> int:
     """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
-    from provmap.provenance import interrupt
+    from provmap.provenance.util import interrupt
 
     interrupt.install()
     _one_line_warnings()

@@ -4,7 +4,7 @@ reaches every TVM backend of the strategy."""
 
 from __future__ import annotations
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 
 def collage_flags_only_under_collage(args) -> None:

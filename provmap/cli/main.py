@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         print("provmap: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - argparse's own errors are SystemExit, not this
-        from provmap.provenance.errors import first_line
+        from provmap.provenance.util.errors import first_line
 
         from .common import one_line
 

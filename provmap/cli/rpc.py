@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from provmap.provenance.errors import ProvmapError, first_line
+from provmap.provenance.util.errors import ProvmapError, first_line
 
 from .common import seconds, tcp_port
 
@@ -30,7 +30,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def cmd_rpc_server(args) -> int:
-    from provmap.partition.remote import start_server
+    from provmap.partition.measure.remote import start_server
 
     if args.port_end < args.port:
         raise ProvmapError(f"--port-end {args.port_end} is below --port {args.port}")

@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 
 def _where() -> str:

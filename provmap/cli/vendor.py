@@ -13,7 +13,7 @@ import shlex
 import subprocess
 import sys
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 
 from .common import _progress, read_json_file, tcp_port
 

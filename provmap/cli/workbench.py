@@ -14,8 +14,8 @@ import os
 from .common import (MODEL_HELP, _load_inputs, _progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
                      non_negative, positive_int, read_json_file, term_safe, warn)
-from provmap.provenance.errors import ProvmapError
-from provmap.provenance.atomic import write_bytes_atomic
+from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.atomic import write_bytes_atomic
 
 
 def _given_inputs(args):
@@ -30,7 +30,7 @@ def _inputs(args, mod=None, view=None, given=None) -> dict:
         return given
     if mod is not None:
         return mod.random_inputs(args.seed)
-    from provmap.provenance import zoo
+    from provmap.provenance.bundled import zoo
 
     return zoo.random_inputs(view.model, seed=args.seed)
 

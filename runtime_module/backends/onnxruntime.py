@@ -30,8 +30,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from provmap.provenance.dtypes import onnx_elem
-from provmap.provenance.errors import first_line
+from provmap.provenance.util.dtypes import onnx_elem
+from provmap.provenance.util.errors import first_line
 
 from ..options import Option, as_bool, threads_option
 from ..backend import Backend, BackendError, Blob, Runner, Support

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Sequence
 import ml_dtypes
 import numpy as np
 
-from provmap.provenance.errors import first_line
+from provmap.provenance.util.errors import first_line
 
 from ..options import Option, threads_option
 from ..backend import Backend, BackendError, Blob, Runner, Support

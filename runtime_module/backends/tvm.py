@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 
 from provmap.provenance.build import cpu_pipeline, cpu_target, join_executable
-from provmap.provenance.interrupt import raise_if_interrupted
+from provmap.provenance.util.interrupt import raise_if_interrupted
 from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 from provmap.provenance.salvage import failing_nodes

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from provmap.runtime_module.contention import MIN_WINDOW_S, Window, acting
+from provmap.partition.measure.contention import MIN_WINDOW_S, Window, acting
 from provmap.runtime_module.module import ArtifactModule
 
 
@@ -27,7 +27,7 @@ def measure_partitions(artifact, runs: int = 20, warmup: int = WARMUP,
                        min_s: float = MIN_S) -> dict[str, float]:
     """Median seconds of each partition call over at least `runs` end-to-end runs (after
     `warmup`), and for at least `min_s`: a window that short could not be judged for
-    contention (runtime_module/contention.py).  `artifact` is the plan the search just built
+    contention (partition/measure/contention.py).  `artifact` is the plan the search just built
     in this process: its native code is ours."""
     return {pid: statistics.median(ts)
             for pid, ts in _partition_samples(artifact, runs, warmup, min_s).items()}

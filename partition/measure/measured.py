@@ -39,7 +39,7 @@ Timing: `Backend.time` (the artifact's own runner) with `warmup`/`repeats`/`min_
 candidate whose first call shows that would take more than `max_time_s` gets 1 warm-up and
 >= 3 repeats instead (untuned TVM convolutions run 30-170 ms; 12 samples of them buy nothing).
 The estimator measures one candidate at a time, in one process; another process busy on the
-same cores inflates numbers: see `provmap.partition.hygiene` for what is done about it.
+same cores inflates numbers: see `provmap.partition.measure.hygiene` for what is done about it.
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ import threading
 import weakref
 from typing import Callable, Mapping
 
-from provmap.provenance.errors import ProvmapError, first_line
+from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.runtime_module.backend import Backend
 
 from .accuracy import RefCache
 from .cache import CostCache, backend_identity
-from .candidate import Candidate, Estimate
+from ..candidate import Candidate, Estimate
 from .cost import CostEstimator
 from .hygiene import measure_candidate, retry_helps
 from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
@@ -109,7 +109,7 @@ class MeasuredEstimator(CostEstimator):
             self.reference = resolve_backend(reference, ref_opts) if self.check_accuracy else None
         else:
             self.reference = reference if self.check_accuracy else None
-        self.remote = remote  # a provmap.partition.remote.RemotePool: measure on its servers
+        self.remote = remote  # a provmap.partition.measure.remote.RemotePool: measure on its servers
         self.isolate = bool(isolate) or remote is not None
         self.in_context = bool(in_context)
         self.progress = progress
@@ -135,7 +135,7 @@ class MeasuredEstimator(CostEstimator):
                    "unchecked": 0, "measure_s": 0.0, "build_load_s": 0.0, "check_s": 0.0,
                    "time_s": 0.0, "skipped_budget": 0, "in_context": 0, "remeasured": 0,
                    "contended_prices": 0}
-        # prices still contended after a second measurement: this run only (partition/hygiene)
+        # prices still contended after a second measurement: this run only (partition/measure/hygiene)
         self._quarantine = CostCache(":memory:")
         self._invalid: list[dict] = []
         # what tuning backends (tvm tune=metaschedule) did over the measured candidates

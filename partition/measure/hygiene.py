@@ -1,6 +1,6 @@
 """Measuring hygiene for Collage: what a search does when the machine is busy while it measures.
 
-The detector is `provmap.runtime_module.contention`; this module decides what the search does
+The detector is `provmap.partition.measure.contention`; this module decides what the search does
 with its verdicts (issue 28):
 
 * a candidate price measured under contention is measured once more at once and the faster of
@@ -19,7 +19,7 @@ with its verdicts (issue 28):
 
 from __future__ import annotations
 
-from provmap.runtime_module.contention import (RecentWindow, Window, acting, combine,
+from provmap.partition.measure.contention import (RecentWindow, Window, acting, combine,
                                                wait_for_quiet)
 
 #: The longest pause for quiet before the end-to-end check measures again.

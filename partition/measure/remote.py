@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from provmap.provenance.errors import ProvmapError, first_line
+from provmap.provenance.util.errors import ProvmapError, first_line
 
 from .worker import WorkerDied
 

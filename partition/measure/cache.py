@@ -35,10 +35,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provmap.provenance.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.host import host_fingerprint  # noqa: F401  (re-exported)
 
-from .candidate import Estimate
+from ..candidate import Estimate
 
 SCHEMA_VERSION = 1
 FORMAT = "provmap-costs"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from provmap.provenance import zoo
+from provmap.provenance.bundled import zoo
 from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.graph_view import GraphView
 

@@ -3,7 +3,7 @@
 A backend that segfaults, aborts or hangs while building or running a candidate must cost the
 search that one candidate, not the search itself; so every measurement crosses a pipe to this
 process, which the parent restarts after a crash and kills after `timeout_s` (design in
-`provmap.partition.measured`).  The helpers here run on both sides of the pipe."""
+`provmap.partition.measure.measured`).  The helpers here run on both sides of the pipe."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from provmap.provenance.errors import ProvmapError, first_line
+from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import backend_class, get_backend
 
@@ -159,7 +159,7 @@ def handle_prepare(req: dict, state: RequestState) -> dict:
     ONNX models, bytes]} -> {"prepared": report} or {"reason": ...}; never raises."""
     import onnx
 
-    from .view import load_view
+    from ..model_source import load_view
 
     try:
         backend = state.backend(req["backend"], req["options"])
@@ -178,7 +178,7 @@ def handle_prepare(req: dict, state: RequestState) -> dict:
 
 def handle_request(req: dict, state: RequestState) -> dict:
     """One measurement request (built by MeasuredEstimator) -> reply; never raises.  Shared by
-    the local worker process and the RPC server (provmap.partition.remote)."""
+    the local worker process and the RPC server (provmap.partition.measure.remote)."""
     import onnx
 
     if req.get("kind") == "prepare":
@@ -186,7 +186,7 @@ def handle_request(req: dict, state: RequestState) -> dict:
 
     from provmap.runtime_module.onnx_region import OnnxRegion
 
-    from .view import load_view
+    from ..model_source import load_view
 
     try:
         state.refs.max_bytes = req["ref_cache_bytes"]
@@ -223,7 +223,7 @@ def _worker_main(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     import onnx  # noqa: F401  (imported before "ready": start-up is not a candidate's time)
 
-    from .view import load_view  # noqa: F401
+    from ..model_source import load_view  # noqa: F401
 
     try:
         conn.send("ready")

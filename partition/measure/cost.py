@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable, Mapping
 
-from .candidate import Candidate, Estimate
+from ..candidate import Candidate, Estimate
 
 __all__ = ["CostEstimator", "MockEstimator"]
 

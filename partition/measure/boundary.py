@@ -41,7 +41,7 @@ def calibrate_boundary(backends: Mapping[str, Backend] | list, min_time_s: float
     partition; it is meant for comparing a split against a merged candidate that was not
     measured.  Runs in this process (it builds only a Relu per backend).
     """
-    from .view import load_view
+    from ..model_source import load_view
 
     if not isinstance(backends, Mapping):
         backends = {b.name: b for b in backends}

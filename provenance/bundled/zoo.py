@@ -112,7 +112,7 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
     ProvmapError naming it (importer.read_model), like every other user-input error.
     """
     if spec.startswith(_BUNDLED_PREFIX):
-        from .errors import ProvmapError
+        from ..util.errors import ProvmapError
 
         name = spec[len(_BUNDLED_PREFIX):]
         original = name.endswith(ORIGINAL_SUFFIX)
@@ -127,7 +127,7 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
         raise ProvmapError(f"{spec}: unknown bundled model {name!r}; expected one of "
                            f"{', '.join(BUNDLED)} (a light model with {ORIGINAL_SUFFIX} appended "
                            "for its constant weights)")
-    from .importer import read_model  # the importer needs TVM: only when a file is given
+    from ..importer import read_model  # the importer needs TVM: only when a file is given
 
     # The file as it is: import_onnx normalizes and checks it, and its hash is the user's.
     model, _ = read_model(spec)

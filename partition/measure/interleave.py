@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .backend import percentile
+from provmap.runtime_module.backend import percentile
 
 
 @dataclass
@@ -111,7 +111,7 @@ def measure_artifacts(artifacts: Mapping[str, object], **options) -> dict[str, L
     """`measure_interleaved` over built artifacts (Artifact objects): each loaded, run on the
     first one's seeded random inputs, and closed afterwards.  `options` go to
     measure_interleaved."""
-    from .module import ArtifactModule
+    from provmap.runtime_module.module import ArtifactModule
 
     # Built by this process (the search's alternatives): their native code is our own.
     mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}
