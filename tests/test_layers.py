@@ -207,6 +207,12 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
                    "provmap/runtime_module/backends/openvino.py", "provmap/partition/collage.py",
                    "provmap/workbench/compare.py", "provmap/bench/suite.py"):
         assert module in names, module
+    # the HTML report's page, style and script ship as package data (report_html reads them)
+    for asset in ("report.html", "report.css", "report.js"):
+        path = f"provmap/workbench/assets/{asset}"
+        assert path in names, path
+        assert (zipfile.ZipFile(wheel).read(path).decode()
+                == (ROOT / "workbench" / "assets" / asset).read_text()), path
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "provmap = provmap.cli.main:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

@@ -11,16 +11,25 @@ together, and x positions pulled towards their neighbours (isotonic regression k
 and the spacing).  Each partition then gets an outline around its nodes, traced layer by layer,
 and a label.  Two layouts are stored: one without the helper nodes (constants, ConstantOfShape
 weights, nodes folded away: they compute nothing at run time) and one with them; the page's
-script (provmap.workbench.report_assets) only draws, so a 1,200-node graph renders in a blink.
+script only draws, so a 1,200-node graph renders in a blink.
+
+The page itself is package data, real files a linter and an editor see (assets/report.html,
+report.css, report.js), read once with importlib.resources; render() only fills in the data.
+The script adds search, zoom and pan, selection with a detail pane, and the helper-node toggle.
+State is mirrored in the URL hash so a view can be linked and tested without a mouse: #node=ID
+selects a node, #partition=p1 a partition, #search=TEXT highlights matches, #helpers=1 shows the
+helper nodes, #zoom=0.5 sets the zoom.  The body's data-* attributes report what is on screen
+(data-rendered="ok", data-nodes, data-shown, data-search-hits, data-selected, data-helpers,
+data-partitions).
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
-
-from provmap.workbench.report_assets import PAGE
+from importlib import resources
 
 PALETTE = {"onnxruntime": "#4e79a7", "openvino": "#59a14f", "tvm": "#f28e2b"}
 EXTRA = ["#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
@@ -355,9 +364,19 @@ def report_data(mod, profile: dict | None = None) -> dict:
             "not measured (`provmap report --measure`, or `--profile PROFILE.json`)"}
 
 
+@functools.cache
+def page() -> str:
+    """The page template with its style and script in place (__TITLE__ and __DATA__ left open)."""
+    assets = resources.files("provmap.workbench") / "assets"
+    text = {name: (assets / name).read_text(encoding="utf-8")
+            for name in ("report.html", "report.css", "report.js")}
+    return text["report.html"].replace("__CSS__", text["report.css"], 1).replace(
+        "__JS__", text["report.js"], 1)
+
+
 def render(mod, profile: dict | None = None) -> str:
     data = report_data(mod, profile)
     # "</" cannot appear inside a <script> element: escape it in the embedded JSON.
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     title = html.escape(f"{data['model']} ({data['strategy']})")
-    return PAGE.replace("__TITLE__", title).replace("__DATA__", payload)
+    return page().replace("__TITLE__", title).replace("__DATA__", payload)
