@@ -1,4 +1,4 @@
-"""results.json -> results.md (README's tables) and latency.png.  Pure functions of the results,
+"""results.json -> results.md (the tables of docs/results.md) and latency.png.  Pure functions of the results,
 so a table or chart can be regenerated from a saved results.json (`python -m provmap.bench.report DIR`)."""
 
 from __future__ import annotations
@@ -281,7 +281,10 @@ START, END = "<!-- provmap-bench:start -->", "<!-- provmap-bench:end -->"
 
 
 def update_readme(readme: str | os.PathLike, res: dict, results_dir: str) -> None:
-    """Replace README's text between the provmap-bench markers by this run's tables."""
+    """Replace the text between the provmap-bench markers of a markdown file (docs/results.md,
+    where the tables live since README became a front page) by this run's tables.  The markers
+    say where the tables are, so any file that carries them can take them.  results_dir is how
+    the file reaches the results (its image link), relative to the file's own folder."""
     path = Path(readme)
     text = path.read_text()
     if START not in text or END not in text:
@@ -297,13 +300,14 @@ def update_readme(readme: str | os.PathLike, res: dict, results_dir: str) -> Non
 
 
 def main(argv=None) -> int:
-    """python -m provmap.bench.report DIR [README.md]: re-render DIR's tables (and README's)."""
+    """python -m provmap.bench.report DIR [FILE.md]: re-render DIR's tables (and FILE.md's, e.g.
+    docs/results.md, linking DIR relative to that file's folder as `provmap bench --readme` does)."""
     args = argv or sys.argv[1:]
     d = Path(args[0])
     res = json.loads((d / "results.json").read_text())
     write_all(res, d)
     if len(args) > 1:
-        update_readme(args[1], res, str(d))
+        update_readme(args[1], res, os.path.relpath(d, os.path.dirname(os.path.abspath(args[1]))))
     print((d / "results.md").read_text())
     return 0
 

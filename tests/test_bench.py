@@ -217,6 +217,25 @@ def test_readme_tables_between_markers(small_run, tmp_path):
     assert r.returncode == 2 and "markers" in r.stderr
 
 
+def test_report_rerenders_tables_into_a_docs_file_with_links_from_its_folder(small_run, tmp_path):
+    """`python -m provmap.bench.report DIR docs/results.md` links DIR from docs/, as `provmap
+    bench --readme` does (the tables left README for docs/results.md)."""
+    import shutil
+
+    from provmap.bench import report
+
+    out, res, _ = small_run
+    (tmp_path / "bench" / "out").mkdir(parents=True)
+    shutil.copy(out / "results.json", tmp_path / "bench" / "out" / "results.json")
+    (tmp_path / "docs").mkdir()
+    doc = tmp_path / "docs" / "results.md"
+    doc.write_text(f"# results\n{report.START}\nold\n{report.END}\n")
+    assert report.main([str(tmp_path / "bench" / "out"), str(doc)]) == 0
+    text = doc.read_text()
+    assert "](../bench/out/latency.png)" in text and "old" not in text
+    assert markdown(res) in text
+
+
 def test_compile_scaling_times_every_stage_and_fits_both_series():
     from provmap.bench import compile_scaling
 

@@ -24,3 +24,22 @@ def test_python_examples_run(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for code in blocks:
         exec(compile(code, f"docs/{name}", "exec"), {"__name__": "docs_example"})
+
+
+def test_readme_is_a_front_page_and_the_tables_live_in_docs():
+    """README stays a front page (issue 34): short, its doc table names every docs/*.md that
+    exists, and the bench tables `provmap bench --readme` rewrites are in docs/results.md, whose
+    image link resolves from docs/."""
+    from provmap.bench.report import END, START
+
+    readme = (DOCS.parent / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    named = set(re.findall(r"`docs/([\w-]+\.md)`", readme))
+    assert named == {p.name for p in DOCS.glob("*.md")}, named ^ {p.name for p in DOCS.glob("*.md")}
+    assert "<!-- ci: setup -->" in readme and "<!-- ci: test -->" in readme
+    assert START not in readme and END not in readme
+    results = (DOCS / "results.md").read_text()
+    assert results.count(START) == 1 and results.count(END) == 1
+    block = results.split(START, 1)[1].split(END, 1)[0]
+    [image] = re.findall(r"!\[[^]]*\]\(([^)]+)\)", block)
+    assert (DOCS / image).resolve().is_file(), image

@@ -128,7 +128,7 @@ def add_bench_command(sub) -> None:
                    "(default: user-models/ beside the cost cache)")
     b.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"],
                    help="torch.onnx.export's exporter for --user-models (default dynamo)")
-    b.add_argument("--readme", metavar="README.md", help="also put the tables into this file, "
-                   "between its provmap-bench markers")
+    b.add_argument("--readme", metavar="FILE.md", help="also put the tables into this markdown "
+                   "file, between its provmap-bench markers (they live in docs/results.md)")
     b.add_argument("--json", action="store_true", help="print results.json to stdout")
     b.set_defaults(func=cmd_bench)
