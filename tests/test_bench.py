@@ -229,10 +229,10 @@ def test_report_rerenders_tables_into_a_docs_file_with_links_from_its_folder(sma
     shutil.copy(out / "results.json", tmp_path / "bench" / "out" / "results.json")
     (tmp_path / "docs").mkdir()
     doc = tmp_path / "docs" / "results.md"
-    doc.write_text(f"# results\n{report.START}\nold\n{report.END}\n")
+    doc.write_text(f"# results\n{report.START}\nthe previous tables\n{report.END}\n")
     assert report.main([str(tmp_path / "bench" / "out"), str(doc)]) == 0
     text = doc.read_text()
-    assert "](../bench/out/latency.png)" in text and "old" not in text
+    assert "](../bench/out/latency.png)" in text and "the previous tables" not in text
     assert markdown(res) in text
 
 
