@@ -41,7 +41,8 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     `type_oracle` types what ONNX's inference cannot (provmap.provenance.type_oracle); this
     floor has none, so `provmap.map` and `provmap map` pass ONNX Runtime's
     (provmap.partition.model_source.map_model)."""
-    from . import store, zoo
+    from . import store
+    from .bundled import zoo
     from .ids import model_sha256
     from .debugify import DebugifyReport
     from .importer import import_onnx, mark_not_compilable, read_model
