@@ -252,8 +252,9 @@ def _run_map(model, names, inputs):
     from provmap.provenance.build import compile_tvm
     from provmap.provenance.util.errors import ProvmapError
     from provmap.provenance.importer import import_onnx
+    from provmap.runtime_module.backends.ort_types import ORT_TYPES
 
-    imp = import_onnx(model)
+    imp = import_onnx(model, type_oracle=ORT_TYPES)
     if imp.opaque:  # `provmap map` reports these nodes; their placeholders never run
         i, why = next(iter(sorted(imp.opaque.items())))
         raise ProvmapError(f"ONNX node #{i} ({model.graph.node[i].op_type}) not compilable by "

@@ -52,6 +52,7 @@ def provenance_cost(model, repeats: int) -> dict:
     from provmap.provenance import store
     from provmap.provenance.build import compile_tvm, cpu_pipeline, cpu_target
     from provmap.provenance.importer import import_onnx
+    from provmap.runtime_module.backends.ort_types import ORT_TYPES
 
     def plain():
         t = cpu_target()
@@ -68,7 +69,7 @@ def provenance_cost(model, repeats: int) -> dict:
             if variant == "plain":
                 plain()
             else:
-                build = compile_tvm(import_onnx(model))
+                build = compile_tvm(import_onnx(model, type_oracle=ORT_TYPES))
             times[variant].append(time.perf_counter() - t0)
     with tempfile.TemporaryDirectory(prefix="provmap-bench-map-") as d:
         t0 = time.perf_counter()

@@ -80,13 +80,14 @@ def time_size(n_nodes: int) -> dict:
     from provmap.partition.search import search
     from provmap.provenance import store
     from provmap.provenance.importer import import_onnx
+    from provmap.runtime_module.backends.ort_types import ORT_TYPES
     from provmap.runtime_module.registry import get_backend
     from provmap.runtime_module.graph_view import GraphView
 
     model = synthetic_model(n_nodes)
     row = {"nodes": len(model.graph.node)}
     t = time.perf_counter()
-    imp = import_onnx(model, label=f"synthetic{n_nodes}")
+    imp = import_onnx(model, label=f"synthetic{n_nodes}", type_oracle=ORT_TYPES)
     view = GraphView(imp)
     row["tag_s"] = time.perf_counter() - t
     row["bindings"] = len(imp.pmap.exprs)

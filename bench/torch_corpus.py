@@ -91,8 +91,9 @@ def compare(got: dict, want: dict, rtol: float = RTOL,
 def _step_map(task: dict) -> dict:
     from provmap.provenance.build import compile_tvm
     from provmap.provenance.importer import import_onnx, mark_not_compilable
+    from provmap.runtime_module.backends.ort_types import ORT_TYPES
 
-    imp = import_onnx(task["model"], shape_dict=task["shape_dict"])
+    imp = import_onnx(task["model"], shape_dict=task["shape_dict"], type_oracle=ORT_TYPES)
     opaque = {str(i): r for i, r in imp.opaque.items()}
     graph = imp.model.graph
     opaque_ops = {str(i): f"{graph.node[i].op_type} {graph.node[i].name}: {r}"

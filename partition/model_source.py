@@ -1,8 +1,13 @@
-"""Model -> GraphView, the form every strategy and the search work on.
+"""Model -> GraphView, the form every strategy and the search work on; model -> provenance map.
 
 Its own module because the measuring worker (cost) needs it as much as `compile_model` does, and
 compile_model runs the search that runs the worker: with load_view inside compile, cost imported
-compile and the three formed a circle."""
+compile and the three formed a circle.
+
+Both ways in import the model the same way: typed by ONNX Runtime where ONNX's inference cannot
+type it (provmap.runtime_module.backends.ort_types).  The provenance floor that imports knows no
+backend, so the oracle is given here, the lowest floor where both ways in are reached from
+(`provmap compile`, `provmap map`, and the Python API's twins)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import os
 
 from provmap.provenance.bundled import zoo
 from provmap.provenance.importer import import_onnx
+from provmap.provenance.mapper import MapResult, map_model as _map_model
+from provmap.runtime_module.backends.ort_types import ORT_TYPES
 from provmap.runtime_module.graph_view import GraphView
 
 
@@ -23,4 +30,13 @@ def load_view(model, label: str | None = None, check: bool = True,
         model, name = zoo.resolve(str(model))
         label = label or name
     return GraphView(import_onnx(model, shape_dict=input_shapes, label=label, check=check,
-                                 require_static=True))
+                                 require_static=True, type_oracle=ORT_TYPES))
+
+
+def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | None = None,
+              progress=None) -> MapResult:
+    """provmap.provenance.mapper.map_model (`provmap.map`, `provmap map`) with ONNX Runtime's
+    types: import `model`, build it with TVM following every binding through every pass, and
+    (if `out`) save OUT.json and OUT.sqlite atomically."""
+    return _map_model(model, out=out, input_shapes=input_shapes, progress=progress,
+                      type_oracle=ORT_TYPES)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import weakref
 from typing import Iterable, Iterator
 
+from provmap.provenance.util.toposort import toposort
 from provmap.runtime_module.graph_view import GraphView
 
 #: One OpGraph per view, shared by every rule and check (computing it is O(nodes^2 / 64)).
@@ -81,7 +82,7 @@ class OpGraph:
         # order and iterating a bitset's bits visits members in dataflow order.  Checked anyway.
         self.index_is_topological = all(j > i for i in self.order for j in bits(self.succ[i]))
         if not self.index_is_topological:
-            self.order = _kahn(self.order, self.succ, self.pred)
+            self.order = toposort(self.order, lambda i: bits(self.succ[i]))
             self.rank = {i: k for k, i in enumerate(self.order)}
         self.desc: dict[int, int] = {}
         for i in reversed(self.order):
@@ -205,21 +206,6 @@ class OpGraph:
                     if cm & mask:
                         taps.append(t)
         return exits, taps
-
-
-def _kahn(order: list[int], succ: dict[int, int], pred: dict[int, int]) -> list[int]:
-    indeg = {i: bin(pred[i]).count("1") for i in order}
-    ready = sorted(i for i in order if indeg[i] == 0)
-    out = []
-    while ready:
-        i = ready.pop(0)
-        out.append(i)
-        for j in bits(succ[i]):
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
-        ready.sort()
-    return out
 
 
 def facts(view: GraphView) -> OpGraph:

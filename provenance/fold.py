@@ -26,6 +26,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .type_oracle import TypeOracle, unknown_domains
+
 SMALL = 4096  # elements: shape vectors, axes, scales, small masks
 _WEIGHT_BYTES = 1 << 16
 
@@ -99,15 +101,16 @@ def _has_shape(tp) -> bool:
 
 
 def infer_types(model: onnx.ModelProto, declared: set | None = None,
-                ) -> dict[str, onnx.TypeProto]:
+                type_oracle: TypeOracle | None = None) -> dict[str, onnx.TypeProto]:
     """Every tensor's type as computed (with data propagation, which resolves Shape chains).
 
     Graph outputs are inferred, not read from their declaration: a published model may declare
     a wrong output shape, which ONNX Runtime overrides (provmap.provenance.normalize
     reconciles the two and keeps the declaration only where nothing computed the output).
-    Tensors downstream of operators onnx has no schema for (com.microsoft) are typed by ONNX
-    Runtime's own inference, and graph outputs ONNX's inference leaves unshaped by ORT's
-    symbolic shape inference (provmap.provenance.ort_types).  `declared`, when given, receives
+    Tensors downstream of operators onnx has no schema for (com.microsoft), and graph outputs
+    ONNX's inference leaves unshaped, are asked of `type_oracle` when one is given
+    (provmap.provenance.type_oracle; ONNX Runtime's is
+    provmap.runtime_module.backends.ort_types.ORT_TYPES).  `declared`, when given, receives
     the graph outputs typed from their declaration alone (nothing computed them): their shapes
     are hints the executor checks against what the backends return, not contracts.
     """
@@ -122,17 +125,12 @@ def infer_types(model: onnx.ModelProto, declared: set | None = None,
         vis = list(model.graph.input) + list(model.graph.value_info)
     types = {vi.name: vi.type for vi in vis if vi.name}
     missing = [o for n in model.graph.node for o in n.output if o and not _has_shape(types.get(o))]
-    if missing:
-        from .ort_types import ort_types, unknown_domains
-
-        if unknown_domains(model):
-            types.update(ort_types(light, missing))
+    if missing and type_oracle is not None and unknown_domains(model):
+        types.update(type_oracle.tensor_types(light, missing))
     unshaped = [o.name for o in model.graph.output if not _has_shape(types.get(o.name))]
-    if unshaped:
-        from .ort_types import symbolic_output_shapes
-
+    if unshaped and type_oracle is not None:
         declared_shape = {o.name: static_shape(o.type) for o in model.graph.output}
-        for name, tp in symbolic_output_shapes(light, unshaped).items():
+        for name, tp in type_oracle.output_shapes(light, unshaped).items():
             # Symbolic inference guesses where data decides (a Split whose sizes are a run-time
             # input: it splits evenly, [3] where onnx's test_split_variable_parts_1d declares
             # and computes [2]).  A full declaration of the same rank that disagrees stays a
@@ -199,7 +197,8 @@ def _as_constant(node: onnx.NodeProto, value: np.ndarray) -> onnx.NodeProto | No
     return onnx.helper.make_node("Constant", [], [node.output[0]], name=node.name, value=tensor)
 
 
-def fold_constants(model: onnx.ModelProto, max_passes: int = 256) -> FoldResult:
+def fold_constants(model: onnx.ModelProto, max_passes: int = 256,
+                   type_oracle: TypeOracle | None = None) -> FoldResult:
     """Replace every small constant-valued single-output node by a Constant (see module doc).
 
     Repeats to a fixed point: a folded node's output only gets a static type when shapes are
@@ -208,11 +207,11 @@ def fold_constants(model: onnx.ModelProto, max_passes: int = 256) -> FoldResult:
     by their input's computed shape needs one pass per block (TorchScript ShuffleNet-v2's
     channel split: 15 passes; Swin-T: 17), so the bound is a safety net, not a budget; each pass
     folds at least one node or ends the loop.  The model must be topologically sorted; it is
-    not modified (a copy is returned when anything folds).
+    not modified (a copy is returned when anything folds).  `type_oracle` is infer_types'.
     """
     folded: dict[int, str] = {}
     for _ in range(max_passes):
-        res = _fold_once(model)
+        res = _fold_once(model, type_oracle)
         if not res.folded:
             break
         model = res.model
@@ -221,10 +220,10 @@ def fold_constants(model: onnx.ModelProto, max_passes: int = 256) -> FoldResult:
     return FoldResult(model, folded)
 
 
-def _fold_once(model: onnx.ModelProto) -> FoldResult:
+def _fold_once(model: onnx.ModelProto, type_oracle: TypeOracle | None) -> FoldResult:
     graph = model.graph
     opset = _opset(model)
-    types = infer_types(model)
+    types = infer_types(model, type_oracle=type_oracle)
     values: dict[str, np.ndarray] = {}
     for t in graph.initializer:
         if len(t.raw_data) <= _WEIGHT_BYTES * 16:

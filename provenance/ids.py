@@ -154,7 +154,10 @@ def topological_order(graph: onnx.GraphProto, known) -> list[int]:
     """Node indices in a deterministic topological order, robust to files that are not sorted.
 
     `known` holds the names defined before any node runs (graph inputs, initializers, outer
-    scope).  Depth-first from each node in file order: a sorted file keeps its order.
+    scope).  Depth-first from each node in file order: a sorted file keeps its order.  Not
+    provmap.provenance.util.toposort (smallest ready index first): on an unsorted file the two
+    differ ([reads b, independent, writes b] is [2, 0, 1] here, [1, 2, 0] there), and this
+    order is the imported model's node order, so its node indices.
     """
     producers = {}
     for i, n in enumerate(graph.node):

@@ -31,6 +31,7 @@ from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxEx
 from .normalize import for_checker, normalize, reconcile_outputs
 from .shapes import apply_input_shapes, failure_hint
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
+from .type_oracle import TypeOracle
 
 
 def read_model(source) -> tuple[onnx.ModelProto, str]:
@@ -164,7 +165,8 @@ def _sorted(model, label):
 
 def import_onnx(source, shape_dict: dict | None = None, label: str | None = None,
                 check: bool = True, require_static: bool = False, fold: bool = True,
-                not_compilable: dict | None = None) -> Imported:
+                not_compilable: dict | None = None,
+                type_oracle: TypeOracle | None = None) -> Imported:
     """Import a model (path or ModelProto) into Relax and build the ONNX<->Relax half of the map.
 
     `shape_dict` fixes input shapes (NAME -> dims, as `--input-shape` gives them);
@@ -173,7 +175,9 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     graph first (provmap.provenance.fold).  `check=False` skips onnx.checker, for models provmap cut
     itself from a checked one (the checker serializes the whole model).  `not_compilable` (node
     index -> reason) makes those nodes opaque as if the frontend could not convert them: nodes
-    a previous import's TVM build failed on (provmap.provenance.salvage).
+    a previous import's TVM build failed on (provmap.provenance.salvage).  `type_oracle` types
+    what ONNX's inference cannot (provmap.provenance.type_oracle): without it, tensors after
+    operators onnx has no schema for stay untyped.
     """
     given, default_label = read_model(source)
     label = label or default_label
@@ -192,14 +196,14 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     original = model.graph
     folded: dict[int, str] = {}
     if fold:
-        res = fold_constants(model)
+        res = fold_constants(model, type_oracle=type_oracle)
         model, folded = res.model, res.folded
     if folded:
         derived.append(f"{len(folded)} node(s) folded to constants")
     reconciled = model
     declared: set[str] = set()
-    model, onnx_types, notes, hints = reconcile_outputs(model, infer_types(model, declared),
-                                                        declared)
+    model, onnx_types, notes, hints = reconcile_outputs(
+        model, infer_types(model, declared, type_oracle), declared)
     if model is not reconciled:
         derived.append("graph output shapes as computed, not as declared")
     graph = model.graph

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .util.errors import ProvmapError
 from .model import ProvenanceMap
+from .type_oracle import TypeOracle
 
 
 @dataclass
@@ -31,13 +32,17 @@ class MapResult:
 
 
 def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | None = None,
-              progress=None) -> MapResult:
+              progress=None, type_oracle: TypeOracle | None = None) -> MapResult:
     """Import `model` (path, "bundled:NAME" or ModelProto), build it with TVM following every
     binding through every pass, and (if `out`) save OUT.json and OUT.sqlite atomically.
 
     Nodes TVM cannot convert, or cannot build once converted (provmap.provenance.salvage), stay
-    in the map, marked "not compilable by TVM: <reason>"; the rest is built and mapped."""
-    from . import store, zoo
+    in the map, marked "not compilable by TVM: <reason>"; the rest is built and mapped.
+    `type_oracle` types what ONNX's inference cannot (provmap.provenance.type_oracle); this
+    floor has none, so `provmap.map` and `provmap map` pass ONNX Runtime's
+    (provmap.partition.model_source.map_model)."""
+    from . import store
+    from .bundled import zoo
     from .ids import model_sha256
     from .debugify import DebugifyReport
     from .importer import import_onnx, mark_not_compilable, read_model
@@ -54,14 +59,14 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     t0 = time.perf_counter()
     proto, loaded_label = read_model(model)  # as given: import_onnx normalizes and checks it
     label = label or loaded_label
-    imported = import_onnx(proto, label=label, shape_dict=input_shapes)
+    imported = import_onnx(proto, label=label, shape_dict=input_shapes, type_oracle=type_oracle)
     t1 = time.perf_counter()
     say(f"imported {label}: {len(imported.pmap.nodes)} ONNX nodes, "
         f"{len(imported.pmap.exprs)} Relax bindings ({t1 - t0:.2f} s)")
 
     def reimport(not_compilable):
         return import_onnx(proto, label=label, shape_dict=input_shapes, check=False,
-                           not_compilable=not_compilable)
+                           not_compilable=not_compilable, type_oracle=type_oracle)
 
     try:
         build, imported, _ = compile_around_failures(imported, reimport, say=say)

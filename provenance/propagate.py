@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
-from .relax_keys import ValueKeys, bindings, callee, expr_name, host_functions
+from .relax_keys import (ValueKeys, bindings, callee, expr_name, host_functions, relax_callee,
+                         relax_functions)
 
 
 @dataclass
@@ -54,6 +55,57 @@ class PassReport:
     @property
     def ok(self) -> bool:
         return not self.unmapped_sites and not self.lost_ids
+
+
+class _FunctionMatch:
+    """One followed function across one pass, while the rules match it: which old site each
+    new binding claimed, the provenance gathered so far, and the old module's value keys and
+    consumer graph, built only when a pass actually re-created bindings (most passes keep every
+    Var and need neither)."""
+
+    def __init__(self, keys: ValueKeys, old_mod, new_mod, fname: str, old_prov: dict,
+                 report: PassReport):
+        self.keys, self.old_mod, self.new_mod = keys, old_mod, new_mod
+        self.old_f, self.new_f = old_mod[fname], new_mod[fname]
+        self.old_prov, self.report = old_prov, report
+        self.old_b = list(bindings(self.old_f))
+        self.old_callee: dict = {}     # old var -> its callee, None for non-sites
+        self.new_fns = relax_functions(new_mod)
+        self.claimed_by: dict = {}     # old var -> new var that claimed it
+        self.new_prov: dict = {}
+        self.env_new = {p: ("param", i) for i, p in enumerate(self.new_f.params)}
+        self.table: dict = defaultdict(list)
+        self.consumers: dict = defaultdict(list)
+        self._built = False
+
+    def ensure_table(self) -> None:
+        if self._built:
+            return
+        self._built = True
+        old_fns = relax_functions(self.old_mod)
+        env_old = {p: ("param", i) for i, p in enumerate(self.old_f.params)}
+        for b in self.old_b:
+            k = self.keys.key(b.value, env_old, old_fns)
+            env_old[b.var] = ("v", b.var)
+            self.table[k].append(b.var)
+            for fv in relax.analysis.free_vars(b.value):
+                self.consumers[fv].append(b.var)
+
+    def claim(self, old_var, new_var, rule) -> bool:
+        if old_var in self.claimed_by:
+            return False
+        self.claimed_by[old_var] = new_var
+        if old_var in self.old_prov:
+            self.new_prov.setdefault(new_var, set()).update(self.old_prov[old_var])
+        self.report.matched[rule] += 1
+        return True
+
+    def take(self, k, new_var, rule):
+        for ov in self.table.get(k, ()):
+            if ov not in self.claimed_by:
+                self.claim(ov, new_var, rule)
+                return ov
+        return None
 
 
 class ProvenanceTracker:
@@ -137,134 +189,106 @@ class ProvenanceTracker:
         return report
 
     def _update_function(self, fname, old_mod, new_mod, report):
-        K = self.keys
-        old_f, new_f = old_mod[fname], new_mod[fname]
-        old_prov = self.prov[fname]
-        old_b = list(bindings(old_f))
-        report.sites_before += len(old_prov)
+        """The rules of the module doc, in order, over one followed function; returns its new
+        site provenance."""
+        m = _FunctionMatch(self.keys, old_mod, new_mod, fname, self.prov[fname], report)
+        report.sites_before += len(m.old_prov)
+        m.old_callee = {b.var: self.callee(b.value) for b in m.old_b}  # None for non-sites
+        pending = self._match_bindings(m)
+        self._match_occurrences(m, pending)
+        self._expand(m.old_f, m.old_prov, m.old_callee, m.new_f, m.env_new, m.claimed_by,
+                     m.new_prov, report)
+        self._absorb(m)
+        return self._new_sites(m, fname)
 
-        old_callee = {b.var: self.callee(b.value) for b in old_b}  # None for non-sites
-        new_fns = self._relax_functions(new_mod)
-        # Value keys of the old module and its consumer graph are built only when a pass
-        # actually re-created bindings: most passes keep every Var and need neither.
-        table: dict = defaultdict(list)
-        consumers: dict = defaultdict(list)
-        built = False
-
-        def ensure_table():
-            nonlocal built
-            if built:
-                return
-            built = True
-            old_fns = self._relax_functions(old_mod)
-            env_old = {p: ("param", i) for i, p in enumerate(old_f.params)}
-            for b in old_b:
-                k = K.key(b.value, env_old, old_fns)
-                env_old[b.var] = ("v", b.var)
-                table[k].append(b.var)
-                for fv in relax.analysis.free_vars(b.value):
-                    consumers[fv].append(b.var)
-
-        claimed_by: dict = {}          # old var -> new var that claimed it
-        new_prov: dict = {}
-        env_new = {p: ("param", i) for i, p in enumerate(new_f.params)}
+    def _match_bindings(self, m: _FunctionMatch) -> dict:
+        """Rules 1-3 (identity, value, outlining) over the new bindings, in order.  Returns the
+        new kernel-call sites none of them matched, by callee, for occurrence matching."""
         pending = defaultdict(list)    # callee -> new site vars awaiting occurrence matching
-
-        def claim(old_var, new_var, rule):
-            if old_var in claimed_by:
-                return False
-            claimed_by[old_var] = new_var
-            if old_var in old_prov:
-                new_prov.setdefault(new_var, set()).update(old_prov[old_var])
-            report.matched[rule] += 1
-            return True
-
-        def take(k, new_var, rule):
-            for ov in table.get(k, ()):
-                if ov not in claimed_by:
-                    claim(ov, new_var, rule)
-                    return ov
-            return None
-
-        for b in bindings(new_f):
+        for b in bindings(m.new_f):
             v, val = b.var, b.value
             site = self.callee(val)
             # Identity only between like kinds: CallTIRRewrite keeps `lv` as an alias of the
             # output buffer while the kernel call moves to a new binding.
-            if v in old_callee and (old_callee[v] is not None) == (site is not None):
-                claim(v, v, "identity")
-                env_new[v] = ("v", v)
+            if v in m.old_callee and (m.old_callee[v] is not None) == (site is not None):
+                m.claim(v, v, "identity")
+                m.env_new[v] = ("v", v)
                 continue
-            ensure_table()
-            k = K.key(val, env_new, new_fns)
-            ov = take(k, v, "value")
+            m.ensure_table()
+            k = self.keys.key(val, m.env_new, m.new_fns)
+            ov = m.take(k, v, "value")
             if ov is not None:
-                env_new[v] = ("v", ov)
+                m.env_new[v] = ("v", ov)
                 continue
-            fn = self._relax_callee(new_mod, val)
+            fn = relax_callee(m.new_mod, val)
             if fn is not None:
-                claimed, result = self._evaluate(new_fns, fn, val.args, env_new, table, claimed_by)
+                claimed, result = self._evaluate(m.new_fns, fn, val.args, m.env_new, m.table,
+                                                 m.claimed_by)
                 for ov in claimed:
-                    claim(ov, v, "outlining")
-                new_prov.setdefault(v, set())
-                env_new[v] = result
+                    m.claim(ov, v, "outlining")
+                m.new_prov.setdefault(v, set())
+                m.env_new[v] = result
                 continue
-            env_new[v] = ("new", v)
+            m.env_new[v] = ("new", v)
             if site is not None:
                 pending[site].append(v)
+        return pending
 
-        # Occurrence matching for kernel calls that changed shape but not identity.
+    @staticmethod
+    def _match_occurrences(m: _FunctionMatch, pending: dict) -> None:
+        """Rule 4: kernel calls that changed shape but not identity, k-th to k-th."""
         old_unclaimed = defaultdict(list)
-        for ov, s in old_callee.items():
-            if s is not None and ov not in claimed_by:
+        for ov, s in m.old_callee.items():
+            if s is not None and ov not in m.claimed_by:
                 old_unclaimed[s].append(ov)
         for s, news in pending.items():
             for nv, ov in zip(news, old_unclaimed.get(s, ())):
-                claim(ov, nv, "occurrence")
-                new_prov.setdefault(nv, set())
+                m.claim(ov, nv, "occurrence")
+                m.new_prov.setdefault(nv, set())
 
-        self._expand(old_f, old_prov, old_callee, new_f, env_new, claimed_by, new_prov, report)
-
-        # Absorption of vanished sites into their nearest surviving consumers.
-        for ov, ids in old_prov.items():
-            if ov in claimed_by or not ids:
+    def _absorb(self, m: _FunctionMatch) -> None:
+        """Rule 6: vanished sites hand their IDs to their nearest surviving consumers."""
+        for ov, ids in m.old_prov.items():
+            if ov in m.claimed_by or not ids:
                 continue
-            ensure_table()
+            m.ensure_table()
             targets = set()
             seen = {ov}
-            queue = deque(consumers.get(ov, ()))
+            queue = deque(m.consumers.get(ov, ()))
             while queue:
                 c = queue.popleft()
                 if c in seen:
                     continue
                 seen.add(c)
-                if c in claimed_by and c in old_prov:
-                    targets.add(claimed_by[c])
+                if c in m.claimed_by and c in m.old_prov:
+                    targets.add(m.claimed_by[c])
                 else:
-                    queue.extend(consumers.get(c, ()))
-            if not targets and self._escapes(old_f, ov, consumers):
+                    queue.extend(m.consumers.get(c, ()))
+            if not targets and self._escapes(m.old_f, ov, m.consumers):
                 # Feeds the function result through non-sites only; the surviving result value
                 # is whatever the new function returns, so credit the sites it references.
-                targets = self._result_sites(new_f, new_prov)
+                targets = self._result_sites(m.new_f, m.new_prov)
             if targets:
                 for t in targets:
-                    new_prov.setdefault(t, set()).update(ids)
-                report.matched["absorbed"] += 1
+                    m.new_prov.setdefault(t, set()).update(ids)
+                m.report.matched["absorbed"] += 1
             else:
-                report.dropped_ids |= set(ids)
+                m.report.dropped_ids |= set(ids)
 
+    def _new_sites(self, m: _FunctionMatch, fname: str) -> dict:
+        """The new function's sites and their IDs; a site with none is reported unmapped."""
         out = {}
-        for b in bindings(new_f):
+        for b in bindings(m.new_f):
             s = self.callee(b.value)
-            if s is None and b.var not in new_prov:
+            if s is None and b.var not in m.new_prov:
                 continue
-            ids = new_prov.get(b.var, set())
+            ids = m.new_prov.get(b.var, set())
             if s is None:
                 continue  # provenance parked on a non-site (should not happen): lost, reported
             if not ids:
-                report.unmapped_sites.append(f"{fname}: {b.var.name} = {s}(...)")
+                m.report.unmapped_sites.append(f"{fname}: {b.var.name} = {s}(...)")
             out[b.var] = frozenset(ids)
-        report.sites_after += len(out)
+        m.report.sites_after += len(out)
         return out
 
     def _expand(self, old_f, old_prov, old_callee, new_f, env_new, claimed_by, new_prov, report):
@@ -324,18 +348,6 @@ class ProvenanceTracker:
         for ov, news in parts.items():
             claimed_by[ov] = news[-1]  # the last one computes the value; consumers read it
             report.matched["expansion"] += 1
-
-    @staticmethod
-    def _relax_functions(mod):
-        return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
-
-    @staticmethod
-    def _relax_callee(mod, val):
-        if isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.GlobalVar):
-            f = mod[val.op]
-            if isinstance(f, relax.Function):
-                return f
-        return None
 
     def _evaluate(self, fns, func, args, env, table, taken):
         """Run `func`'s body over old-module value keys; return (claimed old vars, result key).

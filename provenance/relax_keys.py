@@ -94,6 +94,20 @@ def host_functions(mod) -> set[str]:
             and "tirx.is_host_func" in f.attrs}
 
 
+def relax_functions(mod) -> dict:
+    """Name -> Relax function of `mod` (its PrimFuncs and externs left out)."""
+    return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
+
+
+def relax_callee(mod, val):
+    """The Relax function `val` calls by its global name (FuseOps' outlined calls), or None."""
+    if isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.GlobalVar):
+        f = mod[val.op]
+        if isinstance(f, relax.Function):
+            return f
+    return None
+
+
 def _dims(values) -> tuple:
     return tuple(v.value if hasattr(v, "value") else str(v) for v in values)
 

@@ -32,7 +32,7 @@ _quiet.install()  # backends' telemetry off, before anything imports one
 _API = {
     "compile": ("provmap.partition.compile", "compile_model"),
     "load": ("provmap.runtime_module.module", "load"),
-    "map": ("provmap.provenance.mapper", "map_model"),
+    "map": ("provmap.partition.model_source", "map_model"),
     "lookup": ("provmap.runtime_module.module", "lookup"),
     "ProvmapError": ("provmap.provenance.util.errors", "ProvmapError"),
 }

@@ -160,8 +160,11 @@ class GraphView:
     def _infer_types(self) -> dict[str, TensorSpec]:
         from provmap.provenance.fold import infer_types
 
+        from .backends.ort_types import ORT_TYPES
+
         types: dict[str, TensorSpec] = {}
-        for name, tp in (self.imported.onnx_types or infer_types(self.model)).items():
+        onnx_types = self.imported.onnx_types or infer_types(self.model, type_oracle=ORT_TYPES)
+        for name, tp in onnx_types.items():
             if not tp.HasField("tensor_type") or not tp.tensor_type.elem_type \
                     or not tp.tensor_type.HasField("shape"):
                 continue

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.toposort import toposort
 
 if TYPE_CHECKING:  # pragma: no cover  (a plan is read with artifacts, which must not import TVM)
     from .graph_view import GraphView
@@ -68,23 +69,10 @@ def order_plan(view: GraphView, plan: Plan) -> Plan:
             if a != b:
                 succ[a].add(b)
                 witness.setdefault((a, b), j)
-    indeg = {k: 0 for k in succ}
-    for a in succ:
-        for b in succ[a]:
-            indeg[b] += 1
-    ready = sorted((k for k, d in indeg.items() if d == 0),
-                   key=lambda k: min(plan.partitions[k].ops))
-    order = []
-    while ready:
-        k = ready.pop(0)
-        order.append(k)
-        for b in sorted(succ[k]):
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                ready.append(b)
-        ready.sort(key=lambda k: min(plan.partitions[k].ops))
+    order = toposort(succ, succ.__getitem__, key=lambda k: min(plan.partitions[k].ops))
     if len(order) != len(plan.partitions):
-        stuck = [k for k in indeg if indeg[k] > 0]
+        placed = set(order)
+        stuck = [k for k in succ if k not in placed]
         a = stuck[0]
         b = next(x for x in succ[a] if x in stuck)
         raise ProvmapError(f"plan {plan.strategy}: partitions form a cycle (data flows out of "

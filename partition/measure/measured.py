@@ -40,6 +40,8 @@ candidate whose first call shows that would take more than `max_time_s` gets 1 w
 >= 3 repeats instead (untuned TVM convolutions run 30-170 ms; 12 samples of them buy nothing).
 The estimator measures one candidate at a time, in one process; another process busy on the
 same cores inflates numbers: see `provmap.partition.measure.hygiene` for what is done about it.
+What tuning backends did over the measured regions is tallied and told in
+`provmap.partition.measure.tuning`.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ from .cache import CostCache, backend_identity
 from ..candidate import Candidate, Estimate
 from .cost import CostEstimator
 from .hygiene import measure_candidate, retry_helps
+from .tuning import TuningTally, backends_tune
+from .tuning import tuning_summary  # noqa: F401  (partition.collage imports it from here)
 from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -139,8 +143,7 @@ class MeasuredEstimator(CostEstimator):
         self._quarantine = CostCache(":memory:")
         self._invalid: list[dict] = []
         # what tuning backends (tvm tune=metaschedule) did over the measured candidates
-        self._tuning = {"regions": 0, "tasks": 0, "tuned": 0, "reused": 0, "untuned": 0,
-                        "trials": 0, "tuning_s": 0.0, "foreign_records": 0, "db": ""}
+        self._tuning = TuningTally()
         self._prepared: dict[str, dict] = {}  # Backend.prepare reports, by backend
         self._measure_by_backend: dict[str, list[float]] = {}
         self._lock = threading.Lock()     # counters and the cache, when prefetch runs threads
@@ -260,7 +263,7 @@ class MeasuredEstimator(CostEstimator):
             if res.get("unchecked"):
                 self._c["unchecked"] += 1
             if res.get("tuning"):
-                self._add_tuning(res["tuning"])
+                self._tuning.add_region(res["tuning"])
             self._c["remeasured"] += retried
             self._c["contended_prices"] += contended
             if cacheable:
@@ -269,15 +272,6 @@ class MeasuredEstimator(CostEstimator):
                                max_abs_err=est.max_abs_err, label=label)
         return est
 
-    def _add_tuning(self, t: dict) -> None:
-        agg = self._tuning
-        agg["regions"] += 1
-        for k in ("tasks", "tuned", "reused", "untuned", "trials", "tuning_s"):
-            agg[k] += t.get(k) or 0
-        agg["foreign_records"] = max(agg["foreign_records"], t.get("foreign_records") or 0)
-        if t.get("db"):
-            agg["db"] = t["db"]
-
     @property
     def tunes(self) -> bool:
         """Whether a backend tunes what it builds (tvm tune=metaschedule).  Then every
@@ -285,8 +279,7 @@ class MeasuredEstimator(CostEstimator):
         in-context prices and noise change from run to run, and a region first asked for in a
         later run would be tuned then; pricing all of them makes the tuning database cover
         every region any later search can ask for."""
-        return any(str(b.options().get("tune", "none")) not in ("none", "")
-                   for b in self.backends.values())
+        return backends_tune(self.backends.values())
 
     @property
     def parallel(self) -> int:
@@ -355,16 +348,7 @@ class MeasuredEstimator(CostEstimator):
             out[name] = report
             with self._lock:
                 self._prepared[name] = report
-                if report.get("trials") or report.get("tasks"):
-                    agg = self._tuning
-                    agg["tuned"] += report.get("tuned") or 0
-                    agg["trials"] += report.get("trials") or 0
-                    agg["tuning_s"] += report.get("tuning_s") or 0.0
-                    agg["up_front"] = {k: report.get(k) for k in
-                                       ("regions", "tasks", "tuned", "reused", "untuned",
-                                        "trials", "tuning_s")}
-                    if report.get("db"):
-                        agg["db"] = report["db"]
+                self._tuning.add_up_front(report)
         return out
 
     def prefetch(self, view, candidates) -> int:
@@ -430,29 +414,9 @@ class MeasuredEstimator(CostEstimator):
             out["worker_crashes"] = self._worker.crashes
             out["worker_start_s"] = self._worker.start_s
         out["cache"] = self.cache.stats()
-        if self._tuning["regions"] or "up_front" in self._tuning:
-            out["tuning"] = dict(self._tuning)
+        tuning = self._tuning.report()
+        if tuning is not None:
+            out["tuning"] = tuning
         if self._prepared:
             out["prepared"] = dict(self._prepared)
         return out
-
-
-def tuning_summary(tun: dict | None) -> list[str]:
-    """The search's TVM tuning in words (the stderr of a search and `provmap compile` both)."""
-    if not tun:
-        return []
-    lines = []
-    up = tun.get("up_front")
-    if up:
-        lines.append(f"tvm tuning up front: {up['tasks']} distinct task(s) of {up['regions']} "
-                     f"region(s), tuned {up['tuned']}, from the database {up['reused']}, left "
-                     f"untuned by the budget {up['untuned']} ({up['trials']} trials, "
-                     f"{up['tuning_s']:.0f} s)")
-    lines.append(f"tvm tuning in all: tuned {tun['tuned']} task(s) ({tun['trials']} trials, "
-                 f"{tun['tuning_s']:.0f} s); the {tun['regions']} measured region(s) hold "
-                 f"{tun['tasks']} task(s): from the database {tun['reused']}, left untuned by "
-                 f"the budget {tun['untuned']}"
-                 + (f"; {tun['foreign_records']} record(s) in {tun['db']}'s directory are for "
-                    "another host or TVM version and were not used"
-                    if tun.get("foreign_records") else ""))
-    return lines

@@ -1,5 +1,5 @@
-"""`provmap map`: the all-TVM provenance map (provmap.provenance.mapper.map_model on the command
-line).  `python -m provmap.cli.map` is a CLI with just this command."""
+"""`provmap map`: the all-TVM provenance map (provmap.partition.model_source.map_model, which is
+provmap.provenance.mapper's with ONNX Runtime's types, on the command line).  `python -m provmap.cli.map` is a CLI with just this command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .common import MODEL_HELP, _progress, add_input_shape_option, dispatch
 
 
 def cmd_map(args) -> int:
-    from provmap.provenance.mapper import map_model
+    from provmap.partition.model_source import map_model
     from provmap.provenance.shapes import parse_input_shapes
 
     res = map_model(args.model, out=args.output, input_shapes=parse_input_shapes(args.input_shape),

@@ -8,22 +8,15 @@ Its Python API shows types only for graph outputs, so the tensors wanted are mad
 of a weightless copy (large initializers become typed inputs, as for ONNX inference) and a
 session is created with every optimization off: nothing runs, the graph is not rewritten.
 
-This is a type oracle, not a backend: provmap's ONNX Runtime backend lives in runtime_module.
+This is a type oracle (provmap.provenance.type_oracle), not a backend: provmap's ONNX Runtime
+backend is `onnxruntime.py` beside it.  It lives on this floor because it imports onnxruntime,
+which the provenance floor never does; the importers of this floor and above pass `ORT_TYPES` to
+provmap.provenance's import (partition.model_source.load_view, GraphView, the map).
 """
 
 from __future__ import annotations
 
 import onnx
-
-
-def unknown_domains(model: onnx.ModelProto) -> set[str]:
-    """Operator domains of `model` that onnx has no schema for (ORT's contrib ops, custom ops)."""
-    out = set()
-    for n in model.graph.node:
-        domain = "" if n.domain in ("", "ai.onnx") else n.domain
-        if not onnx.defs.has(n.op_type, domain):
-            out.add(n.domain)
-    return out
 
 
 def ort_types(light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
@@ -109,6 +102,20 @@ def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str
             out[o.name] = o.type
     return out
 
+
+class OrtTypes:
+    """The TypeOracle ONNX Runtime answers: its graph resolution for tensors after operators onnx
+    has no schema for, its symbolic shape inference for unshaped graph outputs."""
+
+    def tensor_types(self, light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
+        return ort_types(light, names)
+
+    def output_shapes(self, light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
+        return symbolic_output_shapes(light, names)
+
+
+#: The one instance importers pass as `type_oracle`.
+ORT_TYPES = OrtTypes()
 
 _ELEM = {"float": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
          "bfloat16": onnx.TensorProto.BFLOAT16, "double": onnx.TensorProto.DOUBLE,
