@@ -37,7 +37,8 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
 
     Nodes TVM cannot convert, or cannot build once converted (provmap.provenance.salvage), stay
     in the map, marked "not compilable by TVM: <reason>"; the rest is built and mapped."""
-    from . import store, zoo
+    from . import store
+    from .bundled import zoo
     from .ids import model_sha256
     from .debugify import DebugifyReport
     from .importer import import_onnx, mark_not_compilable, read_model
