@@ -48,6 +48,7 @@ def neg_relu_chain(n_nodes: int, width: int = 16) -> onnx.ModelProto:
 
 def time_compile(model: onnx.ModelProto, strategy: str, backend_options=None) -> dict:
     from provmap.partition.compile import make_plan
+    from provmap.partition.strategy import parse_strategy
     from provmap.partition.model_source import load_view
     from provmap.runtime_module.artifact import build_artifact
 
@@ -56,7 +57,7 @@ def time_compile(model: onnx.ModelProto, strategy: str, backend_options=None) ->
     view = load_view(model)
     row["import_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    plan, backends = make_plan(view, strategy, backend_options)
+    plan, backends = make_plan(view, parse_strategy(strategy), backend_options)
     row["plan_s"] = time.perf_counter() - t
     t = time.perf_counter()
     art = build_artifact(view, plan, backends)

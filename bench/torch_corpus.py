@@ -117,20 +117,17 @@ def _step_map(task: dict) -> dict:
 
 def _step_strategy(task: dict) -> dict:
     from provmap.partition.compile import compile_model
+    from provmap.partition.strategy import parse_strategy
     from provmap.runtime_module.module import load
 
-    strategy = task["step"]
+    strategy = parse_strategy(task["step"])
     opts = None
-    if strategy.startswith("collage"):
+    if strategy.kind == "collage":
         from provmap.partition.collage import CollageOptions
         opts = CollageOptions(measure_budget_s=task["collage_budget_s"], e2e_repeats=3,
                               cache_path=task["cache_path"])
-    from provmap.partition.backend_options import strategy_backends
-    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS
-
-    backend_options = {b: {"threads": task["threads"]}
-                       for b in strategy_backends(strategy, DEFAULT_COLLAGE_BACKENDS)
-                       if b in ("onnxruntime", "openvino")}
+    backend_options = {b.name: {"threads": task["threads"]} for b in strategy.used
+                       if b.name in ("onnxruntime", "openvino")}
     t0 = time.perf_counter()
     art = compile_model(task["model"], strategy, out=task["artifact"],
                         input_shapes=task["shape_dict"], collage_options=opts,
@@ -147,7 +144,7 @@ def _step_strategy(task: dict) -> dict:
     ok, diff, note = compare(got, want)
     res = {"ok": ok, "max_abs_diff": diff, "compile_s": round(t_compile, 1),
            "partitions": len(plan), "backends": sorted(set(plan)),
-           "collage": strategy.startswith("collage")}
+           "collage": strategy.kind == "collage"}
     if not ok:
         res["error"] = f"wrong numbers: {note}"
     return res

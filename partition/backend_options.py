@@ -14,7 +14,7 @@ from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import available_backends, backend_class, parse_variant
 
-from .strategies import parse_strategy
+from .strategy import Strategy
 
 #: Options whose value is a comma-separated list of ONNX op types.
 OP_LIST_OPTIONS = ("only_ops", "exclude_ops")
@@ -23,11 +23,6 @@ OP_LIST_OPTIONS = ("only_ops", "exclude_ops")
 def _hint(word: str, known) -> str:
     close = difflib.get_close_matches(word, list(known), n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
-def strategy_backends(strategy: str, default_collage) -> list[str]:
-    kind, names = parse_strategy(strategy)
-    return list(names) if names or kind != "collage" else list(default_collage)
 
 
 def _option_problem(cls, opts: dict):
@@ -46,30 +41,29 @@ def _option_problem(cls, opts: dict):
     return ("host", "", why) if why else None
 
 
-def _check_variants(strategy: str, used: list[str]) -> None:
+def _check_variants(strategy: Strategy) -> None:
     """The options written inside a strategy's NAME[OPTION=VALUE] variants, before any work."""
-    for name in used:
-        base, opts = parse_variant(name)
-        if not opts or base not in available_backends():
+    for b in strategy.used:
+        if not b.options or b.base not in available_backends():
             continue
-        bad = _option_problem(backend_class(base), opts)
+        bad = _option_problem(backend_class(b.base), dict(b.options))
         if bad is None:
             continue
         kind, k, detail = bad
         if kind == "name":
-            raise ProvmapError(f"strategy {strategy!r}: backend {base!r} has no option "
+            raise ProvmapError(f"strategy {strategy.as_given!r}: backend {b.base!r} has no option "
                                f"{k!r}{_hint(k, detail)} (options: {', '.join(detail)})")
         if kind == "value":
-            raise ProvmapError(f"strategy {strategy!r}: {name}: backend {base!r} expects "
-                               f"{detail} for {k!r}")
-        raise ProvmapError(f"strategy {strategy!r}: {name}: {detail}")
+            raise ProvmapError(f"strategy {strategy.as_given!r}: {b.name}: backend {b.base!r} "
+                               f"expects {detail} for {k!r}")
+        raise ProvmapError(f"strategy {strategy.as_given!r}: {b.name}: {detail}")
 
 
-def check_backend_options(strategy: str, options: dict, default_collage=()) -> None:
+def check_backend_options(strategy: Strategy, options: dict) -> None:
     """Every backend named must be one the strategy uses, every option one that backend has,
     every value of the option's type and range, and one this machine can honour."""
-    used = strategy_backends(strategy, default_collage)
-    _check_variants(strategy, used)
+    used = [b.name for b in strategy.used]
+    _check_variants(strategy)
     for backend, opts in options.items():
         flag = f"--backend-option {backend}.{next(iter(opts), '')}"
         try:
@@ -81,8 +75,9 @@ def check_backend_options(strategy: str, options: dict, default_collage=()) -> N
             raise ProvmapError(f"{flag}: unknown backend {base!r}{_hint(base, known)} "
                                f"(backends: {', '.join(known)})")
         if backend not in used:
-            raise ProvmapError(f"{flag}: strategy {strategy!r} does not use backend {backend!r} "
-                               f"(it uses {', '.join(used)}); the option would change nothing")
+            raise ProvmapError(f"{flag}: strategy {strategy.as_given!r} does not use backend "
+                               f"{backend!r} (it uses {', '.join(used)}); the option would "
+                               "change nothing")
         try:
             cls = backend_class(backend)
         except BackendError as e:

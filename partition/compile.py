@@ -18,8 +18,9 @@ from provmap.runtime_module.graph_view import GraphView
 
 from .defaults import DEFAULT_COLLAGE_BACKENDS, DEFAULT_STRATEGY  # noqa: F401  (re-exported)
 from .backend_options import check_backend_options, check_op_lists
-from .strategies import greedy, parse_strategy, single
-from .model_source import load_view
+from .strategies import greedy, single
+from .strategy import Strategy, parse_strategy
+from .model_source import load_view, model_for_compile  # noqa: F401  (load_view: re-exported)
 
 
 def _given_model(model, view: GraphView):
@@ -32,15 +33,13 @@ def _given_model(model, view: GraphView):
     return zoo.resolve(str(model))[0]
 
 
-def make_plan(view: GraphView, strategy: str, backend_options: dict | None = None):
-    kind, names = parse_strategy(strategy)
-    if kind == "collage" and not names:
-        names = list(DEFAULT_COLLAGE_BACKENDS)
+def make_plan(view: GraphView, strategy: Strategy, backend_options: dict | None = None):
+    names = [b.name for b in strategy.used]
     opts = backend_options or {}
     backends = {n: get_backend(n, **opts.get(n, {})) for n in names}
-    if kind == "single":
+    if strategy.kind == "single":
         return single(view, backends[names[0]]), backends
-    if kind == "greedy":
+    if strategy.kind == "greedy":
         return greedy(view, [backends[n] for n in names]), backends
     return None, backends  # collage: the search makes the plan (see compile_model)
 
@@ -68,25 +67,27 @@ def _said_once(fn):
 
 
 @_said_once
-def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
+def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
                   collage_options=None, embed_model: bool = False,
-                  input_shapes: dict | None = None, source=None) -> Artifact:
+                  input_shapes: dict | None = None) -> Artifact:
     """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
 
-    `strategy` is single:<b>, greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...]
-    (DEFAULT_COLLAGE_BACKENDS by default); `collage_options` is a provmap.partition.collage.CollageOptions.  `embed_model` stores
-    the user's ONNX model, as given, in the artifact (for compare/annotate without the file);
-    when `model` is an already loaded GraphView, `source` names that model (path, bundled:NAME
-    or ModelProto), else the view's derived copy is embedded.
+    `model` is a path, bundled:NAME, a ModelProto, or an already loaded GraphView (whose
+    derived copy is then the one embedded).  `strategy` is a Strategy or its text: single:<b>,
+    greedy:<b1>,<b2>,... or collage[:<b1>,<b2>,...] (DEFAULT_COLLAGE_BACKENDS by default);
+    `collage_options` is a provmap.partition.collage.CollageOptions.  `embed_model` stores the
+    user's ONNX model, as given, in the artifact (for compare/annotate without the file).
+    `progress` gets one line at a time: the import (a ModelRead) and its warnings, then the
+    search's and the builds'.
     """
+    strategy = parse_strategy(strategy)  # read once; everything below takes the value
     # The CLI checks these too, before the import; a script calling this gets the same errors
     # instead of a plan silently made without its options.
-    check_backend_options(strategy, backend_options or {}, DEFAULT_COLLAGE_BACKENDS)
-    view = model if isinstance(model, GraphView) else load_view(model, input_shapes=input_shapes)
+    check_backend_options(strategy, backend_options or {})
+    view = model_for_compile(model, input_shapes, progress)
     check_op_lists(backend_options or {}, {n.op_type for n in view.nodes})
-    kind, _ = parse_strategy(strategy)
-    if kind == "collage" and view.op_nodes:
+    if strategy.kind == "collage" and view.op_nodes:
         from .collage import collage
 
         _, backends = make_plan(view, strategy, backend_options)
@@ -95,21 +96,21 @@ def compile_model(model, strategy: str = DEFAULT_STRATEGY, out=None,
         if art is None:  # a plan reused from the cache, with the schedule kept with it
             art = with_schedule(build_artifact(view, res.plan, res.backends or backends,
                                                progress=progress), res.plan.info.get("schedule"))
-        _record_given(art, source or model)
+        _record_given(art, model)
         if embed_model:
-            embed_source_model(art, _given_model(source or model, view))
+            embed_source_model(art, _given_model(model, view))
         if out is not None:
             art.save(out)
         return art
     if view.op_nodes:
         plan, backends = make_plan(view, strategy, backend_options)
     else:  # every output is a constant: nothing to partition, search or build
-        plan, backends = Plan(strategy=strategy, partitions=[],
+        plan, backends = Plan(strategy=strategy.as_given, partitions=[],
                               info={"note": "no node computes at run time"}), {}
     art = build_artifact(view, plan, backends, progress=progress)
-    _record_given(art, source or model)
+    _record_given(art, model)
     if embed_model:
-        embed_source_model(art, _given_model(source or model, view))
+        embed_source_model(art, _given_model(model, view))
     if out is not None:
         art.save(out)
     return art

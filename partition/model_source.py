@@ -12,6 +12,7 @@ backend, so the oracle is given here, the lowest floor where both ways in are re
 from __future__ import annotations
 
 import os
+import time
 
 from provmap.provenance.bundled import zoo
 from provmap.provenance.importer import import_onnx
@@ -40,3 +41,27 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     (if `out`) save OUT.json and OUT.sqlite atomically."""
     return _map_model(model, out=out, input_shapes=input_shapes, progress=progress,
                       type_oracle=ORT_TYPES)
+
+
+class ModelRead(str):
+    """The progress line said when compile has read the model.  A str, so any progress callback
+    takes it as it takes every other line; a type of its own, so the CLI can time the build
+    apart from the import (its "built in N s" never counted reading the model)."""
+
+
+def model_for_compile(model, input_shapes: dict | None = None, progress=None) -> GraphView:
+    """The model compile works on, read here so its callers (the CLI among them) only name it.
+
+    A GraphView passes through as it is: tests and the bench compile one loaded model with
+    several strategies or options, and importing a large model again for each would cost more
+    than the compile they measure."""
+    if isinstance(model, GraphView):
+        return model
+    t0 = time.perf_counter()
+    view = load_view(model, input_shapes=input_shapes)
+    if progress is not None:
+        progress(ModelRead(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
+                           f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s"))
+        for line in view.imported.warnings or ():  # one line each, as the manifest keeps them
+            progress(f"warning: {line}")
+    return view

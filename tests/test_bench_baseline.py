@@ -38,11 +38,11 @@ def test_config_strategies_cover_threads_spinning_and_hints():
     assert "single:openvino[performance_hint=THROUGHPUT]" in got
     assert "single:openvino[threads=1;performance_hint=THROUGHPUT]" in got
     assert [s for s in got if s.startswith("single:tvm")] == ["single:tvm"]
-    from provmap.partition.strategies import parse_strategy
+    from provmap.partition.strategy import parse_strategy
     from provmap.runtime_module.registry import get_backend
 
     for s in got:  # every configuration is a backend a user can name
-        for b in parse_strategy(s)[1]:
+        for b in parse_strategy(s).names:
             get_backend(b)
 
 

@@ -6,7 +6,7 @@ import pytest
 import unsupported_models as um
 
 from provmap.partition.compile import compile_model, load_view, make_plan
-from provmap.partition.strategies import parse_strategy
+from provmap.partition.strategy import parse_strategy
 from provmap.provenance.bundled import zoo
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
@@ -19,8 +19,10 @@ def tview():
 
 
 def test_parse_strategy_errors():
-    assert parse_strategy("single:tvm") == ("single", ["tvm"])
-    assert parse_strategy("greedy:openvino,tvm") == ("greedy", ["openvino", "tvm"])
+    for text, kind, names in (("single:tvm", "single", ["tvm"]),
+                              ("greedy:openvino,tvm", "greedy", ["openvino", "tvm"])):
+        s = parse_strategy(text)
+        assert (s.kind, s.names, str(s)) == (kind, names, text)
     for bad in ("single:", "single:a,b", "greedy:", "greedy:tvm,tvm", "fastest"):
         with pytest.raises(ProvmapError):
             parse_strategy(bad)
@@ -29,11 +31,11 @@ def test_parse_strategy_errors():
 def test_single_refuses_naming_the_node(tview):
     with pytest.raises(ProvmapError, match=r"ONNX node #\d+ 'attn/Softmax' \(Softmax\) is not "
                                            r"supported by tvm: Softmax is excluded"):
-        make_plan(tview, "single:tvm", {"tvm": {"exclude_ops": "Softmax"}})
+        make_plan(tview, parse_strategy("single:tvm"), {"tvm": {"exclude_ops": "Softmax"}})
 
 
 def test_greedy_keeps_a_lacking_op_in_one_small_partition(tview):
-    plan, _ = make_plan(tview, "greedy:tvm,onnxruntime", {"tvm": {"exclude_ops": "Softmax"}})
+    plan, _ = make_plan(tview, parse_strategy("greedy:tvm,onnxruntime"), {"tvm": {"exclude_ops": "Softmax"}})
     plan = order_plan(tview, plan)
     # The V projection is independent of the softmax: greedy finishes it on TVM first, so the
     # model becomes exactly three partitions, the middle one the softmax alone.
@@ -44,7 +46,7 @@ def test_greedy_keeps_a_lacking_op_in_one_small_partition(tview):
 
 def test_greedy_with_no_capable_backend_is_an_error(tview):
     with pytest.raises(ProvmapError, match="no listed backend supports"):
-        make_plan(tview, "greedy:tvm", {"tvm": {"exclude_ops": "Softmax"}})
+        make_plan(tview, parse_strategy("greedy:tvm"), {"tvm": {"exclude_ops": "Softmax"}})
 
 
 def test_plan_validation_names_the_problem(tview):

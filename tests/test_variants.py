@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from provmap.partition.compile import compile_model
-from provmap.partition.strategies import parse_strategy
+from provmap.partition.strategy import parse_strategy
 from provmap.provenance.bundled import zoo
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import BackendError
@@ -22,7 +22,8 @@ def test_parsing():
         "openvino", {"performance_hint": "THROUGHPUT", "threads": "2"})
     assert variant_name("onnxruntime[ threads = 1 ]") == "onnxruntime[threads=1]"
     assert split_outside_brackets("a,b[x=1;y=2],c", ",") == ["a", "b[x=1;y=2]", "c"]
-    assert parse_strategy("collage:onnxruntime,onnxruntime[threads=1; optimization=basic]") == (
+    s = parse_strategy("collage:onnxruntime,onnxruntime[threads=1; optimization=basic]")
+    assert (s.kind, s.names) == (
         "collage", ["onnxruntime", "onnxruntime[threads=1;optimization=basic]"])
     for bad in ("onnxruntime[threads]", "onnxruntime[]", "onnxruntime[threads=1", "[x=1]"):
         with pytest.raises(BackendError, match="backend"):

@@ -16,62 +16,38 @@ import time
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import save_npz_atomic
 
-from .common import (MODEL_HELP, _load_inputs, _parse_backend_options, _progress,
-                     add_input_shape_option, add_random_options, add_trust_option,
-                     budget, check_inputs_choice, count, output_stats, positive_int,
-                     warn)
+from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
+                     budget, check_inputs_choice, count, load_inputs, output_stats,
+                     parse_backend_options, positive_int, say_progress, warn)
 from .common import print_safe as _say
-from .compile_flags import collage_flags_only_under_collage, set_tuning_db
+from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
+                            set_tuning_db, strategy_of)
 from .trust import add_trust_command
 
 
 def cmd_compile(args) -> int:
     from provmap.partition.backend_options import check_backend_options
-    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS, compile_model, load_view
+    from provmap.partition.compile import compile_model
     from provmap.provenance.shapes import parse_input_shapes
 
     for flag, value in (("--max-depth", args.max_depth), ("--max-size", args.max_size)):
         if value < 1:  # checked before the import, not as a traceback from the search
             raise ProvmapError(f"{flag} must be a positive integer, got {value}")
-    backend_options = _parse_backend_options(args.backend_option)
-    searched = args.strategy
-    if searched.split(":", 1)[0] == "collage" and args.backends and ":" not in searched:
-        searched = f"collage:{args.backends}"
-    check_backend_options(searched, backend_options, DEFAULT_COLLAGE_BACKENDS)
-    collage_flags_only_under_collage(args)
-    t0 = time.perf_counter()
-    view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
-    _progress(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
-              f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s")
-    warn(view.imported.warnings)  # compile_model checks the op lists against this view
-    t1 = time.perf_counter()
-    strategy = args.strategy
-    collage_options = None
-    if strategy.split(":", 1)[0] == "collage":
-        from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S, CollageOptions
-
-        if args.backends and ":" not in strategy:
-            strategy = f"collage:{args.backends}"
-        elif args.backends and strategy.split(":", 1)[1] != args.backends:
-            # It was silently ignored: the search ran over the strategy's list.
-            raise ProvmapError(f"--backends {args.backends} and --strategy {strategy} name "
-                               "different backends to search; give one of them")
-        collage_options = CollageOptions(
-            max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
-            forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
-            e2e_check=not args.no_e2e_check,
-            measure_budget_s=getattr(args, "search_budget", DEFAULT_SEARCH_BUDGET_S),
-            refine_budget_s=0.0 if args.no_e2e_check else getattr(args, "refine_budget", 60.0),
-            measure_on=args.measure_on, reuse_plan=not args.research,
-            **({"e2e_variants": ()} if args.no_variants else
-               {"e2e_variants": tuple(args.variant)} if args.variant else {}))
+    backend_options = parse_backend_options(args.backend_option)
+    strategy = strategy_of(args)
+    check_backend_options(strategy, backend_options)
+    collage_flags_only_under_collage(args, strategy)
+    input_shapes = parse_input_shapes(args.input_shape)
+    search_options = collage_options(args, strategy)
     if args.tuning_db:
         set_tuning_db(backend_options, strategy, args.tuning_db)
-    art = compile_model(view, strategy, out=args.output,
-                        backend_options=backend_options,
-                        progress=_progress, collage_options=collage_options,
-                        embed_model=args.embed_model, source=args.model)
+    said = CompileProgress()
+    t0 = time.perf_counter()
+    art = compile_model(args.model, strategy, out=args.output, backend_options=backend_options,
+                        progress=said, collage_options=search_options,
+                        embed_model=args.embed_model, input_shapes=input_shapes)
     t2 = time.perf_counter()
+    t1 = said.model_read_at or t0  # the build alone: reading the model never counted
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
@@ -137,12 +113,12 @@ def cmd_run(args) -> int:
     check_inputs_choice(args)
     polygraphy_inputs = (args.save_inputs or "").endswith(".json")
     writers = _polygraphy_writers() if args.save_outputs or polygraphy_inputs else None
-    given = _load_inputs(args.inputs) if args.inputs else None
+    given = load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
     mod = load(args.artifact, trust=args.trust)
     mod.on_warning = lambda line: warn([line])
     t1 = time.perf_counter()
-    _progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
+    say_progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
     inputs = given if given is not None else mod.random_inputs(args.seed)
     for _ in range(args.warmup):
         mod.run(inputs)
@@ -197,41 +173,9 @@ def _polygraphy_writers():
     return save_run_results, save_inputs_json
 
 
-def inspect_artifact(path: str, model=None) -> dict:
-    """The data `provmap inspect --json` prints (partitions, boundary tensors, kernels, and the
-    placement table over `model`, the embedded model, or else the compiled copy's nodes)."""
-    from provmap.runtime_module.module import load
-    from provmap.workbench.placement import placement
-
-    mod = load(path, runnable=False)
-    if model is not None or mod.manifest["model"].get("member"):
-        model = mod.artifact.resolve_model(model)[0]
-    man = mod.manifest
-    nodes = {n.id: n for n in mod.lookup.map.nodes}
-    producer = {}
-    for p in man["partitions"]:
-        for t in p["outputs"]:
-            producer[t["name"]] = p["id"]
-    parts = []
-    for p in man["partitions"]:
-        parts.append({
-            "id": p["id"], "backend": p["backend"], "type_key": p["type_key"], "why": p.get("why", ""),
-            "onnx_nodes": [{"id": nid, "name": nodes[nid].name, "op_type": nodes[nid].op_type,
-                            "helper": nid not in p["ops"]} for nid in p["onnx_nodes"]],
-            "kernels": p["kernels"],
-            "inputs": [dict(t, producer=producer.get(t["name"], "graph input")) for t in p["inputs"]],
-            "outputs": p["outputs"],
-            "files": {k: {"sha256": v, "bytes": len(mod.artifact.members[k])}
-                      for k, v in p["files"].items()},
-        })
-    return {"artifact": path, "format_version": man["format_version"], "model": man["model"],
-            "strategy": man["strategy"], "backends": man["backends"], "host": man["host"],
-            "created_utc": man["created_utc"], "coverage": man["coverage"], "partitions": parts,
-            "warnings": man.get("warnings", []), "schedule": man.get("schedule"),
-            "placement": placement(model, mod)}
-
-
 def cmd_inspect(args) -> int:
+    from provmap.workbench.inspect import inspect_artifact
+
     info = inspect_artifact(args.artifact, args.model)
     if args.relax:
         from provmap.runtime_module.module import load
@@ -248,7 +192,7 @@ def cmd_inspect(args) -> int:
         except sqlite3.Error as e:  # the member is not the SQLite map provmap writes
             raise ProvmapError(f"{args.artifact}: map.sqlite: not a readable SQLite map "
                                f"({e}); nothing written to {args.sqlite}") from None
-        _progress(f"wrote {args.sqlite}: the map with its placement table "
+        say_progress(f"wrote {args.sqlite}: the map with its placement table "
                   f"({len(info['placement']['nodes'])} ONNX nodes)")
     if args.json:
         print(json.dumps(info, indent=2))

@@ -8,13 +8,13 @@ import sys
 
 from provmap.provenance.util.errors import ProvmapError
 
-from .common import _progress, count, positive_int, seconds
+from .common import say_progress, count, positive_int, seconds
 
 
 def cmd_bench(args) -> int:
     from provmap.bench.suite import DEFAULT_MODELS, SuiteOptions, quick_options, run_suite
 
-    from provmap.partition.strategies import parse_strategy
+    from provmap.partition.strategy import parse_strategy
     from provmap.runtime_module.registry import split_outside_brackets
 
     def csv(x):  # backend lists may hold variants: onnxruntime[threads=1;optimization=basic]
@@ -25,7 +25,7 @@ def cmd_bench(args) -> int:
 
     names = set(csv(args.backends) or []) | set(csv(args.search_backends) or [])
     for s in strategies or ():
-        names |= set(parse_strategy(s)[1])  # a typo fails now, not after an hour of measuring
+        names |= set(parse_strategy(s).names)  # a typo fails now, not after an hour of measuring
     for n in sorted(names):
         backend_class(n)
     models = args.models or None
@@ -48,7 +48,7 @@ def cmd_bench(args) -> int:
 
         names = (user_model_names() if args.user_models == "all"
                  else [n for n in args.user_models.split(",") if n])
-        paths = prepare(names, args.models_dir, args.exporter, progress=_progress)
+        paths = prepare(names, args.models_dir, args.exporter, progress=say_progress)
         kw.pop("models")
         opts = user_options(paths, **kw)
     elif args.quick:
@@ -65,7 +65,7 @@ def cmd_bench(args) -> int:
         text = Path(args.readme).read_text() if os.path.exists(args.readme) else ""
         if START not in text or END not in text:  # fail now, not after the run
             raise ProvmapError(f"{args.readme}: no {START} ... {END} markers")
-    res = run_suite(opts, args.output, progress=_progress)
+    res = run_suite(opts, args.output, progress=say_progress)
     if args.readme:
         from provmap.bench.report import update_readme
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover  (numpy is imported where arrays are read:
     import numpy as np
 
 
-def _progress(msg: str) -> None:
+def say_progress(msg: str) -> None:
     print(f"provmap: {msg}", file=sys.stderr, flush=True)
 
 
@@ -102,7 +102,7 @@ def add_trust_option(parser) -> None:
                         "machine did not build it (see `provmap trust`)")
 
 
-def _parse_backend_options(items) -> dict:
+def parse_backend_options(items) -> dict:
     opts: dict[str, dict] = {}
     for item in items or ():
         key, eq, value = item.partition("=")
@@ -130,7 +130,7 @@ def _is_text(head: bytes) -> bool:
     return b"\0" not in head
 
 
-def _load_inputs(path: str) -> dict:
+def load_inputs(path: str) -> dict:
     if not os.path.exists(path):
         raise ProvmapError(f"{path}: no such inputs file")
     if os.path.isdir(path):
@@ -199,7 +199,7 @@ def output_stats(a: np.ndarray) -> dict:
     return out
 
 
-def _version() -> str:
+def version_text() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -228,7 +228,7 @@ def _check_outputs(args) -> None:
             if not directory and os.path.isfile(value):
                 # The documented rule (docs/cli.md): an existing file is replaced, atomically,
                 # only when the command succeeds, and never without a word.
-                _progress(f"{value} exists: it is replaced when this command succeeds")
+                say_progress(f"{value} exists: it is replaced when this command succeeds")
 
 
 def _one_line_warnings() -> None:

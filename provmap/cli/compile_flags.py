@@ -1,16 +1,35 @@
-"""compile's flags that only make sense together with others, checked before the model is read:
-search flags outside collage (issue 36: they were taken and ignored), and --tuning-db, which
-reaches every TVM backend of the strategy."""
+"""compile's command line turned into what compile_model takes, checked before the model is read:
+the strategy, read once with --backends folded in; the flags that only make sense together with
+others (search flags outside collage, issue 36: they were taken and ignored); the search options;
+--tuning-db, which reaches every TVM backend of the strategy; and the progress callback."""
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 from provmap.provenance.util.errors import ProvmapError
 
+from .common import say_progress
 
-def collage_flags_only_under_collage(args) -> None:
+if TYPE_CHECKING:  # pragma: no cover  (the parser is built without importing the search)
+    from provmap.partition.strategy import Strategy
+
+
+def strategy_of(args) -> Strategy:
+    """--strategy, read once; `collage` with `--backends a,b` is `collage:a,b`."""
+    from provmap.partition.strategy import parse_strategy
+
+    text = args.strategy
+    if text.split(":", 1)[0] == "collage" and args.backends and ":" not in text:
+        text = f"collage:{args.backends}"
+    return parse_strategy(text)
+
+
+def collage_flags_only_under_collage(args, strategy: Strategy) -> None:
     """Search flags under single:/greedy: used to be taken and ignored (issue 36): refused in
     one line before the model is read."""
-    if args.strategy.split(":", 1)[0] == "collage":
+    if strategy.kind == "collage":
         return
     given = [flag for flag, given in (
         ("--search-budget", hasattr(args, "search_budget")),
@@ -24,12 +43,46 @@ def collage_flags_only_under_collage(args) -> None:
                            f"{'it' if len(given) == 1 else 'them'}")
 
 
-def set_tuning_db(backend_options: dict, strategy: str, path: str) -> None:
-    """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants)."""
-    from provmap.partition.backend_options import strategy_backends
-    from provmap.partition.compile import DEFAULT_COLLAGE_BACKENDS
-    from provmap.runtime_module.registry import parse_variant
+def collage_options(args, strategy: Strategy):
+    """The search's options from the flags (None outside collage).  --backends beside a
+    strategy that names its own list is refused: it was silently ignored, the search ran over
+    the strategy's list."""
+    if strategy.kind != "collage":
+        return None
+    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S, CollageOptions
 
-    for n in strategy_backends(strategy, DEFAULT_COLLAGE_BACKENDS):
-        if parse_variant(n)[0] == "tvm":
-            backend_options.setdefault(n, {})["tuning_db"] = path
+    text = args.strategy
+    if args.backends and ":" in text and text.split(":", 1)[1] != args.backends:
+        raise ProvmapError(f"--backends {args.backends} and --strategy {text} name "
+                           "different backends to search; give one of them")
+    return CollageOptions(
+        max_depth=args.max_depth, max_size=args.max_size, pins=args.pin or [],
+        forbids=args.forbid or [], cuts=args.cut or [], cache_path=args.cache,
+        e2e_check=not args.no_e2e_check,
+        measure_budget_s=getattr(args, "search_budget", DEFAULT_SEARCH_BUDGET_S),
+        refine_budget_s=0.0 if args.no_e2e_check else getattr(args, "refine_budget", 60.0),
+        measure_on=args.measure_on, reuse_plan=not args.research,
+        **({"e2e_variants": ()} if args.no_variants else
+           {"e2e_variants": tuple(args.variant)} if args.variant else {}))
+
+
+def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
+    """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants)."""
+    for b in strategy.used:
+        if b.base == "tvm":
+            backend_options.setdefault(b.name, {})["tuning_db"] = path
+
+
+class CompileProgress:
+    """compile_model's progress lines on stderr, noting when the model had been read: the
+    summary's build time ("built in N s", compile_s) never counted the import."""
+
+    def __init__(self):
+        self.model_read_at: float | None = None
+
+    def __call__(self, line: str) -> None:
+        from provmap.partition.model_source import ModelRead
+
+        say_progress(line)
+        if isinstance(line, ModelRead):
+            self.model_read_at = time.perf_counter()

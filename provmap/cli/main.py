@@ -16,7 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .artifact import add_artifact_commands
     from .backends import add_backends_command
     from .bench import add_bench_command
-    from .common import _version
+    from .common import version_text
     from .map import add_map_command
     from .rpc import add_rpc_commands
     from .vendor import add_vendor_commands
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="provmap", description=(
         "Partition ONNX models across inference backends through TVM Relax, with a source map "
         "from every kernel back to ONNX nodes."))
-    p.add_argument("--version", action="version", version=f"provmap {_version()}")
+    p.add_argument("--version", action="version", version=f"provmap {version_text()}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also show the libraries' own log lines (TVM's C++ warnings), which "
                    "are kept off stderr otherwise")

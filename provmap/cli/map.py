@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, _progress, add_input_shape_option, dispatch
+from .common import MODEL_HELP, say_progress, add_input_shape_option, dispatch
 
 
 def cmd_map(args) -> int:
@@ -15,7 +15,7 @@ def cmd_map(args) -> int:
     from provmap.provenance.shapes import parse_input_shapes
 
     res = map_model(args.model, out=args.output, input_shapes=parse_input_shapes(args.input_shape),
-                    progress=_progress)
+                    progress=say_progress)
     cov, pmap = res.coverage, res.pmap
     if args.json:
         print(json.dumps(cov, indent=2))

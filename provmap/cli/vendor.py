@@ -15,7 +15,7 @@ import sys
 
 from provmap.provenance.util.errors import ProvmapError
 
-from .common import _progress, read_json_file, tcp_port
+from .common import say_progress, read_json_file, tcp_port
 
 
 def _read_json(path: str, what: str, key: str) -> dict:
@@ -53,10 +53,10 @@ def cmd_overlays(args) -> int:
         return 0
     if not (importlib.util.find_spec("model_explorer")
             and importlib.util.find_spec("model_explorer_onnx")):
-        _progress("Model Explorer is not installed (pip install 'provmap[explorer]'); run:")
+        say_progress("Model Explorer is not installed (pip install 'provmap[explorer]'); run:")
         print(shlex.join(command))
         return 0
-    _progress(f"starting Model Explorer on port {args.port} (Ctrl+C stops it)")
+    say_progress(f"starting Model Explorer on port {args.port} (Ctrl+C stops it)")
     run = [sys.executable, "-m", "model_explorer", *command[1:], "--host", args.host]
     try:
         return subprocess.call(run)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from .common import (MODEL_HELP, _load_inputs, _progress, add_input_shape_option,
+from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
                      non_negative, positive_int, read_json_file, term_safe, warn)
 from provmap.provenance.util.errors import ProvmapError
@@ -22,7 +22,7 @@ def _given_inputs(args):
     """The --inputs arrays, read before the artifact or model loads (a bad file is said at
     once, not after seconds of loading); None: random inputs, the default."""
     check_inputs_choice(args)
-    return _load_inputs(args.inputs) if getattr(args, "inputs", None) else None
+    return load_inputs(args.inputs) if getattr(args, "inputs", None) else None
 
 
 def _inputs(args, mod=None, view=None, given=None) -> dict:
@@ -41,7 +41,7 @@ def _reference_model(mod, given):
     model, which = mod.artifact.resolve_model(given)
     if which == "derived":
         what = "; ".join(mod.manifest["model"].get("derived") or []) or "derived by provmap"
-        _progress(f"note: {given or 'the embedded model'} is provmap's derived copy of the "
+        say_progress(f"note: {given or 'the embedded model'} is provmap's derived copy of the "
                   f"model ({what}), not the model as given to compile; using it")
     return model
 
@@ -112,7 +112,7 @@ def cmd_bisect(args) -> int:
     backend = get_backend(args.backend)
     inputs = _inputs(args, view=view, given=given)
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
-                 progress=_progress)
+                 progress=say_progress)
     if args.json:
         print(json.dumps(res, indent=1))
     elif not res["diverges"]:
@@ -145,7 +145,7 @@ def cmd_profile(args) -> int:
     given = _given_inputs(args)
     mod = load(args.artifact, trust=args.trust)
     res = profile_artifact(mod, _inputs(args, mod=mod, given=given), repeats=args.repeats,
-                           progress=_progress)
+                           progress=say_progress)
     trace = res.pop("trace")
     if args.trace:
         write_bytes_atomic(args.trace, json.dumps(trace).encode())
@@ -210,7 +210,7 @@ def cmd_report(args) -> int:
         from provmap.workbench.profile import profile_artifact
 
         profile = profile_artifact(mod, mod.random_inputs(0), repeats=args.repeats,
-                                   progress=_progress)
+                                   progress=say_progress)
     page = render(mod, profile)
     write_bytes_atomic(args.output, page.encode())
     summary = {"report": args.output, "nodes": len(mod.lookup.map.nodes),
@@ -273,7 +273,7 @@ def _headroom(args, mod) -> dict:
         return node_oracle(load_view(model, os.path.basename(args.artifact)),
                            {n: get_backend(n) for n in dict.fromkeys(names)}, kept=run,
                            inputs=run.random_inputs(0), repeats=args.repeats,
-                           progress=_progress)
+                           progress=say_progress)
     except ValueError as e:
         raise ProvmapError(str(e)) from None
     finally:
