@@ -1,12 +1,10 @@
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-# small_models lives next to the tests; the package itself is installed (pip install -e .).
-sys.path.insert(0, str(Path(__file__).parent))
-
-from provmap.runtime_module.trust import trust_file  # noqa: E402  (stdlib only: no backend)
+# The helper modules beside this file (small_models, cli_runner, ...) are on sys.path through
+# pyproject's `pythonpath = ["tests"]`; the package itself is installed (pip install -e .).
+from provmap.runtime_module.trust import trust_file  # stdlib only: no backend
 
 # Tests never write to the user's own configuration: the trust list (~/.config/provmap), the
 # cost cache and the tuning database (~/.cache/provmap) all go to one directory of this run,
