@@ -22,10 +22,8 @@ from provmap.runtime_module.registry import backend_class
 from small_models import conv_relu
 
 
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
-    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
+# Builds record their digest in the trust list and their prices in the cache: this test's own.
+pytestmark = pytest.mark.usefixtures("own_config")
 
 
 def _cpu_has(cap: str) -> bool:
