@@ -1,4 +1,5 @@
-"""Shared by the per-backend tests: the models they run and the part-by-part executor."""
+"""Shared by the backend tests (test_backends.py over every ONNX backend, and the files of one
+backend each): the models they run, the part-by-part executor and the kernel-coverage check."""
 
 from __future__ import annotations
 
@@ -48,3 +49,24 @@ def run_parts(backend: Backend, view: GraphView, parts, feeds):
         values.update(zip(runner.output_names, outs))
         built.append((sub, blob, runner))
     return values, built
+
+
+def assert_covered(sub: Subgraph, blob, kind: str):
+    """Every op node of the part is in some kernel of the blob's map, the kernels are of the
+    backend's kind and named uniquely, and none is a graph's plumbing (inputs, outputs,
+    constants) claimed as work."""
+    positions = {p for k in blob.kernels for p in k.nodes}
+    pos = {node: i for i, node in enumerate(sub.closure)}
+    missing = [sub.view.describe(i) for i in sub.ops if pos[i] not in positions]
+    assert not missing, f"op nodes in no kernel: {missing}"
+    assert all(0 <= p < len(sub.closure) for p in positions)
+    assert all(k.kind == kind and k.op for k in blob.kernels)
+    assert not {k.op for k in blob.kernels} & {"Input", "Output", "Const"}
+    assert len({k.name for k in blob.kernels}) == len(blob.kernels)
+
+
+def cpu_has(cap: str) -> bool:
+    """Whether OpenVINO's CPU plugin reports the capability (BF16, FP16, ...) on this machine."""
+    import openvino as ov
+
+    return cap in [str(c) for c in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]

@@ -1,12 +1,12 @@
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-# small_models lives next to the tests; the package itself is installed (pip install -e .).
-sys.path.insert(0, str(Path(__file__).parent))
+import pytest
 
-from provmap.runtime_module.trust import trust_file  # noqa: E402  (stdlib only: no backend)
+# The helper modules beside this file (small_models, cli_runner, ...) are on sys.path through
+# pyproject's `pythonpath = ["tests"]`; the package itself is installed (pip install -e .).
+from provmap.runtime_module.trust import trust_file  # stdlib only: no backend
 
 # Tests never write to the user's own configuration: the trust list (~/.config/provmap), the
 # cost cache and the tuning database (~/.cache/provmap) all go to one directory of this run,
@@ -21,6 +21,47 @@ for _var, _name in (("PROVMAP_TRUST", "trusted"), ("PROVMAP_CACHE", "costs.sqlit
 # depend on the load.  Contention is still detected and recorded; the hygiene tests
 # (test_contention*.py) set PROVMAP_CONTENTION=act to test what is done about it.
 os.environ["PROVMAP_CONTENTION"] = "ignore"
+
+
+# Fixtures more than one test file asks for.  They import inside the function so that a run of
+# one file loads nothing it does not use, and keep the scope the files gave them: a
+# module-scoped model is built once per file, as before, so no file sees another's leftovers.
+
+@pytest.fixture
+def own_config(tmp_path, monkeypatch):
+    """A trust list and a cost cache of this test's own, for tests whose builds record a digest
+    or a price (a file asks for it with `pytestmark = pytest.mark.usefixtures("own_config")`):
+    the run-wide ones above would carry one test's entries into the next."""
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
+    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
+
+
+@pytest.fixture(scope="module")
+def transformer_model():
+    """The bundled transformer block (its own seeded weights): the model most searches run on."""
+    from provmap.provenance.bundled import zoo
+
+    return zoo.transformer_block()
+
+
+@pytest.fixture(scope="module")
+def transformer_view(transformer_model):
+    """The transformer block imported, from the very model object `transformer_model` gives
+    (tests that compare against an ORT run of the model use both)."""
+    from provmap.partition.model_source import load_view
+
+    return load_view(transformer_model, "transformer")
+
+
+@pytest.fixture(scope="module")
+def squeezenet_view():
+    """SqueezeNet with seed-0 random weights, imported.  Not the bundled file's constant
+    weights: with those every logit is equal, and the softmax of 1000 equal ~7e9 logits is
+    decided by float32 rounding, not by the plan."""
+    from provmap.partition.model_source import load_view
+    from provmap.provenance.bundled import zoo
+
+    return load_view(zoo.with_random_weights(zoo.load_light("squeezenet"), seed=0), "squeezenet")
 
 
 def _user_trust_entries_under(prefixes, since: str) -> list[str]:

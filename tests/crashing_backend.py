@@ -2,7 +2,9 @@
 
 They live in a module of their own (not in the test file) so that the cost estimator's worker
 process, a fresh interpreter, can import them by "crashing_backend:ClassName"; tests/ is on
-sys.path there because spawned processes inherit the parent's sys.path.
+sys.path there (pyproject's pytest `pythonpath`) because spawned processes inherit the parent's
+sys.path.  Child processes started otherwise get tests/ on PYTHONPATH (test_parallel.py,
+test_polygraphy.py).
 """
 
 from __future__ import annotations

@@ -32,11 +32,10 @@ def ort_reference(model, feeds):
 
 
 @pytest.fixture(scope="module")
-def transformer_art(tmp_path_factory):
-    model = zoo.transformer_block()
+def transformer_art(tmp_path_factory, transformer_model, transformer_view):
+    model, view = transformer_model, transformer_view
     path = tmp_path_factory.mktemp("art") / "tr.provmap"
     # Three TVM partitions so the artifact has real boundaries (cut after nodes 10 and 20).
-    view = load_view(model, "transformer")
     ops = view.op_nodes
     plan = Plan("manual", [PartitionSpec("tvm", ops[:10]), PartitionSpec("tvm", ops[10:20]),
                            PartitionSpec("tvm", ops[20:])])

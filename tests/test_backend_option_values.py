@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-import openvino as ov
 import pytest
 
 from cli_runner import one_error, provmap
@@ -20,16 +19,11 @@ from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import BackendError
 from provmap.runtime_module.registry import backend_class
 from small_models import conv_relu
+from backend_cases import cpu_has
 
 
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
-    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
-
-
-def _cpu_has(cap: str) -> bool:
-    return cap in [str(c) for c in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
+# Builds record their digest in the trust list and their prices in the cache: this test's own.
+pytestmark = pytest.mark.usefixtures("own_config")
 
 
 @pytest.mark.parametrize("strategy,option,words", [
@@ -88,7 +82,7 @@ def test_a_precision_the_cpu_lacks_is_refused_naming_its_capabilities(tmp_path):
     for prec, cap in (("bf16", "BF16"), ("f16", "FP16")):
         r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", "--strategy",
                     "single:openvino", "--backend-option", f"openvino.precision={prec}")
-        if _cpu_has(cap):
+        if cpu_has(cap):
             assert r.returncode == 0, r.stderr
             info = json.loads(provmap("inspect", tmp_path / "a.provmap", "--json").stdout)
             assert prec in json.dumps(info)

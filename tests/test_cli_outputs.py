@@ -14,10 +14,8 @@ import pytest
 from cli_runner import one_error, provmap
 
 
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
-    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
+# Builds record their digest in the trust list and their prices in the cache: this test's own.
+pytestmark = pytest.mark.usefixtures("own_config")
 
 
 def _compile(out, *extra):

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 from provmap.partition.collage import CollageOptions
-from provmap.partition.compile import compile_model, load_view
+from provmap.partition.compile import compile_model
 from provmap.provenance.bundled import zoo
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
@@ -26,20 +26,15 @@ def ort_ref(model, feeds):
     return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
 
 
-@pytest.fixture(scope="module")
-def transformer():
-    model = zoo.transformer_block()
-    return model, load_view(model, "transformer")
-
-
 def _opts(cache, **kw):
     kw.setdefault("refine_budget_s", 0.0)  # the second level has its own tests (test_refine.py)
     return CollageOptions(max_depth=3, max_size=4, cache_path=str(cache), e2e_repeats=5, **kw)
 
 
 @pytest.mark.slow
-def test_collage_matches_reference_and_second_run_measures_nothing(transformer, tmp_path):
-    model, view = transformer
+def test_collage_matches_reference_and_second_run_measures_nothing(transformer_model,
+                                                                   transformer_view, tmp_path):
+    model, view = transformer_model, transformer_view
     cache = tmp_path / "costs.sqlite"
     # Without one-thread variants: a plan kept on one would store its in-context price under
     # the variant, which this first-level search never asks about (checked below).
@@ -105,10 +100,11 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer, 
     assert "plan_cache" not in art5.manifest["plan_info"]["collage"]
 
 
-def test_near_tied_simple_plans_are_measured_again_before_one_is_kept(transformer, tmp_path):
+def test_near_tied_simple_plans_are_measured_again_before_one_is_kept(transformer_model,
+                                                                      transformer_view, tmp_path):
     from provmap.workbench.explain import explain_artifact, format_explain
 
-    model, view = transformer
+    model, view = transformer_model, transformer_view
     # A tie margin of 1000% makes every equally simple alternative a near tie of the first pick.
     art = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "t.provmap",
                         collage_options=CollageOptions(
@@ -153,7 +149,8 @@ def test_e2e_variants_derive_from_the_searched_backends():
     assert e2e_variants(backends, ()) == {}
 
 
-def test_a_thread_variant_that_wins_end_to_end_is_kept_saved_and_reused(transformer, tmp_path,
+def test_a_thread_variant_that_wins_end_to_end_is_kept_saved_and_reused(transformer_model,
+                                                                        transformer_view, tmp_path,
                                                                         monkeypatch):
     """The plumbing of a variant win: built, kept, saved under its name, reloaded from the file
     and rebuilt from the plan cache.  Measured for real; the variant's samples are then halved
@@ -171,7 +168,7 @@ def test_a_thread_variant_that_wins_end_to_end_is_kept_saved_and_reused(transfor
         return lat
 
     monkeypatch.setattr(collage_mod, "measure_artifacts", one_thread_faster)
-    model, view = transformer
+    model, view = transformer_model, transformer_view
     opts = _opts(tmp_path / "k.sqlite", e2e_single_factor=1e9)
     art = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "v.provmap",
                         collage_options=opts)

@@ -20,15 +20,11 @@ from provmap.runtime_module.host import int8_pairs_exact
 from provmap.runtime_module.module import load
 from test_published_models import _feeds, convnet, mlp, plain
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# Builds record their digest in the trust list and their prices in the cache: this test's own.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("own_config")]
 
 K = 64
-
-
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
-    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
 
 
 def _matmul_integer(w: np.ndarray) -> onnx.ModelProto:

@@ -7,16 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from provmap.partition.model_source import load_view
-from provmap.provenance.bundled import zoo
 from provmap.runtime_module.onnx_region import OnnxRegion
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.subgraph import Subgraph
 
 
 @pytest.fixture(scope="module")
-def region():
-    view = load_view(zoo.with_random_weights(zoo.load_light("squeezenet"), seed=0), "squeezenet")
+def region(squeezenet_view):
+    view = squeezenet_view
     ops = sorted(view.op_nodes)[5:14]   # a few fire-module nodes: several inputs and outputs
     sub = Subgraph(view, ops)
     return sub, OnnxRegion(sub.onnx_model(), sub.key)

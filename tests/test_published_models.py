@@ -32,16 +32,11 @@ from provmap.runtime_module.host import int8_pairs_exact
 from provmap.runtime_module.module import load
 from cli_runner import provmap
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# Builds record their digest in the trust list and their prices in the cache: this test's own.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("own_config")]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path, monkeypatch):
-    """Builds record their digest in the trust list: never the user's."""
-    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
-    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
 
 
 def _error_line(stderr: str) -> str:

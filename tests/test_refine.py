@@ -21,10 +21,8 @@ from provmap.runtime_module.registry import get_backend
 
 
 @pytest.fixture(scope="module")
-def squeeze():
-    # seeded random weights: the bundled file's constant weights make every logit equal, and
-    # the softmax of 1000 equal ~7e9 logits is decided by float32 rounding, not by the plan
-    view = load_view(zoo.with_random_weights(zoo.load_light("squeezenet"), seed=0), "squeezenet")
+def squeeze(squeezenet_view):
+    view = squeezenet_view  # seeded random weights (conftest says why)
     backends = {"openvino": get_backend("openvino", exclude_ops=["Softmax"]),
                 "onnxruntime": get_backend("onnxruntime")}
     verdicts = {b: be.verdicts(view) for b, be in backends.items()}

@@ -10,8 +10,6 @@ import pytest
 from provmap.partition.measure.cache import CostCache, host_fingerprint
 from provmap.partition.collage import CollageOptions, collage
 from provmap.partition.measure.remote import RemotePool, TrackerAddress, local_farm
-from provmap.partition.model_source import load_view
-from provmap.provenance.bundled import zoo
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.registry import get_backend
 
@@ -30,11 +28,6 @@ def _opts(cache, **kw):
 
 def _sig(plan):
     return sorted((p.backend, tuple(sorted(p.ops))) for p in plan.partitions)
-
-
-@pytest.fixture(scope="module")
-def transformer():
-    return load_view(zoo.transformer_block(), "transformer")
 
 
 def _backends():
@@ -61,10 +54,10 @@ def test_no_server_is_one_clear_error():
         tracker.terminate()
 
 
-def test_remote_search_matches_a_local_search_with_the_same_prices(transformer, tmp_path):
+def test_remote_search_matches_a_local_search_with_the_same_prices(transformer_view, tmp_path):
     cache = tmp_path / "costs.sqlite"
     with rpc_farm(2) as (addr, _servers):
-        res = collage(transformer, _backends(), _opts(cache, measure_on=str(addr)))
+        res = collage(transformer_view, _backends(), _opts(cache, measure_on=str(addr)))
     rep = res.report
     on = rep["measured_on"]
     assert on["where"] == str(addr) and on["sessions_opened"] == 2
@@ -73,14 +66,14 @@ def test_remote_search_matches_a_local_search_with_the_same_prices(transformer, 
     assert rep["estimator"]["measured"] > 0
     # The same cache, searched locally: every price it asks for is there (the same keys), so
     # nothing is measured, and the plan is the same.
-    local = collage(transformer, _backends(), _opts(cache))
+    local = collage(transformer_view, _backends(), _opts(cache))
     assert local.report["estimator"]["measured"] == 0
     assert _sig(local.plan) == _sig(res.plan)
     keys = {(e["key"], e["backend"], e["host"]) for e in CostCache(str(cache)).entries()}
     assert all(h == host_fingerprint() for _k, _b, h in keys)
 
 
-def test_losing_a_server_mid_search_still_completes(transformer, tmp_path):
+def test_losing_a_server_mid_search_still_completes(transformer_view, tmp_path):
     with rpc_farm(2) as (addr, servers):
         killed = threading.Event()
 
@@ -88,7 +81,7 @@ def test_losing_a_server_mid_search_still_completes(transformer, tmp_path):
             if "servers in parallel" in msg and not killed.is_set():
                 threading.Timer(1.0, lambda: (servers[0].terminate(), killed.set())).start()
 
-        res = collage(transformer, _backends(), _opts(tmp_path / "c.sqlite", e2e_check=True,
+        res = collage(transformer_view, _backends(), _opts(tmp_path / "c.sqlite", e2e_check=True,
                                                       measure_on=str(addr)),
                       progress=progress)
         assert killed.wait(30)
@@ -97,7 +90,7 @@ def test_losing_a_server_mid_search_still_completes(transformer, tmp_path):
     # plans are not run end to end here: that would measure this host, not the device
     assert "skipped" in res.report["e2e_skipped"] and res.artifact is None
     covered = sorted(i for p in res.plan.partitions for i in p.ops)
-    assert covered == sorted(transformer.op_nodes)
+    assert covered == sorted(transformer_view.op_nodes)
     # the lost session's in-flight candidate was retried on the other server (or, if the kill
     # fell between two measurements, the session was found dead on its next use)
     assert on["sessions_lost"] >= 1, on

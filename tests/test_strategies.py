@@ -7,15 +7,9 @@ import unsupported_models as um
 
 from provmap.partition.compile import compile_model, load_view, make_plan
 from provmap.partition.strategy import parse_strategy
-from provmap.provenance.bundled import zoo
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
-
-
-@pytest.fixture(scope="module")
-def tview():
-    return load_view(zoo.transformer_block(), "transformer")
 
 
 def test_parse_strategy_errors():
@@ -28,39 +22,44 @@ def test_parse_strategy_errors():
             parse_strategy(bad)
 
 
-def test_single_refuses_naming_the_node(tview):
+def test_single_refuses_naming_the_node(transformer_view):
     with pytest.raises(ProvmapError, match=r"ONNX node #\d+ 'attn/Softmax' \(Softmax\) is not "
                                            r"supported by tvm: Softmax is excluded"):
-        make_plan(tview, parse_strategy("single:tvm"), {"tvm": {"exclude_ops": "Softmax"}})
+        make_plan(transformer_view, parse_strategy("single:tvm"),
+                  {"tvm": {"exclude_ops": "Softmax"}})
 
 
-def test_greedy_keeps_a_lacking_op_in_one_small_partition(tview):
-    plan, _ = make_plan(tview, parse_strategy("greedy:tvm,onnxruntime"), {"tvm": {"exclude_ops": "Softmax"}})
-    plan = order_plan(tview, plan)
+def test_greedy_keeps_a_lacking_op_in_one_small_partition(transformer_view):
+    plan, _ = make_plan(transformer_view, parse_strategy("greedy:tvm,onnxruntime"),
+                        {"tvm": {"exclude_ops": "Softmax"}})
+    plan = order_plan(transformer_view, plan)
     # The V projection is independent of the softmax: greedy finishes it on TVM first, so the
     # model becomes exactly three partitions, the middle one the softmax alone.
     assert [p.backend for p in plan.partitions] == ["tvm", "onnxruntime", "tvm"]
-    assert [tview.nodes[i].op_type for i in plan.partitions[1].ops] == ["Softmax"]
+    assert [transformer_view.nodes[i].op_type for i in plan.partitions[1].ops] == ["Softmax"]
     assert any("Softmax is excluded" in f for f in plan.info["fallbacks"])
 
 
-def test_greedy_with_no_capable_backend_is_an_error(tview):
+def test_greedy_with_no_capable_backend_is_an_error(transformer_view):
     with pytest.raises(ProvmapError, match="no listed backend supports"):
-        make_plan(tview, parse_strategy("greedy:tvm"), {"tvm": {"exclude_ops": "Softmax"}})
+        make_plan(transformer_view, parse_strategy("greedy:tvm"),
+                  {"tvm": {"exclude_ops": "Softmax"}})
 
 
-def test_plan_validation_names_the_problem(tview):
-    ops = tview.op_nodes
+def test_plan_validation_names_the_problem(transformer_view):
+    ops = transformer_view.op_nodes
     with pytest.raises(ProvmapError, match="is in no partition"):
-        order_plan(tview, Plan("m", [PartitionSpec("tvm", ops[:-1])]))
+        order_plan(transformer_view, Plan("m", [PartitionSpec("tvm", ops[:-1])]))
     with pytest.raises(ProvmapError, match="is in two partitions"):
-        order_plan(tview, Plan("m", [PartitionSpec("tvm", ops), PartitionSpec("tvm", ops[:1])]))
+        order_plan(transformer_view,
+                   Plan("m", [PartitionSpec("tvm", ops), PartitionSpec("tvm", ops[:1])]))
     # Nodes 0 and 2 of a chain in one partition, node 1 in another: data leaves and re-enters.
     a, b = [ops[0], ops[2]] + ops[3:], [ops[1]]
-    chain = tview.op_successors(ops[0])
+    chain = transformer_view.op_successors(ops[0])
     assert ops[1] in chain
     with pytest.raises(ProvmapError, match="cycle"):
-        order_plan(tview, Plan("m", [PartitionSpec("tvm", a), PartitionSpec("onnxruntime", b)]))
+        order_plan(transformer_view,
+                   Plan("m", [PartitionSpec("tvm", a), PartitionSpec("onnxruntime", b)]))
 
 
 def test_greedy_splits_around_an_op_openvino_lacks(tmp_path):

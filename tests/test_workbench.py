@@ -23,15 +23,10 @@ from browser import chromium
 
 
 @pytest.fixture(scope="module")
-def transformer():
-    return zoo.transformer_block()
-
-
-@pytest.fixture(scope="module")
-def mixed_art(tmp_path_factory, transformer):
+def mixed_art(tmp_path_factory, transformer_model):
     """Transformer block, ORT with Softmax excluded and OpenVINO picking it up: 3 partitions."""
     path = tmp_path_factory.mktemp("wb") / "mixed.provmap"
-    compile_model(transformer, "greedy:onnxruntime,openvino", out=path, embed_model=True,
+    compile_model(transformer_model, "greedy:onnxruntime,openvino", out=path, embed_model=True,
                   backend_options={"onnxruntime": {"exclude_ops": ["Softmax"]}})
     return path
 
@@ -110,12 +105,12 @@ def test_compare_cli_exit_codes(mixed_art, tmp_path, monkeypatch, capsys):
     assert "not the model this artifact was compiled from" in capsys.readouterr().err
 
 
-def test_bisect_finds_the_wrong_node_and_reproducer_fails_alone(tmp_path, transformer):
-    view = load_view(transformer, "transformer")
+def test_bisect_finds_the_wrong_node_and_reproducer_fails_alone(tmp_path, transformer_model):
+    view = load_view(transformer_model, "transformer")
     target = view.nodes[view.op_nodes[len(view.op_nodes) // 2]].name
     cb.NodePerturbingBackend.TARGET = target
     backend = cb.NodePerturbingBackend()
-    inputs = zoo.random_inputs(transformer, seed=0)
+    inputs = zoo.random_inputs(transformer_model, seed=0)
     res = bisect(view, backend, inputs, Tolerance(), out_dir=tmp_path / "repro")
     assert res["diverges"] and res["node"] == target
     n = len(view.op_nodes)
@@ -128,9 +123,9 @@ def test_bisect_finds_the_wrong_node_and_reproducer_fails_alone(tmp_path, transf
     assert not check_reproducer(r["model"], r["inputs"], r["expected"], get_backend("onnxruntime"))
 
 
-def test_bisect_clean_backend_reports_no_divergence(transformer):
-    view = load_view(transformer, "transformer")
-    res = bisect(view, get_backend("openvino"), zoo.random_inputs(transformer, seed=0))
+def test_bisect_clean_backend_reports_no_divergence(transformer_model):
+    view = load_view(transformer_model, "transformer")
+    res = bisect(view, get_backend("openvino"), zoo.random_inputs(transformer_model, seed=0))
     assert not res["diverges"] and res["runs"] == 1
 
 
@@ -217,9 +212,9 @@ def test_profile_sums_to_end_to_end(tmp_path, name):
         res["e2e_ms"])
 
 
-def test_profile_tvm_and_cli_trace(tmp_path, transformer, capsys):
+def test_profile_tvm_and_cli_trace(tmp_path, transformer_model, capsys):
     art = tmp_path / "tvm.provmap"
-    compile_model(transformer, "greedy:tvm,onnxruntime", out=art,
+    compile_model(transformer_model, "greedy:tvm,onnxruntime", out=art,
                   backend_options={"tvm": {"exclude_ops": ["Softmax"]}})
     trace = tmp_path / "trace.json"
     assert cli_main(["profile", str(art), "--repeats", "5", "--trace", str(trace), "--json"]) == 0
@@ -270,7 +265,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
         assert (np.abs(rgb - np.array(color)).sum(axis=-1) < 6).sum() > 100, color
 
 
-def test_annotate_writes_placement_into_the_model(mixed_art, tmp_path, transformer):
+def test_annotate_writes_placement_into_the_model(mixed_art, tmp_path, transformer_model):
     out = tmp_path / "annotated.onnx"
     assert cli_main(["annotate", str(mixed_art), "-o", str(out)]) == 0
     m = onnx.load(out)
@@ -293,18 +288,18 @@ def test_annotate_writes_placement_into_the_model(mixed_art, tmp_path, transform
     # Still the same model: it runs and gives the same output.
     import onnxruntime as ort
 
-    feeds = zoo.random_inputs(transformer, seed=1)
+    feeds = zoo.random_inputs(transformer_model, seed=1)
     a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    b = ort.InferenceSession(transformer.SerializeToString(),
+    b = ort.InferenceSession(transformer_model.SerializeToString(),
                              providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_array_equal(a[0], b[0])
 
 
-def test_explain_collage_artifact(tmp_path, transformer, capsys):
+def test_explain_collage_artifact(tmp_path, transformer_model, capsys):
     from provmap.partition.collage import CollageOptions
 
     art = tmp_path / "c.provmap"
-    compile_model(transformer, "collage:onnxruntime,openvino", out=art,
+    compile_model(transformer_model, "collage:onnxruntime,openvino", out=art,
                   collage_options=CollageOptions(cache_path=str(tmp_path / "c.sqlite"),
                                                  max_size=4, max_depth=2, refine_budget_s=8))
     assert cli_main(["explain", str(art), "--json"]) == 0
@@ -322,7 +317,7 @@ def test_explain_collage_artifact(tmp_path, transformer, capsys):
     assert "kept plan found by" in text
     # A rule-based artifact says there was no search.
     plain = tmp_path / "p.provmap"
-    compile_model(transformer, "single:openvino", out=plain)
+    compile_model(transformer_model, "single:openvino", out=plain)
     assert cli_main(["explain", str(plain), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["searched"] is False
 

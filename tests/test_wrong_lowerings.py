@@ -16,10 +16,8 @@ from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
 
 
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "trusted"))
-    monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "cost.sqlite"))
+# Builds record their digest in the trust list and their prices in the cache: this test's own.
+pytestmark = pytest.mark.usefixtures("own_config")
 
 
 def _model(node, x_shape, y_shapes, inits=(), x_type=TP.FLOAT):
