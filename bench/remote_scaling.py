@@ -40,10 +40,10 @@ def run(model: str, servers_list=(1, 2), max_size: int = 6, max_depth: int = 3,
                     max_size=max_size, max_depth=max_depth, cache_path=f"{d}/c.sqlite",
                     e2e_check=False, refine_budget_s=0, in_context=False, measure_on=str(addr)))
                 wall = time.perf_counter() - t0
-            est = res.report["estimator"]
+            est = res.report.estimator
             rows.append({"servers": n, "search_s": wall, "measured": est.get("measured"),
                          "partitions": len(res.plan.partitions),
-                         "estimated_ms": res.report["estimated_ms"]["collage"]})
+                         "estimated_ms": res.report.estimated_ms["collage"]})
     base = rows[0]["search_s"]
     for r in rows:
         r["ratio_to_1_server"] = r["search_s"] / base

@@ -117,6 +117,7 @@ def _load_model(spec: str, keep_weights: bool):
 
 def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dict, object]:
     from provmap.partition.collage import CollageOptions
+    from provmap.partition.collage_report import CollageReport
     from provmap.partition.compile import compile_model
 
     cache = opts.cache or os.path.join(tmp, "costs.sqlite")
@@ -127,7 +128,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     t0 = time.perf_counter()
     art = compile_model(view, strategy, collage_options=CollageOptions(**co), progress=say)
     first_s = time.perf_counter() - t0
-    rep = art.manifest["plan_info"]["collage"]
+    rep = CollageReport.from_json(art.manifest["plan_info"]["collage"])
     t0 = time.perf_counter()
     # The warm search gets a zero budget when the cold one had a budget: what the cold search
     # left unmeasured stays unmeasured, so both search the same priced candidates.
@@ -138,46 +139,46 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     warm = compile_model(view, strategy, collage_options=CollageOptions(
         **co, e2e_check=False, in_context=False))
     warm_s = time.perf_counter() - t0
-    rep_w = warm.manifest["plan_info"]["collage"]
+    rep_w = CollageReport.from_json(warm.manifest["plan_info"]["collage"])
     # The compile a user repeats: the cold run's own options, end-to-end check included.  The
     # cold run stored its kept plan in the cost cache, so this builds it without measuring.
     t0 = time.perf_counter()
     again = compile_model(view, strategy, collage_options=CollageOptions(**{
         **co, "measure_budget_s": opts.search_budget_s}))
     warm_e2e_s = time.perf_counter() - t0
-    rep_a = again.manifest["plan_info"]["collage"]
-    e2e = rep.get("e2e") or {}
+    rep_a = CollageReport.from_json(again.manifest["plan_info"]["collage"])
+    e2e = rep.e2e or {}
     row = {
         "strategy": strategy, "cache": "fresh (cold)" if cold else cache,
-        "first_s": first_s, "first_search_only_s": rep["search_total_s"], "warm_s": warm_s,
-        "candidates": rep["candidates"]["generated"],
-        "after_pruning": rep["candidates"]["after_pruning"],
-        "measured": rep["estimator"].get("measured"),
-        "cache_hits": rep["estimator"].get("cache_hits"),
-        "invalid": rep["estimator"].get("invalid"),
-        "skipped_budget": rep["estimator"].get("skipped_budget", 0),
+        "first_s": first_s, "first_search_only_s": rep.search_total_s, "warm_s": warm_s,
+        "candidates": rep.candidates["generated"],
+        "after_pruning": rep.candidates["after_pruning"],
+        "measured": rep.estimator.get("measured"),
+        "cache_hits": rep.estimator.get("cache_hits"),
+        "invalid": rep.estimator.get("invalid"),
+        "skipped_budget": rep.estimator.get("skipped_budget", 0),
         "budget_s": opts.search_budget_s,
-        "measure_s": rep["estimator"].get("measure_s"),
-        "warm_measured": rep_w["estimator"].get("measured"),
-        "warm_cache_hits": rep_w["estimator"].get("cache_hits"),
+        "measure_s": rep.estimator.get("measure_s"),
+        "warm_measured": rep_w.estimator.get("measured"),
+        "warm_cache_hits": rep_w.estimator.get("cache_hits"),
         "warm_e2e_s": warm_e2e_s,
-        "warm_e2e_plan_reused": bool((rep_a.get("plan_cache") or {}).get("reused")),
+        "warm_e2e_plan_reused": bool((rep_a.plan_cache or {}).get("reused")),
         "warm_e2e_same_plan": plan_signature(again.manifest) == plan_signature(art.manifest),
         "tie_break": (e2e.get("tie_break") or {}).get("why"),
-        "estimated_ms": rep["estimated_ms"],
+        "estimated_ms": rep.estimated_ms,
         "kept": art.manifest["strategy"], "e2e_why": e2e.get("why"),
         "e2e_measured_ms": {k: v["median_ms"] for k, v in (e2e.get("measured") or {}).items()},
         # which level found the kept plan: "first" (the DP's plan), "end-to-end check (...)"
         # (a single/greedy alternative), or "second" (a refinement of one of those)
-        "level": rep.get("level"),
-        "first_level_estimated_ms": rep["estimated_ms"].get("collage"),
+        "level": rep.level,
+        "first_level_estimated_ms": rep.estimated_ms.get("collage"),
         "first_level_measured_ms": ((e2e.get("measured") or {}).get("collage") or {}).get(
             "median_ms"),
-        "first_level_partitions": rep.get("partitions"),
-        "refine": {k: (rep.get("refine") or {}).get(k) for k in
-                   ("proposals", "kept", "seconds", "stopped")} if rep.get("refine") else None,
-        "in_context": rep.get("in_context"),
-        "conditions": rep.get("conditions"), "plan_cache_refused": rep.get("plan_cache_refused"),
+        "first_level_partitions": rep.partitions,
+        "refine": {k: (rep.refine or {}).get(k) for k in
+                   ("proposals", "kept", "seconds", "stopped")} if rep.refine else None,
+        "in_context": rep.in_context,
+        "conditions": rep.conditions, "plan_cache_refused": rep.plan_cache_refused,
     }
     return row, art
 
@@ -272,7 +273,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 log(f"search {strategy} ({'given cache' if opts.cache else 'cold: empty cache'})")
                 srow, art = _search(view, strategy, opts, tmp, log)
                 out["search"] = {"model": name, **srow}
-                art.save(path)
+                art.save(path, record_built=True)  # built by compile_model, outside first_s
             else:
                 log(f"build {strategy}")
                 compile_model(view, strategy, out=path)

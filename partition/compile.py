@@ -44,6 +44,22 @@ def make_plan(view: GraphView, strategy: Strategy, backend_options: dict | None 
     return None, backends  # collage: the search makes the plan (see compile_model)
 
 
+def _collage_artifact(view: GraphView, res, backends: dict, progress) -> Artifact:
+    """The artifact of the plan a Collage search kept, with its report in plan_info: the one
+    the search built to measure it (named by the level that kept it), or, when it measured
+    nothing end to end (a plan reused from the cache, or no check), built here, under the
+    schedule kept with the plan."""
+    report = res.report.to_json()
+    res.plan.info["collage"] = report
+    if res.artifact is None:
+        return with_schedule(build_artifact(view, res.plan, res.backends or backends,
+                                            progress=progress), res.plan.info.get("schedule"))
+    art = res.artifact
+    art.manifest["plan_info"] = {**(art.manifest.get("plan_info") or {}), "collage": report}
+    art.manifest["strategy"] = res.strategy
+    return art
+
+
 def _record_given(art: Artifact, given) -> None:
     """How the model was named to compile, so compare/annotate can say which --model to pass
     when it is not embedded: bundled:NAME as given, a file by its name only (an artifact is
@@ -92,15 +108,12 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
 
         _, backends = make_plan(view, strategy, backend_options)
         res = collage(view, backends, collage_options, progress=progress)
-        art = res.artifact
-        if art is None:  # a plan reused from the cache, with the schedule kept with it
-            art = with_schedule(build_artifact(view, res.plan, res.backends or backends,
-                                               progress=progress), res.plan.info.get("schedule"))
+        art = _collage_artifact(view, res, backends, progress)
         _record_given(art, model)
         if embed_model:
             embed_source_model(art, _given_model(model, view))
         if out is not None:
-            art.save(out)
+            art.save(out, record_built=True)
         return art
     if view.op_nodes:
         plan, backends = make_plan(view, strategy, backend_options)
@@ -112,5 +125,5 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
     if embed_model:
         embed_source_model(art, _given_model(model, view))
     if out is not None:
-        art.save(out)
+        art.save(out, record_built=True)  # built here: its native code is ours to run
     return art

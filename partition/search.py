@@ -107,25 +107,7 @@ def search(view: GraphView, candidates: Iterable[Candidate],
     pos = {n: k for k, n in enumerate(order)}
     n = len(order)
     full = (1 << n) - 1
-    by_first: dict[int, list[tuple[int, Candidate]]] = {k: [] for k in range(n)}
-    # Candidate generation only proposes convex candidates; the search re-checks (once per
-    # candidate), because a non-convex one (a path leaving it and re-entering) would make the
-    # plan cyclic.
-    g = facts(view)
-    nonconvex = 0
-    for c in candidates:
-        if not g.is_convex(mask_of(c.ops)):
-            nonconvex += 1
-            continue
-        mask = 0
-        for i in c.ops:
-            mask |= 1 << pos[i]
-        for i in c.ops:
-            by_first[pos[i]].append((mask, c))
-    uncoverable = [order[k] for k in range(n) if not by_first[k]]
-    if uncoverable:
-        raise ProvmapError(f"{strategy}: no candidate covers {view.describe(uncoverable[0])} "
-                           f"({len(uncoverable)} node(s) uncovered; check constraints)")
+    by_first, nonconvex = _by_first_node(view, candidates, order, pos, strategy)
 
     estimates: dict[Candidate, Estimate] = {}
     invalid: dict[str, int] = {}
@@ -198,17 +180,7 @@ def search(view: GraphView, candidates: Iterable[Candidate],
             est = cost_of(c)
             if not est.valid:
                 continue
-            cross = 0.0
-            if use_crossing:
-                ins, outs = edges.of(c.ops)
-                for nbytes, p in ins:
-                    src = a[pos[p]]
-                    if src and backends[src - 1] != c.backend:
-                        cross += crossing(nbytes, backends[src - 1], c.backend)
-                for nbytes, q in outs:
-                    dst = a[pos[q]]
-                    if dst and backends[dst - 1] != c.backend:
-                        cross += crossing(nbytes, c.backend, backends[dst - 1])
+            cross = _crossing_cost(edges, c, a, pos, backends, crossing) if use_crossing else 0.0
             new = state | mask
             total = cost + est.seconds + cross
             na = bytearray(a)
@@ -226,6 +198,64 @@ def search(view: GraphView, candidates: Iterable[Candidate],
     if final is None:
         raise ProvmapError(f"{strategy}: no valid cover of the model by the candidates "
                            f"(invalid candidates: {invalid or 'none'})")
+    chosen, crossing_total = _path(parent, estimates, start, final)
+    parts = [PartitionSpec(c.backend, sorted(c.ops), why=f"{strategy}: {c.rule}, "
+                           f"est {e.seconds * 1e3:.3f} ms") for c, e in chosen]
+    plan = Plan(strategy=strategy, partitions=parts,
+                info={"estimated_ms": best[final] * 1e3, "crossing_ms": crossing_total * 1e3})
+    return SearchResult(plan=plan, chosen=chosen, estimated_s=best[final],
+                        crossing_s=crossing_total, states_expanded=expanded,
+                        priced=len(estimates), invalid=invalid,
+                        seconds=time.perf_counter() - t0, estimates=estimates)
+
+
+def _by_first_node(view: GraphView, candidates: Iterable[Candidate], order: list, pos: dict,
+                   strategy: str) -> tuple[dict, int]:
+    """Each node's position -> the (mask, candidate) pairs covering it, and how many
+    candidates were dropped as not convex; raises when a node has no candidate at all.
+
+    Candidate generation only proposes convex candidates; the search re-checks (once per
+    candidate), because a non-convex one (a path leaving it and re-entering) would make the
+    plan cyclic."""
+    n = len(order)
+    by_first: dict[int, list[tuple[int, Candidate]]] = {k: [] for k in range(n)}
+    g = facts(view)
+    nonconvex = 0
+    for c in candidates:
+        if not g.is_convex(mask_of(c.ops)):
+            nonconvex += 1
+            continue
+        mask = 0
+        for i in c.ops:
+            mask |= 1 << pos[i]
+        for i in c.ops:
+            by_first[pos[i]].append((mask, c))
+    uncoverable = [order[k] for k in range(n) if not by_first[k]]
+    if uncoverable:
+        raise ProvmapError(f"{strategy}: no candidate covers {view.describe(uncoverable[0])} "
+                           f"({len(uncoverable)} node(s) uncovered; check constraints)")
+    return by_first, nonconvex
+
+
+def _crossing_cost(edges: "_Edges", c: Candidate, a: bytes, pos: dict, backends: list,
+                   crossing: Crossing) -> float:
+    """What placing `c` costs at its boundaries with the nodes already assigned (`a`: each
+    node's backend code, 0 = not yet), in both directions."""
+    cross = 0.0
+    ins, outs = edges.of(c.ops)
+    for nbytes, p in ins:
+        src = a[pos[p]]
+        if src and backends[src - 1] != c.backend:
+            cross += crossing(nbytes, backends[src - 1], c.backend)
+    for nbytes, q in outs:
+        dst = a[pos[q]]
+        if dst and backends[dst - 1] != c.backend:
+            cross += crossing(nbytes, c.backend, backends[dst - 1])
+    return cross
+
+
+def _path(parent: dict, estimates: dict, start, final) -> tuple[list, float]:
+    """The chosen candidates from the start state to `final`, in order, and their crossings."""
     chosen = []
     crossing_total = 0.0
     k = final
@@ -235,14 +265,7 @@ def search(view: GraphView, candidates: Iterable[Candidate],
         crossing_total += cross
         k = prev
     chosen.reverse()
-    parts = [PartitionSpec(c.backend, sorted(c.ops), why=f"{strategy}: {c.rule}, "
-                           f"est {e.seconds * 1e3:.3f} ms") for c, e in chosen]
-    plan = Plan(strategy=strategy, partitions=parts,
-                info={"estimated_ms": best[final] * 1e3, "crossing_ms": crossing_total * 1e3})
-    return SearchResult(plan=plan, chosen=chosen, estimated_s=best[final],
-                        crossing_s=crossing_total, states_expanded=expanded,
-                        priced=len(estimates), invalid=invalid,
-                        seconds=time.perf_counter() - t0, estimates=estimates)
+    return chosen, crossing_total
 
 
 def coalesce(view: GraphView, plan: Plan, cuts: set | frozenset = frozenset()) -> Plan:

@@ -77,7 +77,7 @@ class Artifact:
     #: The file it was read from, for messages ("" for one built in memory).
     where: str = ""
     #: Whether this process built it (build_artifact): only such an artifact is recorded as
-    #: "built here" in the trust list when saved.  One read from a file never is, however it
+    #: "built here" in the trust list when its builder saves it (save(record_built=True)).  One read from a file never is, however it
     #: is re-saved (issue 33: re-saving a received artifact used to make it trusted).
     built_here: bool = field(default=False, repr=False, compare=False)
 
@@ -178,8 +178,12 @@ class Artifact:
         return ProvenanceMap.from_dict(schema.check_map(d, self.where or "artifact"))
 
     # -- writing ---------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically (atomic.write_atomic: temp file beside it, fsync, rename)."""
+    def save(self, path: str | os.PathLike, record_built: bool = False) -> Path:
+        """Write atomically (atomic.write_atomic: temp file beside it, fsync, rename).
+
+        The trust list is written only when the caller builds (`record_built`: compile_model,
+        after building this artifact in this process): saving is not trusting, so a script that
+        re-saves or copies an artifact never changes what may run here."""
         manifest = dict(self.manifest)
         manifest["members"] = {name: _sha(data) for name, data in sorted(self.members.items())}
 
@@ -194,15 +198,19 @@ class Artifact:
         dest = atomic.write_atomic(path, write)
         self.manifest = manifest
         self.digest = trust.manifest_digest(manifest_bytes)
-        # Your own builds run as they are; only code needs trust, so only code is recorded
-        # (a rebuild replaces its entry: the file no longer holds the old digest).  An
-        # artifact read from a file and saved again is never recorded: its code is not ours.
-        native = trust.native_backends(manifest)
+        if record_built:
+            self._record_built(dest)
+        return dest
+
+    def _record_built(self, dest: Path) -> None:
+        """Your own builds run as they are; only code needs trust, so only code is recorded
+        (a rebuild replaces its entry: the file no longer holds the old digest).  An artifact
+        read from a file is never recorded, even when asked: its code is not ours."""
+        native = trust.native_backends(self.manifest)
         if native and self.built_here:
             trust.add_trusted(self.digest, dest, how="built", backends=native)
         else:
             trust.forget_path(dest)
-        return dest
 
 
 def _looks_like_onnx(p: Path) -> bool:

@@ -11,8 +11,9 @@ libraries parse, not code.  Hence two rules:
    readable sources only, and such a module refuses to run.
 2. Loading native code needs trust: the artifact's digest (SHA-256 of its manifest, which holds
    every member's hash) is in this machine's trust list, or the caller says so explicitly
-   (`--trust`, `load(..., trust=True)`).  Artifacts saved on this machine that hold native code
-   are added as they are written, so your own builds just run; one you received needs
+   (`--trust`, `load(..., trust=True)`).  Artifacts compile_model builds and saves here that
+   hold native code are added as they are written (`save(..., record_built=True)`; a plain
+   save never writes the list), so your own builds just run; one you received needs
    `provmap trust ART` (after you decided you trust its origin) or `--trust`.
 
 The list: `$PROVMAP_TRUST`, else `$XDG_CONFIG_HOME/provmap/trusted-artifacts.sqlite`, else

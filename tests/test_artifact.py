@@ -39,7 +39,7 @@ def transformer_art(tmp_path_factory, transformer_model, transformer_view):
     ops = view.op_nodes
     plan = Plan("manual", [PartitionSpec("tvm", ops[:10]), PartitionSpec("tvm", ops[10:20]),
                            PartitionSpec("tvm", ops[20:])])
-    build_artifact(view, plan, {"tvm": get_backend("tvm")}).save(path)
+    build_artifact(view, plan, {"tvm": get_backend("tvm")}).save(path, record_built=True)
     return model, path
 
 
@@ -203,7 +203,7 @@ def test_helper_nodes_ride_with_their_consumers(tmp_path):
     """Shape/Constant/Identity make no run-time value: they are copied into each partition."""
     model = sm.folded_and_aliases()
     art = compile_model(load_view(model, "folded"), "single:tvm")
-    art.save(tmp_path / "f.provmap")
+    art.save(tmp_path / "f.provmap", record_built=True)
     mod = load(tmp_path / "f.provmap")
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     np.testing.assert_allclose(mod.run({"x": x})["y"], np.exp(x.reshape(2, 12)), rtol=1e-6)

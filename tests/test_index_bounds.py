@@ -36,7 +36,7 @@ def test_out_of_range_ids_are_refused_on_every_backend(backend, tmp_path):
     art = compile_model(embedding(), f"single:{backend}")
     assert art.manifest["model"]["index_inputs"] == {"ids": {"node": "embed", "op": "Gather",
                                                              "size": 10}}
-    art.save(tmp_path / "a.provmap")
+    art.save(tmp_path / "a.provmap", record_built=True)
     mod = load(tmp_path / "a.provmap")
     table = numpy_helper.to_array(embedding().graph.initializer[0])
     ok = np.array([[0, 9, -10]], np.int64)  # negative indices count from the end

@@ -90,7 +90,8 @@ def test_reduce_range_models_match_onnxruntime_on_every_host(source, backend, tm
         with pytest.raises(Exception, match="ConvInteger"):
             compile_model(model, strategy=f"single:{backend}")
         return
-    compile_model(model, strategy=f"single:{backend}").save(tmp_path / "a.provmap")
+    compile_model(model, strategy=f"single:{backend}").save(tmp_path / "a.provmap",
+                                                               record_built=True)
     ours = load(tmp_path / "a.provmap").run(feeds)["y"]
     want = plain("onnxruntime", model, feeds)
     assert np.abs(ours - want).max() <= 1e-2, np.abs(ours - want).max()

@@ -127,7 +127,8 @@ def test_a_failing_partition_is_reported_after_its_stage_is_joined(plugins):
 def test_failing_partition_through_the_cli_is_one_error_line(plugins, tmp_path):
     art = _branches("greedy:slowpoke,runfail", {"slowpoke": {"exclude_ops": ["Tanh", "Sigmoid"]}})
     path = tmp_path / "fail.provmap"
-    with_schedule(art, S.make_schedule(art.manifest["partitions"])).save(path)
+    with_schedule(art, S.make_schedule(art.manifest["partitions"])).save(path,
+                                                                       record_built=True)
     r = provmap("run", path, "--random", timeout=120,
                 env={**os.environ, "PYTHONPATH": f"{plugins}:{TESTS}"})
     one_error(r, "partition p1 (runfail) failed: runfail: kernel faulted at run time")

@@ -276,7 +276,8 @@ def test_ort_tool_outputs_run_where_the_plain_library_runs_them(variants, varian
             assert np.abs(theirs - plain("onnxruntime", model, feeds)).max() > 10 * \
                 tolerance(variant, model)
         return
-    compile_model(model, strategy=f"single:{backend}").save(tmp_path / "a.provmap")
+    compile_model(model, strategy=f"single:{backend}").save(tmp_path / "a.provmap",
+                                                               record_built=True)
     ours = load(tmp_path / "a.provmap").run(feeds)["y"]
     reference = _bf16_reference(model, feeds) if variant == "bf16" else \
         plain("onnxruntime", model, feeds)

@@ -59,15 +59,15 @@ def test_remote_search_matches_a_local_search_with_the_same_prices(transformer_v
     with rpc_farm(2) as (addr, _servers):
         res = collage(transformer_view, _backends(), _opts(cache, measure_on=str(addr)))
     rep = res.report
-    on = rep["measured_on"]
+    on = rep.measured_on
     assert on["where"] == str(addr) and on["sessions_opened"] == 2
     assert on["device"]["host"] == host_fingerprint()  # 127.0.0.1 is this machine
     assert set(on["device"]["versions"]) >= {"onnxruntime", "openvino"}
-    assert rep["estimator"]["measured"] > 0
+    assert rep.estimator["measured"] > 0
     # The same cache, searched locally: every price it asks for is there (the same keys), so
     # nothing is measured, and the plan is the same.
     local = collage(transformer_view, _backends(), _opts(cache))
-    assert local.report["estimator"]["measured"] == 0
+    assert local.report.estimator["measured"] == 0
     assert _sig(local.plan) == _sig(res.plan)
     keys = {(e["key"], e["backend"], e["host"]) for e in CostCache(str(cache)).entries()}
     assert all(h == host_fingerprint() for _k, _b, h in keys)
@@ -85,10 +85,10 @@ def test_losing_a_server_mid_search_still_completes(transformer_view, tmp_path):
                                                       measure_on=str(addr)),
                       progress=progress)
         assert killed.wait(30)
-    on = res.report["measured_on"]
+    on = res.report.measured_on
     assert on["sessions_opened"] == 2
     # plans are not run end to end here: that would measure this host, not the device
-    assert "skipped" in res.report["e2e_skipped"] and res.artifact is None
+    assert "skipped" in res.report.e2e_skipped and res.artifact is None
     covered = sorted(i for p in res.plan.partitions for i in p.ops)
     assert covered == sorted(transformer_view.op_nodes)
     # the lost session's in-flight candidate was retried on the other server (or, if the kill

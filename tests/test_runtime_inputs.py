@@ -50,7 +50,7 @@ def _vi(name, elem, shape):
 
 
 def _artifact(model, backend, path):
-    compile_model(model, strategy=f"single:{backend}").save(path)
+    compile_model(model, strategy=f"single:{backend}").save(path, record_built=True)
     return load(path)
 
 

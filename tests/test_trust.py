@@ -45,7 +45,7 @@ def _model():
 @pytest.fixture
 def received(tmp_path, monkeypatch):
     """A TVM artifact whose lib.so was swapped for the crafted one, as received from elsewhere
-    (built here, so trusted on save: the trust list is then emptied)."""
+    (saved without asking for trust, and the trust list is emptied anyway)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.fail("a C compiler is needed to build the crafted library (Debian: gcc)")

@@ -12,6 +12,7 @@ from the artifact.
 
 from __future__ import annotations
 
+from provmap.partition.collage_report import CollageReport
 from provmap.runtime_module.schedule import asap_stages, describe
 
 
@@ -85,8 +86,9 @@ def explain_artifact(manifest: dict) -> dict:
                                 "nodes_declined_elsewhere": [by_node[n] for n in p["ops"]
                                                              if n in by_node]}
                                for p in manifest["partitions"]]}
+    rep = CollageReport.from_json(info)
     rows = []
-    for e in info.get("explain") or []:
+    for e in rep.explain or []:
         art_p = parts_by_ops.get(frozenset(e["op_ids"]))
         alts = {b: a.get("ms") for b, a in e["alternatives"].items()}
         priced = {b: v for b, v in alts.items() if v is not None}
@@ -110,9 +112,9 @@ def explain_artifact(manifest: dict) -> dict:
                      "greedy_backend": e.get("greedy_backend"),
                      "from_candidates": e.get("from_candidates"), "verdict": verdict,
                      "in_artifact": art_p is not None})
-    e2e = info.get("e2e") or {}
-    return {"strategy": strategy, "searched": True, "backends": info.get("backends"),
-            "estimated_ms": info.get("estimated_ms"), "crossing_ms": info.get("crossing_ms"),
+    e2e = rep.e2e or {}
+    return {"strategy": strategy, "searched": True, "backends": rep.backends,
+            "estimated_ms": rep.estimated_ms, "crossing_ms": rep.crossing_ms,
             "partitions": rows,
             "end_to_end": {"winner": e2e.get("winner"), "why": e2e.get("why"),
                            "note": e2e.get("note"),
@@ -120,16 +122,16 @@ def explain_artifact(manifest: dict) -> dict:
                                            for k, v in (e2e.get("measured") or {}).items()},
                            "measured_min_ms": {k: v.get("min_ms")
                                                for k, v in (e2e.get("measured") or {}).items()},
-                           "same_as_collage": info.get("e2e_same_as_collage"),
+                           "same_as_collage": rep.e2e_same_as_collage,
                            "tie_break": e2e.get("tie_break")},
-            "second_level": info.get("refine"),
-            "in_context": info.get("in_context"),
-            "measured_on": info.get("measured_on"),
-            "e2e_skipped": info.get("e2e_skipped"),
-            "level": info.get("level"),
+            "second_level": rep.refine,
+            "in_context": rep.in_context,
+            "measured_on": rep.measured_on,
+            "e2e_skipped": rep.e2e_skipped,
+            "level": rep.level,
             "schedule": explain_schedule(manifest),
-            "conditions": info.get("conditions"),
-            "plan_cache_refused": info.get("plan_cache_refused"),
+            "conditions": rep.conditions,
+            "plan_cache_refused": rep.plan_cache_refused,
             "kept": strategy}
 
 
