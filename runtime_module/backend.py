@@ -289,11 +289,24 @@ class Backend(ABC):
                         repeats: int = 10) -> dict[str, float] | None:
         """Seconds per call of each kernel (names as in `blob.kernels`), from the backend's own
         profiler, or None if it has none (callers then split a partition's time evenly and
-        say so).  Loads its own profiling instance of the blob; inputs in runner order."""
+        say so).  Loads its own profiling instance of the blob; inputs in runner order.  Time
+        the profiler reported for work it could not pair with a kernel goes under
+        `PROFILED_UNMATCHED`, so that callers count it as unattributed instead of never
+        seeing it; `PROFILED_WALL`, if given, is the wall time per call of those same calls."""
         return None
 
     def describe(self) -> dict:
         return {"name": self.name, "version": self.version(), "options": self.options()}
+
+
+#: Key of `Backend.profile_kernels`' answer for profiled time that no kernel of the blob owns.
+PROFILED_UNMATCHED = "(profiled, not a kernel of the blob)"
+#: Key of the wall time per call of the profiled calls themselves.  The share of it the profiled
+#: times cover is the share of a partition's time inside kernels: a ratio taken within one set
+#: of calls holds when the machine's load changes between the partition's timing and the
+#: profiling (on a shared 2-core host, ResNet-50 on OpenVINO measured 212 ms a call in one and
+#: 88 ms of kernels in the other, which left 58% of its time "outside kernels").
+PROFILED_WALL = "(wall time per profiled call)"
 
 
 class BackendError(ProvmapError):
