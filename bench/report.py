@@ -94,7 +94,8 @@ def gains_table(res: dict) -> list[str]:
         "of the kept plan and its measured median; bound = the per-node oracle, never above a "
         "measured single configuration (its headroom over the best single configuration, "
         "from the profiled runs), 'capped' when this run measured a single configuration "
-        "below the profile's bound and the bound is that configuration's minimum; load = CPUs other processes used / CPUs during the latency run.",
+        "below the profile's bound and the bound is that configuration's minimum; load = CPUs "
+        "other processes used / CPUs during the latency run.",
         ["model", "best default single", "best single configuration", "kept plan",
          "variant gain", "partitioning gain", "predicted / measured ms", "bound ms", "load"],
         rows)

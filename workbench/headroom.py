@@ -12,7 +12,7 @@ every node on its best backend with free boundaries.  Then
 1 means the kept plan reached the limit, 0 that it is the best single plan, below 0 that it is
 slower.  The oracle ignores boundary copies, each library's per-call cost (the partition's
 "outside kernels" time, which no node owns) and what fusion across a boundary loses; a kernel
-that fuses several nodes splits its time evenly among them (workbench/profile.py).
+that fuses several nodes gives its time to their contractions (workbench/profile.py).
 
 A bound, by these rules (issue 35: ResNet-50's oracle came out above OpenVINO's own time,
 because OpenVINO, attributing 2% of its time, had been left out):

@@ -10,8 +10,14 @@ greedy, 17 partitions: 32.7 of 40.3 ms in partitions).  That remainder is its ow
 session profiling, OpenVINO PERF_COUNT, the Relax VM's instrument hook) gives the *shares* of its kernels; those shares scale the
 partition's measured time (profilers add their own overhead, and do not see a library's
 per-call cost, which is reported as the partition's "outside kernels" row).  A kernel that
-implements several ONNX nodes (a fused conv+bias+relu) splits its time evenly among them and
-says so (`shared_with`).  A backend without a profiler gets an even split, flagged.
+implements several ONNX nodes (a fused conv+bias+relu) says so (`shared_with`) and splits its
+time by a rough FLOPs rule: its contractions (`CONTRACTIONS`: Conv, Gemm, MatMul...) take it,
+evenly among them, and the elementwise epilogue fused into them costs nothing; a kernel with no
+contraction splits evenly.  The epilogue's FLOPs are one per output element against a
+contraction's reduction length per element (576 for a 3x3 convolution over 64 channels), and
+an even split made the per-node oracle mix halves of kernels (a ReLU priced at half of one
+library's fused convolution beside the convolution priced at half of another's).  A backend
+without a profiler gets an even split over its kernels, flagged.
 
 What reaches no ONNX node is reported, not dropped: `attributed_share` is the share of the
 partitions' time on nodes, and `unattributed` lists the rest by partition and reason (the
@@ -28,6 +34,12 @@ import time
 from provmap.partition.measure.contention import Window
 from provmap.runtime_module.backend import PROFILED_UNMATCHED, PROFILED_WALL
 from provmap.runtime_module.registry import get_backend
+
+
+#: ONNX ops whose work is a contraction (a reduction per output element): in a fused kernel,
+#: they take its time (module doc).
+CONTRACTIONS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Gemm", "MatMul",
+                          "MatMulInteger", "QLinearMatMul", "Einsum", "LSTM", "GRU", "RNN"})
 
 
 def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int = 10,
@@ -69,6 +81,7 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
         say(conditions.line("profile"))
     lk = mod.lookup
     node_name = {n.id: (n.name or n.id) for n in lk.map.nodes}
+    contraction = {n.id for n in lk.map.nodes if n.op_type in CONTRACTIONS}
     partitions, kernels_out, nodes_out, unattributed = [], [], {}, []
     for n_part, m in enumerate(mod.partitions, 1):
         say(f"profile: kernels of {m.id} ({m.backend}), {n_part}/{len(mod.partitions)}")
@@ -81,7 +94,8 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
             source = "profiler" if prof else "even split (backend has no profiler)"
         except Exception as e:  # a profiler failing must not hide the partition-level numbers
             prof, source = None, f"even split (profiler failed: {type(e).__name__}: {e})"
-        k_rows, part, lost = _attribute(m, blob, prof, p_ms, source, lk, node_name, nodes_out)
+        k_rows, part, lost = _attribute(m, blob, prof, p_ms, source, lk, node_name, nodes_out,
+                                      contraction)
         kernels_out.extend(k_rows)
         partitions.append(part)
         unattributed.extend(lost)
@@ -112,16 +126,16 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
 
 
 def _attribute(m, blob, prof, p_ms: float, source: str, lk, node_name: dict,
-               nodes_out: dict) -> tuple[list, dict, list]:
+               nodes_out: dict, contraction: set) -> tuple[list, dict, list]:
     """One partition: its kernel rows, its partition row and its unattributed rows; adds its
     node times to `nodes_out`.
 
     Scaling: the profiler's times (kernels and `PROFILED_UNMATCHED`) are shares of the
     partition's measured time: their share of the profiled calls' wall time where the backend
-    gives it (`PROFILED_WALL`), else at most all of it; a kernel shared by several ONNX nodes splits its time evenly
-    among them (no FLOPs are known here for every backend's fused kernels, and an even split is
-    a rule a reader can check).  What reaches no node is reported: the library's time outside
-    its kernels, profiled time the backend could not pair with a kernel, kernels with no node.
+    gives it (`PROFILED_WALL`), else at most all of it; a kernel shared by several ONNX nodes
+    goes to its contractions (`contraction`: node ids), else evenly (module doc).  What
+    reaches no node is reported: the library's time outside its kernels, profiled time the
+    backend could not pair with a kernel, kernels with no node.
     """
     names = [k.name for k in blob.kernels]
     unmatched_share = 0.0
@@ -156,10 +170,11 @@ def _attribute(m, blob, prof, p_ms: float, source: str, lk, node_name: dict,
                        "onnx_nodes": onnx_nodes, "source": source})
         if not ids:
             orphan_ms += ms
+        payers = [i for i in ids if i in contraction] or ids
         for i in ids:
             row = nodes_out.setdefault(i, {"onnx_node": node_name.get(i, i), "id": i,
                                           "ms": 0.0, "kernels": [], "backend": m.backend})
-            row["ms"] += ms / len(ids)
+            row["ms"] += ms / len(payers) if i in payers else 0.0
             row["kernels"].append(q)
             if len(ids) > 1:
                 row.setdefault("shared_with", set()).update(set(ids) - {i})

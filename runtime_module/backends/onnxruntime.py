@@ -35,7 +35,8 @@ from provmap.provenance.util.dtypes import onnx_elem
 from provmap.provenance.util.errors import first_line
 
 from ..options import Option, as_bool, threads_option
-from ..backend import PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner, Support
+from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
+                       Support)
 from .ort_kernels import map_kernels
 
 if TYPE_CHECKING:  # pragma: no cover

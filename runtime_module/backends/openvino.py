@@ -45,7 +45,8 @@ import numpy as np
 from provmap.provenance.util.errors import first_line
 
 from ..options import Option, threads_option
-from ..backend import PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner, Support
+from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
+                       Support)
 from ..onnx_external import external_data_file, weight_bytes
 from ..subgraph import Subgraph
 from .ov_ports import kept_inputs as _kept_inputs, port_order as _port_order
@@ -328,10 +329,8 @@ class OpenVINOBackend(Backend):
         return OpenVINORunner(compiled, in_names, out_names)
 
     def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
-        """OpenVINO's per-layer performance counters (PERF_COUNT) of the executed layers, which
-        are this backend's kernels, paired with them by `ov_kernels.profiled_kernel_names`;
-        counted time of any other layer is returned as `PROFILED_UNMATCHED`, and the calls'
-        own wall time as `PROFILED_WALL`."""
+        """PERF_COUNT of the executed layers (this backend's kernels, paired by
+        `ov_kernels.profiled_kernel_names`); see `Backend.profile_kernels`."""
         model = self._read_ir(blob.files["model.xml"], blob.files["model.bin"])
         cfg = dict(self.config(), PERF_COUNT="YES")
         compiled = _get_core().compile_model(model, _DEVICE, cfg)
