@@ -88,3 +88,15 @@ def test_the_limit_is_never_above_a_measured_single_configuration():
     assert h["oracle_sum_ms"] <= min(p["nodes_ms"] for p in h["per_backend"].values()) + 1e-9
     assert h["headroom_ms"] == pytest.approx(h["best_single_ms"] - h["oracle_ms"])
     assert h["per_backend"]["openvino"]["attributed_share"] > 0
+
+
+def test_own_time_takes_the_library_cost_from_the_quietest_call():
+    """A call's gap between its wall time and its kernels is the library's own work plus what
+    other processes took between kernels: the smallest gap is the library's, and the rest goes
+    with the kernels in proportion."""
+    from provmap.runtime_module.backend import own_time
+
+    walls, kernels = [10.0, 14.0, 11.0], [9.5, 10.0, 9.0]  # gaps 0.5, 4.0, 2.0
+    assert own_time(walls, kernels) == pytest.approx(9.5 + 0.5)
+    # a call whose profiled layers outlast its wall time (OpenVINO on Inception-v2) has no gap
+    assert own_time([10.0, 9.0], [9.0, 9.5]) == pytest.approx(9.25)

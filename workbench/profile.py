@@ -185,7 +185,7 @@ def _attribute(m, blob, prof, p_ms: float, source: str, lk, node_name: dict,
     lost = [{"partition": m.id, "backend": m.backend, "ms": ms, "what": what} for ms, what in (
         (p_ms - kernels_ms, "outside kernels (the library's own per-call time)"),
         (unmatched_share * inside_ms, "profiled layers that are no kernel of the blob"),
-        (orphan_ms, "kernels mapped to no ONNX node")) if ms > 0]
+        (orphan_ms, "kernels mapped to no ONNX node")) if ms > 1e-9]
     return k_rows, part, lost
 
 

@@ -36,7 +36,7 @@ from provmap.provenance.util.errors import first_line
 
 from ..options import Option, as_bool, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
-                       Support)
+                       Support, own_time)
 from .ort_kernels import map_kernels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -353,10 +353,11 @@ class OnnxRuntimeBackend(Backend):
             names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
             runner = OrtRunner(sess, names, [o.name for o in sess.get_outputs()])
             runner(inputs)  # a warm-up, its events dropped below
-            t0 = time.perf_counter()
+            walls = []
             for _ in range(max(1, repeats)):
+                t0 = time.perf_counter()
                 runner(inputs)
-            wall = (time.perf_counter() - t0) / max(1, repeats)
+                walls.append(time.perf_counter() - t0)
             with open(sess.end_profiling()) as f:
                 events = json.load(f)
         totals: dict[str, list[float]] = {}
@@ -371,14 +372,14 @@ class OnnxRuntimeBackend(Backend):
             if ts:
                 runs = ts[1:] if len(ts) > 1 else ts  # drop the first (warm-up) call
                 out[k.name] = sum(runs) / len(runs)
-        # Timed nodes that are no kernel of the blob: their time per call, reported as such.
-        used = {k.name.split("#")[0] for k in blob.kernels}
-        other = sum(sum(ts[1:] or ts) / len(ts[1:] or ts) for n, ts in totals.items()
-                    if n not in used)
+        used = {k.name.split("#")[0] for k in blob.kernels}  # others: no kernel of the blob
+        other = sum(sum(t[1:] or t) / len(t[1:] or t) for n, t in totals.items() if n not in used)
         if other > 0:
             out[PROFILED_UNMATCHED] = other
-        if out:
-            out[PROFILED_WALL] = wall
+        if out:  # per call, the nodes timed once a call (others only widen the gap)
+            per_call = [sum(ts[c + 1] for ts in totals.values() if len(ts) == len(walls) + 1)
+                        for c in range(len(walls))]
+            out[PROFILED_WALL] = own_time(walls, per_call)
         return out
 
 

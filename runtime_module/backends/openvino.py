@@ -46,7 +46,7 @@ from provmap.provenance.util.errors import first_line
 
 from ..options import Option, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
-                       Support)
+                       Support, own_time)
 from ..onnx_external import external_data_file, weight_bytes
 from ..subgraph import Subgraph
 from .ov_ports import kept_inputs as _kept_inputs, port_order as _port_order
@@ -335,17 +335,16 @@ class OpenVINOBackend(Backend):
         cfg = dict(self.config(), PERF_COUNT="YES")
         compiled = _get_core().compile_model(model, _DEVICE, cfg)
         kernel_of = profiled_kernel_names(compiled, list(blob.kernels))
-        names = list(blob.meta.get("input_names") or [p.get_any_name() for p in compiled.inputs])
-        runner = OpenVINORunner(compiled, names,
-                                list(blob.meta.get("output_names")
-                                     or [p.get_any_name() for p in compiled.outputs]))
+        runner = OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
+            p.get_any_name() for p in getattr(compiled, f"{k}s")]) for k in ("input", "output")])
         runner(inputs)  # warm-up
-        totals: dict[str, float] = {PROFILED_WALL: 0.0}
-        n = max(1, repeats)
+        totals: dict[str, float] = {}
+        walls, kernels, n = [], [], max(1, repeats)
         for _ in range(n):
             t0 = time.perf_counter()
             runner(inputs)
-            totals[PROFILED_WALL] += time.perf_counter() - t0
+            walls.append(time.perf_counter() - t0)
+            kernels.append(0.0)
             seen: dict[str, int] = {}
             for info in runner._request.profiling_info:
                 dt = info.real_time.total_seconds()
@@ -356,7 +355,8 @@ class OpenVINOBackend(Backend):
                 seen[info.node_name] = k + 1
                 key = owners[k] if k < len(owners) else PROFILED_UNMATCHED
                 totals[key] = totals.get(key, 0.0) + dt
-        return {k: t / n for k, t in totals.items()}
+                kernels[-1] += dt
+        return {**{k: t / n for k, t in totals.items()}, PROFILED_WALL: own_time(walls, kernels)}
 
 
 def _short_type(s: str) -> str:
