@@ -21,10 +21,10 @@ because OpenVINO, attributing 2% of its time, had been left out):
   attributes; a node it gives no time (folded away, or in time its profile could not place)
   costs it nothing, so the oracle is at most each backend's sum of node times, which is at
   most its measured partition time.  A backend attributing less than `MIN_ATTRIBUTED` of its
-  time is named (`low_attribution`): its unplaced time is free in the oracle, a looser bound;
-* the bound is the oracle, or the best single configuration's measured time where that is
-  lower (the rows of a profile need not add up exactly: medians of parts), and it says so
-  (`bound_by`);
+  time is named (`unattributed`): its unplaced time is free in the oracle, a looser bound;
+* the bound is the oracle, or the fastest measured single configuration's (or kept plan's)
+  time where that is lower (the rows of a profile need not add up exactly: medians of parts),
+  and it says so (`bound_by`);
 * best single, kept and the bound come from the same profiling runs, so the captured share
   has one source.
 """
@@ -85,7 +85,8 @@ def oracle_from(per: dict) -> tuple[float | None, dict, dict]:
 
 def bound_from(oracle: float | None, singles_ms: dict) -> tuple[float | None, str | None]:
     """(the bound, why it is not the oracle or None): the oracle, never above the fastest
-    measured single configuration (`singles_ms`: configuration -> measured ms)."""
+    measured plan (`singles_ms`: each single configuration, and the kept plan if measured ->
+    its measured ms)."""
     if not singles_ms:
         return oracle, None
     best = min(singles_ms, key=singles_ms.get)
