@@ -123,13 +123,19 @@ def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = 
     out["predicted_error"] = (out["predicted_ms"] / out["measured_ms"] - 1
                               if out["predicted_ms"] and out["measured_ms"] else None)
     oracle = (headroom or {}).get("oracle_ms")
-    best_min = out["best_config_min_ms"]
-    out["limit_ms"] = oracle
-    # the oracle is a bound only if no measured single configuration beats it (issue 35: today
-    # it can be above one, because a backend was left out or fused kernels were split evenly)
-    out["limit_is_bound"] = (None if oracle is None or best_min is None
-                             else oracle <= min(r["min_ms"] for r in singles))
-    out["limit_headroom"] = _gain(out["best_config_median_ms"], oracle)
+    fastest = min((r["min_ms"] for r in singles), default=None)
+    # The limit is never above a measured single configuration (issue 35).  The profile's bound
+    # already is not above the configurations it profiled; this run's minimums, measured at
+    # another moment, can still be lower: then the limit is that minimum, marked as capped.
+    out["limit_is_bound"] = None if oracle is None or fastest is None else oracle <= fastest
+    out["limit_ms"] = fastest if out["limit_is_bound"] is False else oracle
+    if out["limit_is_bound"] is False:
+        out["limit_headroom"] = 0.0
+    elif (headroom or {}).get("headroom_share") is not None:
+        # one source: the profile's own best single and bound (bench/limits.py)
+        out["limit_headroom"] = headroom["headroom_share"]
+    else:  # a results.json from before the profile recorded its share
+        out["limit_headroom"] = _gain(out["best_config_median_ms"], oracle)
     ref = kept or (singles[0] if singles else None)
     out["load"] = (ref or {}).get("load")
     out["noisy"] = any(r.get("noisy") for r in rows)

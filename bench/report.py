@@ -65,7 +65,7 @@ def gains_table(res: dict) -> list[str]:
         if g.get("limit_ms") is not None:
             bound = f"{_ms(g['limit_ms'])} ({_pct(g.get('limit_headroom'))})"
             if g.get("limit_is_bound") is False:
-                bound += " not a bound"
+                bound += " capped"
         pred = "-"
         if g.get("predicted_ms") is not None and g.get("measured_ms") is not None:
             pred = (f"{_ms(g['predicted_ms'])} / {_ms(g['measured_ms'])} "
@@ -91,9 +91,11 @@ def gains_table(res: dict) -> list[str]:
         "option included; variant gain = that configuration against its library's default; "
         "**partitioning gain** = the kept plan against the best single configuration (what "
         "provmap adds over setting one option); predicted / measured = the search's estimate "
-        "of the kept plan and its measured median; bound = the per-node oracle (its headroom "
-        "over the best single configuration), 'not a bound' when a measured single "
-        "configuration beat it; load = CPUs other processes used / CPUs during the latency run.",
+        "of the kept plan and its measured median; bound = the per-node oracle, never above a "
+        "measured single configuration (its headroom over the best single configuration, "
+        "from the profiled runs), 'capped' when this run measured a single configuration "
+        "below the profile's bound and the bound is that configuration's minimum; load = CPUs "
+        "other processes used / CPUs during the latency run.",
         ["model", "best default single", "best single configuration", "kept plan",
          "variant gain", "partitioning gain", "predicted / measured ms", "bound ms", "load"],
         rows)
@@ -147,8 +149,10 @@ def markdown(res: dict) -> str:
         lines += _table(
             "The limit: the per-node oracle (each ONNX node on the fastest of the searched "
             "backends and variants, as profile attributes time; boundaries and per-call costs "
-            "free) and the share of the headroom the kept plan captured, (best single - kept) / "
-            "(best single - oracle), from the latency run's medians.",
+            "free), never above a profiled single configuration or the kept plan, and the "
+            "share of the headroom the kept plan captured, (best single - kept) / "
+            "(best single - oracle); best single, kept and oracle all from the same profiled "
+            "runs (not the latency run's medians).",
             ["model", "best single", "best single ms", "kept", "kept ms", "oracle ms",
              "captured", "nodes fastest on"],
             [[h["model"], h.get("best_single") or "-", _f(h.get("best_single_ms"), "{:.3f}"),
@@ -157,8 +161,9 @@ def markdown(res: dict) -> str:
               _f(h.get("captured"), "{:.0%}", "- (no headroom)") + (" noisy" if h.get("noisy")
                                                                      else ""),
               ", ".join(f"{b} {n}" for b, n in sorted(h["nodes_fastest_on"].items()))
-              + "".join(f"; {b} left out ({w})" for b, w in
-                        sorted((h.get("unattributed") or {}).items()))]
+              + "".join(f"; {b}: {w}" for b, w in
+                        sorted((h.get("unattributed") or {}).items()))
+              + (f"; bound: {h['bound_by']}" if h.get("bound_by") else "")]
              for h in res["headroom"]])
     if res["search"]:
         lines += _table(

@@ -335,7 +335,9 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                                      "overhead": c["median_ms"] / d["median_ms"] - 1})
         del mods, fns, direct
         if opts.headroom_repeats > 0 and any(s.startswith("collage") for s in strategies):
-            out["headroom"] = headroom(view, opts, out["rows"], log, opts.headroom_repeats)
+            kept_path = next((p for s, p in paths.items() if s.startswith("collage")), None)
+            out["headroom"] = headroom(view, opts, out["rows"], log, opts.headroom_repeats,
+                                       kept_artifact=kept_path)
         out["gains"] = gains(out["rows"], out["search"], out["headroom"])
         if opts.provenance_repeats > 0:
             log("provenance overhead: TVM import+compile, plain vs tracked")

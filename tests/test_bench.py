@@ -153,12 +153,15 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
     # the oracle over the searched backends and their one-thread variants
     assert set(h["profiled"]) == {"onnxruntime", "openvino", "onnxruntime[threads=1]",
                                   "openvino[threads=1]"}
-    assert 0 < h["oracle_ms"] <= min(h["profiled"].values())
+    # a bound: never above a profiled single configuration nor the profiled kept plan
+    assert 0 < h["oracle_ms"] <= min(min(h["profiled"].values()), h["kept_ms"])
+    assert set(h["attributed"]) == set(h["profiled"])  # no backend left out
     rows = {r["strategy"]: r for r in res["rows"]}
     kept = rows["collage:onnxruntime,openvino"]
-    assert h["best_single"] == kept["best_single"]
-    assert (h["best_single_ms"], h["kept_ms"]) == (rows[h["best_single"]]["median_ms"],
-                                                   kept["median_ms"])
+    # one source: best single, kept and the bound all from the profiled runs
+    assert h["best_single_ms"] == min(h["profiled"].values())
+    assert h["best_single"] == "single:" + min(h["profiled"], key=h["profiled"].get)
+    assert h["kept_ms"] > 0
     if h["best_single_ms"] > h["oracle_ms"]:
         assert h["captured"] == pytest.approx((h["best_single_ms"] - h["kept_ms"])
                                               / (h["best_single_ms"] - h["oracle_ms"]))
@@ -280,6 +283,8 @@ def test_bench_gains_from_the_same_run(small_run):
         dflt = min((r for s, r in singles.items() if "[" not in s), key=lambda r: r[key])
         assert g[f"best_default_{by}"] == dflt["strategy"]
     assert g["load"] == kept["load"]
+    # the limit is never above a measured single configuration of this run either
+    assert g["limit_ms"] <= min(r["min_ms"] for r in singles.values())
     md = (out / "results.md").read_text()
     assert md.index("| model | best default single | best single configuration | kept plan |"
                     " variant gain | partitioning gain |") < md.index("| model | strategy |")

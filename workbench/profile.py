@@ -10,8 +10,20 @@ greedy, 17 partitions: 32.7 of 40.3 ms in partitions).  That remainder is its ow
 session profiling, OpenVINO PERF_COUNT, the Relax VM's instrument hook) gives the *shares* of its kernels; those shares scale the
 partition's measured time (profilers add their own overhead, and do not see a library's
 per-call cost, which is reported as the partition's "outside kernels" row).  A kernel that
-implements several ONNX nodes (a fused conv+bias+relu) splits its time evenly among them and
-says so (`shared_with`).  A backend without a profiler gets an even split, flagged.
+implements several ONNX nodes (a fused conv+bias+relu) says so (`shared_with`) and splits its
+time by a rough FLOPs rule: its contractions (`CONTRACTIONS`: Conv, Gemm, MatMul...) take it,
+evenly among them, and the elementwise epilogue fused into them costs nothing; a kernel with no
+contraction splits evenly.  The epilogue's FLOPs are one per output element against a
+contraction's reduction length per element (576 for a 3x3 convolution over 64 channels), and
+an even split made the per-node oracle mix halves of kernels (a ReLU priced at half of one
+library's fused convolution beside the convolution priced at half of another's).  A backend
+without a profiler gets an even split over its kernels, flagged.
+
+What reaches no ONNX node is reported, not dropped: `attributed_share` is the share of the
+partitions' time on nodes, and `unattributed` lists the rest by partition and reason (the
+library's time outside its kernels, profiled layers that pair with no kernel, kernels mapped to
+no node).  OpenVINO's layers pair with the kernel map by position (ov_kernels), which took
+ResNet-50 from 1% to all of its kernels' time on nodes (issue 35).
 """
 
 from __future__ import annotations
@@ -20,7 +32,14 @@ import statistics
 import time
 
 from provmap.partition.measure.contention import Window
+from provmap.runtime_module.backend import PROFILED_UNMATCHED, PROFILED_WALL
 from provmap.runtime_module.registry import get_backend
+
+
+#: ONNX ops whose work is a contraction (a reduction per output element): in a fused kernel,
+#: they take its time (module doc).
+CONTRACTIONS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Gemm", "MatMul",
+                          "MatMulInteger", "QLinearMatMul", "Einsum", "LSTM", "GRU", "RNN"})
 
 
 def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int = 10,
@@ -62,7 +81,8 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
         say(conditions.line("profile"))
     lk = mod.lookup
     node_name = {n.id: (n.name or n.id) for n in lk.map.nodes}
-    partitions, kernels_out, nodes_out = [], [], {}
+    contraction = {n.id for n in lk.map.nodes if n.op_type in CONTRACTIONS}
+    partitions, kernels_out, nodes_out, unattributed = [], [], {}, []
     for n_part, m in enumerate(mod.partitions, 1):
         say(f"profile: kernels of {m.id} ({m.backend}), {n_part}/{len(mod.partitions)}")
         p_ms = statistics.median(per_part[m.id]) * 1e3
@@ -74,47 +94,16 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
             source = "profiler" if prof else "even split (backend has no profiler)"
         except Exception as e:  # a profiler failing must not hide the partition-level numbers
             prof, source = None, f"even split (profiler failed: {type(e).__name__}: {e})"
-        names = [k.name for k in blob.kernels]
-        if not prof:
-            share = {n: 1.0 / len(names) for n in names} if names else {}
-            inside_ms = p_ms
-        else:
-            tot = sum(prof.values())
-            # Profilers see only kernel time; what the library spends around them stays with
-            # the partition, so kernel times are scaled to (at most) the measured partition time.
-            inside_ms = min(p_ms, tot * 1e3)
-            share = {n: prof.get(n, 0.0) / tot for n in names} if tot > 0 else {}
-        k_rows = []
-        for k in blob.kernels:
-            q = f"{m.id}:{k.name}"
-            ms = share.get(k.name, 0.0) * inside_ms
-            answer = lk.kernel(q)
-            # Time goes to the nodes the kernel computes; nodes folded into it (a ConstantOfShape
-            # weight, a Shape chain) cost nothing at run time.  Only a kernel made of folded
-            # nodes alone keeps them, so its time still has an owner.
-            every = [d for a in answer for d in a["onnx_nodes"]]
-            nodes = [d for d in every if d.get("role") not in ("constant", "folded")] or \
-                [d for d in every if d.get("role") != "constant"]
-            ids = sorted({d["id"] for d in nodes})
-            onnx_nodes = [node_name.get(i, i) for i in ids]
-            k_rows.append({"kernel": q, "partition": m.id, "backend": m.backend, "ms": ms,
-                           "onnx_nodes": onnx_nodes, "source": source})
-            for i in ids:
-                row = nodes_out.setdefault(i, {"onnx_node": node_name.get(i, i), "id": i,
-                                              "ms": 0.0, "kernels": [], "backend": m.backend})
-                row["ms"] += ms / len(ids)
-                row["kernels"].append(q)
-                if len(ids) > 1:
-                    row.setdefault("shared_with", set()).update(set(ids) - {i})
+        k_rows, part, lost = _attribute(m, blob, prof, p_ms, source, lk, node_name, nodes_out,
+                                      contraction)
         kernels_out.extend(k_rows)
-        partitions.append({"partition": m.id, "backend": m.backend, "ms": p_ms,
-                           "kernels_ms": inside_ms if share else 0.0,
-                           "outside_kernels_ms": p_ms - (inside_ms if share else 0.0),
-                           "kernels": len(names), "kernel_times": source})
+        partitions.append(part)
+        unattributed.extend(lost)
     for row in nodes_out.values():
         if "shared_with" in row:
             row["shared_with"] = sorted(node_name.get(i, i) for i in row["shared_with"])
     total = sum(p["ms"] for p in partitions)
+    attributed = sum(r["ms"] for r in nodes_out.values())
     return {"e2e_ms": e2e_ms, "e2e_plain_ms": statistics.median(plain) * 1e3,
             "partitions_total_ms": total,
             # Medians of the parts need not sum to the median of the whole: the remainder is
@@ -124,10 +113,80 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
             "artifact_digest": mod.artifact.digest,
             "coverage": total / e2e_ms if e2e_ms else None, "repeats": repeats,
             "conditions": conditions.to_dict(),
+            # The share of the partitions' measured time that reached ONNX nodes, and the rest
+            # with its reasons (rows add up to partitions_total_ms - attributed_ms).
+            "attributed_ms": attributed,
+            "attributed_share": attributed / total if total > 0 else None,
+            "unattributed": {"ms": total - attributed,
+                             "rows": sorted(unattributed, key=lambda r: -r["ms"])},
             "partitions": partitions,
             "kernels": sorted(kernels_out, key=lambda r: -r["ms"]),
             "onnx_nodes": sorted(nodes_out.values(), key=lambda r: -r["ms"]),
             "trace": chrome_trace(trace_run, partitions, kernels_out) if trace_run else None}
+
+
+def _attribute(m, blob, prof, p_ms: float, source: str, lk, node_name: dict,
+               nodes_out: dict, contraction: set) -> tuple[list, dict, list]:
+    """One partition: its kernel rows, its partition row and its unattributed rows; adds its
+    node times to `nodes_out`.
+
+    Scaling: the profiler's times (kernels and `PROFILED_UNMATCHED`) are shares of the
+    partition's measured time: their share of the profiled calls' wall time where the backend
+    gives it (`PROFILED_WALL`), else at most all of it; a kernel shared by several ONNX nodes
+    goes to its contractions (`contraction`: node ids), else evenly (module doc).  What
+    reaches no node is reported: the library's time outside its kernels, profiled time the
+    backend could not pair with a kernel, kernels with no node.
+    """
+    names = [k.name for k in blob.kernels]
+    unmatched_share = 0.0
+    if not prof:
+        share = {n: 1.0 / len(names) for n in names} if names else {}
+        inside_ms = p_ms
+    else:
+        prof = dict(prof)
+        wall = prof.pop(PROFILED_WALL, None)
+        tot = sum(prof.values())
+        # Profilers see only kernel time; what the library spends around them stays with
+        # the partition.  With the profiled calls' own wall time, the kernels' share of it
+        # is their share of the partition's time; without, kernel times are scaled to at most
+        # the measured partition time.
+        inside_ms = p_ms * min(1.0, tot / wall) if wall else min(p_ms, tot * 1e3)
+        share = {n: prof.get(n, 0.0) / tot for n in names} if tot > 0 else {}
+        unmatched_share = prof.get(PROFILED_UNMATCHED, 0.0) / tot if tot > 0 else 0.0
+    k_rows, orphan_ms = [], 0.0
+    for k in blob.kernels:
+        q = f"{m.id}:{k.name}"
+        ms = share.get(k.name, 0.0) * inside_ms
+        answer = lk.kernel(q)
+        # Time goes to the nodes the kernel computes; nodes folded into it (a ConstantOfShape
+        # weight, a Shape chain) cost nothing at run time.  Only a kernel made of folded
+        # nodes alone keeps them, so its time still has an owner.
+        every = [d for a in answer for d in a["onnx_nodes"]]
+        nodes = [d for d in every if d.get("role") not in ("constant", "folded")] or \
+            [d for d in every if d.get("role") != "constant"]
+        ids = sorted({d["id"] for d in nodes})
+        onnx_nodes = [node_name.get(i, i) for i in ids]
+        k_rows.append({"kernel": q, "partition": m.id, "backend": m.backend, "ms": ms,
+                       "onnx_nodes": onnx_nodes, "source": source})
+        if not ids:
+            orphan_ms += ms
+        payers = [i for i in ids if i in contraction] or ids
+        for i in ids:
+            row = nodes_out.setdefault(i, {"onnx_node": node_name.get(i, i), "id": i,
+                                          "ms": 0.0, "kernels": [], "backend": m.backend})
+            row["ms"] += ms / len(payers) if i in payers else 0.0
+            row["kernels"].append(q)
+            if len(ids) > 1:
+                row.setdefault("shared_with", set()).update(set(ids) - {i})
+    kernels_ms = inside_ms if share else 0.0
+    part = {"partition": m.id, "backend": m.backend, "ms": p_ms, "kernels_ms": kernels_ms,
+            "outside_kernels_ms": p_ms - kernels_ms, "kernels": len(names),
+            "kernel_times": source}
+    lost = [{"partition": m.id, "backend": m.backend, "ms": ms, "what": what} for ms, what in (
+        (p_ms - kernels_ms, "outside kernels (the library's own per-call time)"),
+        (unmatched_share * inside_ms, "profiled layers that are no kernel of the blob"),
+        (orphan_ms, "kernels mapped to no ONNX node")) if ms > 1e-9]
+    return k_rows, part, lost
 
 
 def chrome_trace(trace_run, partitions, kernels) -> dict:

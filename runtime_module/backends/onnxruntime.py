@@ -24,6 +24,7 @@ import ctypes
 import json
 import os
 import tempfile
+import time
 from typing import TYPE_CHECKING, Sequence
 
 import ml_dtypes
@@ -34,7 +35,8 @@ from provmap.provenance.util.dtypes import onnx_elem
 from provmap.provenance.util.errors import first_line
 
 from ..options import Option, as_bool, threads_option
-from ..backend import Backend, BackendError, Blob, Runner, Support
+from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
+                       Support, own_time)
 from .ort_kernels import map_kernels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -341,7 +343,8 @@ class OnnxRuntimeBackend(Backend):
 
     def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
         """ORT's session profiler: `<node>_kernel_time` events of the optimized graph's nodes,
-        which are exactly this backend's kernels."""
+        which are exactly this backend's kernels; other timed nodes as `PROFILED_UNMATCHED`,
+        and the profiled calls' wall time as `PROFILED_WALL`."""
         so = self._session_options()
         with tempfile.TemporaryDirectory(prefix="provmap-ortprof-") as d:
             so.enable_profiling = True
@@ -349,8 +352,12 @@ class OnnxRuntimeBackend(Backend):
             sess = self._session(bytes(blob.files["model.onnx"]), so, "profile model.onnx")
             names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
             runner = OrtRunner(sess, names, [o.name for o in sess.get_outputs()])
-            for _ in range(max(1, repeats) + 1):  # the first call is a warm-up, dropped below
+            runner(inputs)  # a warm-up, its events dropped below
+            walls = []
+            for _ in range(max(1, repeats)):
+                t0 = time.perf_counter()
                 runner(inputs)
+                walls.append(time.perf_counter() - t0)
             with open(sess.end_profiling()) as f:
                 events = json.load(f)
         totals: dict[str, list[float]] = {}
@@ -365,6 +372,14 @@ class OnnxRuntimeBackend(Backend):
             if ts:
                 runs = ts[1:] if len(ts) > 1 else ts  # drop the first (warm-up) call
                 out[k.name] = sum(runs) / len(runs)
+        used = {k.name.split("#")[0] for k in blob.kernels}  # others: no kernel of the blob
+        other = sum(sum(t[1:] or t) / len(t[1:] or t) for n, t in totals.items() if n not in used)
+        if other > 0:
+            out[PROFILED_UNMATCHED] = other
+        if out:  # per call, the nodes timed once a call (others only widen the gap)
+            per_call = [sum(ts[c + 1] for ts in totals.values() if len(ts) == len(walls) + 1)
+                        for c in range(len(walls))]
+            out[PROFILED_WALL] = own_time(walls, per_call)
         return out
 
 

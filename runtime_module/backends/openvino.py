@@ -35,6 +35,7 @@ import contextlib
 import os
 import re
 import tempfile
+import time
 import weakref
 from typing import TYPE_CHECKING, Sequence
 
@@ -44,11 +45,12 @@ import numpy as np
 from provmap.provenance.util.errors import first_line
 
 from ..options import Option, threads_option
-from ..backend import Backend, BackendError, Blob, Runner, Support
+from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
+                       Support, own_time)
 from ..onnx_external import external_data_file, weight_bytes
 from ..subgraph import Subgraph
 from .ov_ports import kept_inputs as _kept_inputs, port_order as _port_order
-from .ov_kernels import op_owners, runtime_kernels
+from .ov_kernels import op_owners, profiled_kernel_names, runtime_kernels
 from .ov_refusals import refuse_wrong_numbers
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -327,24 +329,34 @@ class OpenVINOBackend(Backend):
         return OpenVINORunner(compiled, in_names, out_names)
 
     def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
-        """OpenVINO's per-layer performance counters (PERF_COUNT) of the executed layers, which
-        are this backend's kernels."""
+        """PERF_COUNT of the executed layers (this backend's kernels, paired by
+        `ov_kernels.profiled_kernel_names`); see `Backend.profile_kernels`."""
         model = self._read_ir(blob.files["model.xml"], blob.files["model.bin"])
         cfg = dict(self.config(), PERF_COUNT="YES")
         compiled = _get_core().compile_model(model, _DEVICE, cfg)
-        names = list(blob.meta.get("input_names") or [p.get_any_name() for p in compiled.inputs])
-        runner = OpenVINORunner(compiled, names,
-                                list(blob.meta.get("output_names")
-                                     or [p.get_any_name() for p in compiled.outputs]))
+        kernel_of = profiled_kernel_names(compiled, list(blob.kernels))
+        runner = OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
+            p.get_any_name() for p in getattr(compiled, f"{k}s")]) for k in ("input", "output")])
         runner(inputs)  # warm-up
         totals: dict[str, float] = {}
-        n = max(1, repeats)
+        walls, kernels, n = [], [], max(1, repeats)
         for _ in range(n):
+            t0 = time.perf_counter()
             runner(inputs)
+            walls.append(time.perf_counter() - t0)
+            kernels.append(0.0)
+            seen: dict[str, int] = {}
             for info in runner._request.profiling_info:
-                totals[info.node_name] = totals.get(info.node_name, 0.0) + \
-                    info.real_time.total_seconds()
-        return {k.name: totals[k.name] / n for k in blob.kernels if k.name in totals}
+                dt = info.real_time.total_seconds()
+                if dt <= 0:
+                    continue
+                owners = kernel_of.get(info.node_name, ())
+                k = seen.get(info.node_name, 0)
+                seen[info.node_name] = k + 1
+                key = owners[k] if k < len(owners) else PROFILED_UNMATCHED
+                totals[key] = totals.get(key, 0.0) + dt
+                kernels[-1] += dt
+        return {**{k: t / n for k, t in totals.items()}, PROFILED_WALL: own_time(walls, kernels)}
 
 
 def _short_type(s: str) -> str:
