@@ -36,7 +36,7 @@ from .collage_types import (CollageOptions, CollageResult, EndToEnd, FirstLevel,
 from .constraints import check, filter_candidates, parse_constraints
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # noqa: F401  (re-exported: the CLI reads it here)
 from .generate import generate
-from .measure.boundary import calibrate_boundary, crossing_s
+from .measure.boundary import calibrate_boundary, calibrate_switches, crossing_s, switch_s
 from .measure.cache import CacheLocked, CostCache, host_fingerprint
 from .measure.hygiene import Window, measure_clean, search_conditions, store_plan
 from .measure.in_context import feed_back
@@ -120,8 +120,13 @@ def _price_and_search(space: SearchSpace, opts: CollageOptions, say):
             est.prepare(view, kept, log=say)
             est.prefetch(view, kept)
         calib = calibrate_boundary(space.backends)
+        # A change of library inside a plan costs what no candidate measured alone shows
+        # (issue 35); measured here, so a remote device's switches are not this host's.
+        calib["switches"] = (calibrate_switches(space.backends) if space.pool is None else
+                             {"skipped": "candidates measured on a remote device"})
         res = search(view, kept, lambda c: est.estimate(view, c),
-                     crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b))
+                     crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b),
+                     switch=lambda a, b: switch_s(calib["switches"], a, b))
         plan = coalesce(view, res.plan, cuts=set(space.cons.cuts) if space.cons else frozenset())
         # Counted before region_alternatives, which prices each kept partition on every backend
         # too (cache hits mostly): counted after, it said "priced 888 of 886 candidates".
@@ -167,7 +172,8 @@ def first_level(space: SearchSpace, opts: CollageOptions, say, t0: float) -> Fir
         backends=space.names, constraints=space.cons.summary() if space.cons else "",
         candidates=space.candidates, estimator=stats, boundary_calibration=calib,
         search={"states_expanded": res.states_expanded, "priced": res.priced,
-                "invalid": res.invalid, "seconds": round(res.seconds, 3)},
+                "invalid": res.invalid, "seconds": round(res.seconds, 3),
+                "switch_ms": res.switch_s * 1e3},
         estimated_ms={"collage": res.estimated_s * 1e3,
                       **{f"single:{b}": v for b, v in single_est.items()}},
         crossing_ms=res.crossing_s * 1e3,

@@ -12,6 +12,12 @@ is only known on a path).  An edge adds `crossing(nbytes, from_backend, to_backe
 tensor that enters or leaves the candidate across backends, and the state is the covered set
 *plus the backends of its frontier* (covered nodes that still touch uncovered ones), which is
 exactly what future crossing costs depend on, so Dijkstra stays exact.
+
+A change of backend also costs something no candidate measured alone shows: the neighbour's
+threads still spinning, our own waking up (partition/measure/boundary.py, `calibrate_switches`).
+`switch(from_backend, to_backend)` is added once per distinct pair of backends a candidate
+meets across its boundary, on top of the per-tensor crossings; it depends on the same frontier
+backends, so the state stays what it is and Dijkstra stays exact.
 """
 
 from __future__ import annotations
@@ -41,12 +47,13 @@ class SearchResult:
     plan: Plan
     chosen: list[tuple[Candidate, Estimate]]
     estimated_s: float           # sum of chosen candidates' estimates + crossings
-    crossing_s: float            # the crossing part of it
+    crossing_s: float            # the crossing part of it (switches included)
     states_expanded: int
     priced: int                  # candidates priced (estimated or measured) by the search
     invalid: dict = field(default_factory=dict)  # reason -> count
     seconds: float = 0.0
     estimates: dict = field(default_factory=dict)  # every candidate the search priced
+    switch_s: float = 0.0        # the part of crossing_s paid for changes of backend
 
 
 class _Edges:
@@ -100,7 +107,8 @@ class _Edges:
 
 def search(view: GraphView, candidates: Iterable[Candidate],
            price: Callable[[Candidate], Estimate], crossing: Crossing = no_crossing,
-           strategy: str = "collage") -> SearchResult:
+           strategy: str = "collage",
+           switch: Callable[[str, str], float] | None = None) -> SearchResult:
     """Cheapest cover of `view.op_nodes` by `candidates`; raises ProvmapError if none exists."""
     t0 = time.perf_counter()
     order = list(view.op_nodes)
@@ -136,7 +144,7 @@ def search(view: GraphView, candidates: Iterable[Candidate],
         for j in view.op_successors(order[k]):
             adj[k] |= 1 << pos[j]
             adj[pos[j]] |= 1 << k
-    use_crossing = crossing is not no_crossing
+    use_crossing = crossing is not no_crossing or switch is not None
 
     def key_of(mask: int, a: bytes, front: int):
         """State key, and the frontier: covered nodes that still touch uncovered ones.  The
@@ -180,7 +188,8 @@ def search(view: GraphView, candidates: Iterable[Candidate],
             est = cost_of(c)
             if not est.valid:
                 continue
-            cross = _crossing_cost(edges, c, a, pos, backends, crossing) if use_crossing else 0.0
+            cross, sw = (_crossing_cost(edges, c, a, pos, backends, crossing, switch)
+                         if use_crossing else (0.0, 0.0))
             new = state | mask
             total = cost + est.seconds + cross
             na = bytearray(a)
@@ -191,22 +200,24 @@ def search(view: GraphView, candidates: Iterable[Candidate],
             nkey, nfront = key_of(new, na, frontier[key] | mask)
             if total < best.get(nkey, float("inf")):
                 best[nkey] = total
-                parent[nkey] = (key, c, cross)
+                parent[nkey] = (key, c, cross, sw)
                 assign[nkey] = na
                 frontier[nkey] = nfront
                 heapq.heappush(heap, (total, next(tie), new, nkey))
     if final is None:
         raise ProvmapError(f"{strategy}: no valid cover of the model by the candidates "
                            f"(invalid candidates: {invalid or 'none'})")
-    chosen, crossing_total = _path(parent, estimates, start, final)
+    chosen, crossing_total, switch_total = _path(parent, estimates, start, final)
     parts = [PartitionSpec(c.backend, sorted(c.ops), why=f"{strategy}: {c.rule}, "
                            f"est {e.seconds * 1e3:.3f} ms") for c, e in chosen]
     plan = Plan(strategy=strategy, partitions=parts,
-                info={"estimated_ms": best[final] * 1e3, "crossing_ms": crossing_total * 1e3})
+                info={"estimated_ms": best[final] * 1e3, "crossing_ms": crossing_total * 1e3,
+                      "switch_ms": switch_total * 1e3})
     return SearchResult(plan=plan, chosen=chosen, estimated_s=best[final],
                         crossing_s=crossing_total, states_expanded=expanded,
                         priced=len(estimates), invalid=invalid,
-                        seconds=time.perf_counter() - t0, estimates=estimates)
+                        seconds=time.perf_counter() - t0, estimates=estimates,
+                        switch_s=switch_total)
 
 
 def _by_first_node(view: GraphView, candidates: Iterable[Candidate], order: list, pos: dict,
@@ -238,34 +249,41 @@ def _by_first_node(view: GraphView, candidates: Iterable[Candidate], order: list
 
 
 def _crossing_cost(edges: "_Edges", c: Candidate, a: bytes, pos: dict, backends: list,
-                   crossing: Crossing) -> float:
+                   crossing: Crossing, switch=None) -> tuple[float, float]:
     """What placing `c` costs at its boundaries with the nodes already assigned (`a`: each
-    node's backend code, 0 = not yet), in both directions."""
+    node's backend code, 0 = not yet), in both directions: (all of it, the switches' part).
+    Tensors pay `crossing` each; a change of backend pays `switch` once per distinct pair."""
     cross = 0.0
+    pairs = set()
     ins, outs = edges.of(c.ops)
     for nbytes, p in ins:
         src = a[pos[p]]
         if src and backends[src - 1] != c.backend:
             cross += crossing(nbytes, backends[src - 1], c.backend)
+            pairs.add((backends[src - 1], c.backend))
     for nbytes, q in outs:
         dst = a[pos[q]]
         if dst and backends[dst - 1] != c.backend:
             cross += crossing(nbytes, c.backend, backends[dst - 1])
-    return cross
+            pairs.add((c.backend, backends[dst - 1]))
+    sw = sum(switch(x, y) for x, y in pairs) if switch is not None else 0.0
+    return cross + sw, sw
 
 
-def _path(parent: dict, estimates: dict, start, final) -> tuple[list, float]:
-    """The chosen candidates from the start state to `final`, in order, and their crossings."""
+def _path(parent: dict, estimates: dict, start, final) -> tuple[list, float, float]:
+    """The chosen candidates from the start state to `final`, in order, their crossings and
+    the switches' part of them."""
     chosen = []
-    crossing_total = 0.0
+    crossing_total = switch_total = 0.0
     k = final
     while k != start:
-        prev, c, cross = parent[k]
+        prev, c, cross, sw = parent[k]
         chosen.append((c, estimates[c]))
         crossing_total += cross
+        switch_total += sw
         k = prev
     chosen.reverse()
-    return chosen, crossing_total
+    return chosen, crossing_total, switch_total
 
 
 def coalesce(view: GraphView, plan: Plan, cuts: set | frozenset = frozenset()) -> Plan:

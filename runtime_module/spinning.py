@@ -21,14 +21,19 @@ def quiet_spinning(plan: Plan, backends: dict[str, Backend]) -> dict[str, Backen
     used = plan.backends()
     if len(used) < 2:
         return backends
-    from .registry import get_backend
-
     out = dict(backends)
     for name in used:  # onnxruntime and its variants (onnxruntime[threads=1], ...)
         be = backends.get(name)
-        if be is None or "allow_spinning" not in be.option_names():
-            continue
-        if "allow_spinning" in be.options():
-            continue
-        out[name] = get_backend(name, **be.options(), allow_spinning="0")
+        if be is not None:
+            out[name] = as_in_a_mixed_plan(be)
     return out
+
+
+def as_in_a_mixed_plan(backend: Backend) -> Backend:
+    """`backend` with the options a plan mixing libraries gives it (quiet_spinning's rule): the
+    measuring room prices a switch between libraries with exactly these."""
+    if "allow_spinning" not in backend.option_names() or "allow_spinning" in backend.options():
+        return backend
+    from .registry import get_backend
+
+    return get_backend(backend.name, **backend.options(), allow_spinning="0")

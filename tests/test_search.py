@@ -187,3 +187,27 @@ def test_pruning_bounds_the_number_of_estimates_without_changing_the_answer():
     r_pruned = search(v, kept, lambda c: pruned.estimate(v, c))
     assert r_pruned.estimated_s == pytest.approx(r_full.estimated_s)
     assert len(pruned.calls) < len(full.calls)
+
+
+def test_a_switch_is_paid_once_per_change_of_backend_not_per_tensor():
+    """The switch cost (a neighbour's threads, our own waking up) is paid once where a path
+    changes backend, on top of the per-tensor crossings; with it the search keeps a plan whole
+    that isolated prices alone would split."""
+    v = load_view(chain(3), "chain3")
+    n0, n1, n2 = (ids(v, f"n{k}") for k in range(3))
+    table = {("ort", n0): 1.0, ("ort", n1): 1.0, ("ort", n2): 1.0, ("tvm", n1): 0.7}
+    cands = [Candidate(bk, ops) for bk, ops in table]
+    seen = []
+
+    def switch(a, b):
+        seen.append((a, b))
+        return 0.2
+
+    res = search(v, cands, pricer(table), switch=switch)
+    assert backends_of(v, res)["n1"] == "ort"  # 0.3 saved < two switches of 0.2
+    assert ("ort", "tvm") in seen and ("tvm", "ort") in seen
+    res = search(v, cands, pricer(table), switch=lambda a, b: 0.1,
+                 crossing=lambda nbytes, s, d: 0.0)
+    assert backends_of(v, res)["n1"] == "tvm"
+    assert res.switch_s == pytest.approx(0.2) and res.crossing_s == pytest.approx(0.2)
+    assert res.plan.info["switch_ms"] == pytest.approx(200.0)
