@@ -12,6 +12,6 @@ DEFAULT_COLLAGE_BACKENDS = ["onnxruntime", "openvino"]
 
 #: Measuring time of a search started without one (--search-budget, provmap.compile): past it
 #: only single ops and whole-model plans are measured.  Cold searches of the bundled models on
-#: 2 cores measure for 25-145 s without a limit (README's bench); 120 s leaves most of them
+#: 2 cores measure for 25-145 s without a limit (docs/results.md's bench); 120 s leaves most of them
 #: whole and keeps the slowest (VGG-19, Inception v1) to a few minutes.  None: no limit.
 DEFAULT_SEARCH_BUDGET_S = 120.0
