@@ -161,12 +161,12 @@ def cmd_profile(args) -> int:
     rows.append(["between", "partitions", f"{res['between_partitions_ms']:9.3f} ms",
                  "(the executor: boundary tensors and dispatch between partition calls)"])
     for line in _aligned(rows):
-        print(f"  {line}")
+        print(term_safe(f"  {line}"))
     print("top ONNX nodes:")
     top = res["onnx_nodes"][: args.top] if args.top else res["onnx_nodes"]
-    for r in top:
+    for r in top:  # node names are the model's (someone else's) text
         shared = f"  (kernel shared with {', '.join(r['shared_with'])})" if r.get("shared_with") else ""
-        print(f"  {r['ms']:9.4f} ms  {r['onnx_node']} [{r['backend']}]{shared}")
+        print(term_safe(f"  {r['ms']:9.4f} ms  {r['onnx_node']} [{r['backend']}]{shared}"))
     for line in _unattributed_lines(res):
         print(term_safe(line))
     if args.trace:
