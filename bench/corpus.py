@@ -18,7 +18,9 @@ them (`bench/user_models.py`, built with onnx.helper and ORT's own quantizers an
 converter, no torch: a small CNN through each transform, and the CRNN whose declared output
 shape is wrong), plus every .onnx under `--user-dir` (ONNX Runtime's outputs on seeded inputs
 are the reference there).  The onnx package's `real` folder (downloads) and `light` folder
-(all-equal weights: outputs are ties) are left out.  Cases run in worker processes with a
+(all-equal weights: outputs are ties) are left out, and so are cases of random operators
+(`RANDOM_OPS`: Bernoulli's outputs are each library's draws), counted in the report's meta
+("excluded: N cases of random operators") rather than as wrong.  Cases run in worker processes with a
 deadline (conformance.run_many), 1 thread each, `--jobs` at a time.
 
     python3 -m provmap.bench.corpus --sample 40 --seed 0 -o bench/out/corpus.json
@@ -191,6 +193,43 @@ def collect(folders, user_dir=None, shapes=None) -> dict:
     return cases
 
 
+#: Ops whose outputs come from the library's random generator: no two libraries draw the same
+#: numbers (a seed attribute included), so onnx's expected outputs cannot judge them.
+RANDOM_OPS = frozenset({"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
+                        "RandomNormalLike", "Multinomial"})
+
+
+def _op_types(graph):
+    """Every op type of `graph`, its subgraphs (If, Loop, Scan bodies) included."""
+    for n in graph.node:
+        yield n.domain, n.op_type
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _op_types(g)
+
+
+def random_cases(cases: dict, names: list[str]) -> list[str]:
+    """The cases among `names` whose model uses a random op: in its graph (where an _expanded
+    case has its function body inlined: Bernoulli as RandomUniformLike), its subgraphs, or its
+    local functions.  Comparing them with expected outputs would count the generators' difference
+    as wrong numbers."""
+    import onnx
+
+    out = []
+    for name in names:
+        m = onnx.ModelProto.FromString(cases[name][0])
+        ops = set(_op_types(m.graph))
+        for f in m.functions:
+            ops |= set(_op_types(f))  # a FunctionProto has .node as a graph does
+        if any(d in ("", "ai.onnx") and op in RANDOM_OPS for d, op in ops):
+            out.append(name)
+    return out
+
+
+def excluded_note(n: int) -> str:
+    return f"excluded: {n} case{'s' if n != 1 else ''} of random operators"
+
+
 def sample(names: list[str], n: int | None, seed: int, regex: str | None) -> list[str]:
     """`n` cases spread over the folders in proportion (at least one from each), seeded."""
     names = sorted(x for x in names if not regex or re.search(regex, x))
@@ -245,9 +284,11 @@ def tally(results: dict) -> dict:
 
 
 def markdown(results: dict, table: dict, meta: dict) -> str:
+    note = (f"; {meta['excluded']} (their outputs come from each library's generator)"
+            if meta.get("excluded_cases") else "")
     out = [f"# Corpus step: {meta['cases']} cases ({', '.join(meta['folders'])})", "",
            f"{meta['date']}, {meta['host']}; {meta['versions']}; {meta['seconds']:.0f} s, "
-           f"sample {meta['sample']} (seed {meta['seed']}).", "",
+           f"sample {meta['sample']} (seed {meta['seed']}){note}.", "",
            "| backend | " + " | ".join(COLUMNS) + " | total |",
            "|---|" + "---|" * (len(COLUMNS) + 1)]
     out += [f"| {b} | " + " | ".join(str(t[c]) for c in COLUMNS) + f" | {t['total']} |"
@@ -321,7 +362,10 @@ def main(argv=None) -> int:
         ap.error(str(e))
     t0 = time.time()
     cases = collect(folders, a.user_dir, shapes)
-    names = sample(list(cases), a.sample, a.seed, a.cases)
+    # Random ops' cases leave the pool before sampling, counted in meta (not counted wrong).
+    pool = [n for n in cases if not a.cases or re.search(a.cases, n)]
+    randoms = random_cases(cases, pool)
+    names = sample(sorted(set(pool) - set(randoms)), a.sample, a.seed, None)
 
     def progress(task, res, done, total):
         if res["status"] != "pass" or done % 50 == 0:
@@ -332,7 +376,8 @@ def main(argv=None) -> int:
     table = tally(results)
     meta = {**_meta(), "cases": len(names), "folders": folders, "backends": backends,
             "sample": a.sample, "seed": a.seed, "regex": a.cases, "timeout": a.timeout,
-            "jobs": a.jobs, "seconds": round(time.time() - t0, 1)}
+            "jobs": a.jobs, "seconds": round(time.time() - t0, 1),
+            "excluded": excluded_note(len(randoms)), "excluded_cases": sorted(randoms)}
     from provmap.provenance.util.atomic import write_atomic
 
     md, out = markdown(results, table, meta), Path(a.out)

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -294,8 +295,11 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
         log(f"latency: {len(fns)} alternatives, interleaved blocks")
         from provmap.partition.measure.interleave import measure_interleaved
 
-        lat, load = measured_with_load(lambda: measure_interleaved(
-            fns, repeats=opts.repeats, passes=opts.passes,
+        # partial, not a lambda: pyflakes reads a lambda naming `fns` as a use after the `del`
+        # below (it ran at once: never a NameError, but a false alarm hides real ones).  The
+        # window is not named `load`, which is the artifact loader above.
+        lat, window = measured_with_load(partial(
+            measure_interleaved, fns, repeats=opts.repeats, passes=opts.passes,
             min_block_s=0.5 if opts.quick else 1.0, progress=log), log)
         for s, twin in same.items():
             log(f"{s} kept the very plan of {twin}: measured once, reported for both")
@@ -321,7 +325,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 "partitions": len(m.manifest["partitions"]),
                 "same_plan_as": same.get(s),
                 "backends": sorted({p["backend"] for p in m.manifest["partitions"]}),
-                "max_abs_err_vs_ort": err, **row_load(load, summ)})
+                "max_abs_err_vs_ort": err, **row_load(window, summ)})
             m.close()
         # The minimum is the steadier estimate on a noisy 2-core machine: ratios by min too.
         mins = {s: min(lat[s].samples_s) for s in singles}

@@ -288,7 +288,8 @@ def test_names_from_an_artifact_reach_the_terminal_escaped(tmp_path):
     art = tmp_path / "e.provmap"
     assert provmap("compile", tmp_path / "m.onnx", "-o", art, "--strategy",
                    "single:onnxruntime").returncode == 0
-    outs = [provmap("inspect", art), provmap("lookup", art, "--onnx-node", evil)]
+    outs = [provmap("inspect", art), provmap("lookup", art, "--onnx-node", evil),
+            provmap("profile", art, "--repeats", "1")]  # its top ONNX nodes
     kernel = json.loads(provmap("inspect", art, "--json").stdout)["partitions"][0]["kernels"][0]
     outs.append(provmap("lookup", art, "--kernel", kernel))
     for r in outs:

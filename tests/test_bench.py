@@ -203,6 +203,36 @@ def test_bench_bad_inputs():
     assert r.returncode == 2 and "nosuchbackend" in r.stderr
 
 
+def test_bench_model_latency_step_with_a_direct_call_and_a_same_plan(tmp_path):
+    """bench_model's latency step on its own (a one-Relu model, one backend): the interleaved
+    alternatives (`fns`, with the library called directly) are measured and freed, and a
+    strategy that kept the single plan is measured once.  pyflakes read `fns` there as
+    undefined; this path runs it, cheaply, without the small_run fixture's search."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from provmap.bench.suite import SuiteOptions, bench_model
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              tmp_path / "relu.onnx")
+    opts = SuiteOptions(models=[], strategies=["single:onnxruntime", "greedy:onnxruntime"],
+                        backends=["onnxruntime"], repeats=2, passes=1, quick=True,
+                        provenance_repeats=0, headroom_repeats=0)
+    said = []
+    out = bench_model(str(tmp_path / "relu.onnx"), opts, said.append)
+    rows = {r["strategy"]: r for r in out["rows"]}
+    assert set(rows) == {"single:onnxruntime", "greedy:onnxruntime"}
+    assert rows["greedy:onnxruntime"]["same_plan_as"] == "single:onnxruntime"
+    assert rows["greedy:onnxruntime"]["median_ms"] == rows["single:onnxruntime"]["median_ms"]
+    assert all(r["max_abs_err_vs_ort"] == 0 and "load" in r for r in rows.values())
+    (c,) = out["container"]
+    assert c["backend"] == "onnxruntime" and c["direct_ms"] > 0 and c["container_ms"] > 0
+    assert any("latency: 2 alternatives" in m for m in said), said  # single + direct
+
+
 def test_readme_tables_between_markers(small_run, tmp_path):
     from provmap.bench.report import END, START, update_readme
 

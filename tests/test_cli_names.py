@@ -160,6 +160,45 @@ def test_compare_and_profile_columns_line_up(art):
     assert "1 kernels" not in r.stdout
 
 
+def test_profile_text_says_the_attributed_share_and_the_unattributed_rows(art):
+    """Issue 35's attribution reached --json only: the text output listed the top nodes as if
+    they were all of the time.  After them: one line with the share, then the rest by row."""
+    r = provmap("profile", art / "m.provmap", "--inputs", art / "in.npz", "--repeats", "2")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    head = [i for i, ln in enumerate(lines) if ln.startswith("attributed to ONNX nodes: ")]
+    assert len(head) == 1 and head[0] > lines.index("top ONNX nodes:"), r.stdout
+    m = re.fullmatch(r"attributed to ONNX nodes: (\d+\.\d)% of the partitions' (\d+\.\d{3}) ms; "
+                     r"unattributed (-?\d+\.\d{3}) ms(:?)", lines[head[0]])
+    assert m and 0 <= float(m.group(1)) <= 100, lines[head[0]]
+    rows = lines[head[0] + 1:]
+    # both partitions spend some time outside their kernels (the library's per-call time)
+    assert m.group(4) == ":" and 1 <= len(rows) <= 5, r.stdout
+    assert all(re.match(r"  +\d+\.\d{4} ms  p\d \[(openvino|onnxruntime)\]  \w", ln)
+               for ln in rows), rows
+
+
+def test_profile_text_escapes_the_unattributed_rows(art, monkeypatch, capsys):
+    """The rows name partitions and backends from the artifact (someone else's text), as the
+    other lines do: a control character is shown, not acted on by the terminal."""
+    from provmap.cli.main import main as cli_main
+    from provmap.workbench import profile
+
+    real = profile.profile_artifact
+
+    def hostile(*a, **kw):
+        res = real(*a, **kw)
+        res["unattributed"]["rows"] = [{"partition": "p0", "backend": "\x1b[31mred", "ms": 1.0,
+                                        "what": "outside kernels"}] * 7
+        return res
+
+    monkeypatch.setattr(profile, "profile_artifact", hostile)
+    assert cli_main(["profile", str(art / "m.provmap"), "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and out.count("\\x1b[31mred") == 5, out
+    assert "  ... 2 more (--json lists them)" in out, out
+
+
 def test_the_plugin_walkthrough_in_docs_backends_shows_what_inspect_prints(tmp_path):
     """docs/backends.md's inspect example, compared line by line with the real command (it had
     gone stale: "op node(s)", a missing ORT option, a run summary the CLI no longer prints)."""

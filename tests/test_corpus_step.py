@@ -77,3 +77,39 @@ def test_sampling_takes_every_folder_and_is_seeded():
     assert a == b and {x.split("/")[0] for x in a} == {"node", "simple", "user"}
     assert corpus.sample(names, 8, 1, None) != a or len(a) == len(names)
     assert np.all([x.startswith("simple/") for x in corpus.sample(names, None, 0, "^simple/")])
+
+
+def test_cases_of_random_operators_leave_the_sample_counted(tmp_path):
+    """Bernoulli's outputs are each library's draws: against onnx's expected outputs they were
+    "wrong" on every backend.  Found in the graph (an _expanded case inlines its function body:
+    RandomUniformLike), in subgraphs and in local functions; excluded, and said in meta."""
+    from onnx import TensorProto, helper as h
+
+    node = corpus.collect(["node"])
+    names = ["node/test_relu", "node/test_bernoulli", "node/test_bernoulli_seed_expanded"]
+    assert corpus.random_cases(node, names) == names[1:]
+    x = h.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = h.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    draw = h.make_graph([h.make_node("RandomNormalLike", ["x"], ["y"])], "draw", [], [y])
+    in_if = h.make_graph([h.make_node("If", ["c"], ["y"], then_branch=draw, else_branch=draw)],
+                         "g", [h.make_tensor_value_info("c", TensorProto.BOOL, [])], [y])
+    fn = h.make_function("local", "Noise", ["x"], ["y"],
+                         [h.make_node("RandomUniformLike", ["x"], ["y"])],
+                         [h.make_opsetid("", 17)])
+    in_fn = h.make_graph([h.make_node("Noise", ["x"], ["y"], domain="local")], "g", [x], [y])
+    models = {"if": h.make_model(in_if), "function": h.make_model(in_fn, functions=[fn])}
+    cases = {k: (m.SerializeToString(), [], 0, 0) for k, m in models.items()}
+    assert corpus.random_cases(cases, sorted(cases)) == ["function", "if"]
+    assert corpus.excluded_note(1) == "excluded: 1 case of random operators"
+
+    out = tmp_path / "c.json"
+    r = subprocess.run([sys.executable, "-m", "provmap.bench.corpus", "--folders", "node",
+                        "--cases", "test_bernoulli|test_relu$", "--backends", "onnxruntime",
+                        "--jobs", "1", "-o", str(out)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["meta"]["cases"] == 1 and list(res["results"]) == ["node/test_relu"]
+    assert res["meta"]["excluded"] == "excluded: 6 cases of random operators", res["meta"]
+    assert res["table"]["onnxruntime"]["wrong"] == 0
+    assert "excluded: 6 cases of random operators" in out.with_suffix(".md").read_text()

@@ -372,3 +372,33 @@ def test_measuring_budget_keeps_single_ops_and_whole_model(tmp_path):
                            budget_s=0.0) as est:
         assert est.estimate(v, Candidate("onnxruntime", frozenset(ops[:2]), "combine")).valid
         assert est.stats()["cache_hits"] == 1
+
+
+def test_progress_eta_never_promises_more_than_the_budget_left(tmp_path):
+    """Issue 36: `measured 1/260, ETA 1168 s` under a 30 s budget.  The rate so far times the
+    candidates left overstates a search whose remaining regions are skipped once the budget is
+    spent; every ETA the progress callback gets is at most the measuring budget left."""
+    v = load_view(two_blocks_model(), "two_blocks")
+    ops = list(v.op_nodes)
+    runs = [frozenset(ops[i:i + n]) for n in (4, 3, 2) for i in range(len(ops) - n + 1)]
+    cands = [Candidate("onnxruntime", r, "whole-model" if len(r) == 4 else "combine")
+             for r in runs] + [Candidate("onnxruntime", frozenset([o]), "single-op") for o in ops]
+    budget = 0.01  # a measurement builds an ORT session (15-30 ms here): spent at once
+    seen = []
+
+    def progress(done, total, eta):
+        seen.append((done, total, eta, budget - est.stats()["measure_s"]))
+
+    with MeasuredEstimator({"onnxruntime": get_backend("onnxruntime")},
+                           CostCache(tmp_path / "c.sqlite"), repeats=3, min_time_s=0.0,
+                           isolate=False, budget_s=budget, progress=progress) as est:
+        est.begin(len(cands))
+        for c in cands:
+            est.estimate(v, c)
+        s = est.stats()
+    assert [d for d, *_ in seen] == list(range(1, len(cands) + 1)), seen
+    assert s["skipped_budget"] > 0 and s["measure_s"] > budget, s  # the budget ran out
+    for done, total, eta, left in seen:
+        assert 0 <= eta <= max(left, 0.0), (done, total, eta, left)
+    # single ops are still measured past the budget: the rate alone would have promised more
+    assert any(eta == 0 and done < total for done, total, eta, _ in seen), seen

@@ -184,9 +184,9 @@ class MeasuredEstimator(CostEstimator):
                     eta = el / self._done * left
                     if self.budget_s is not None:
                         # Past the budget the rest are skipped (or cached) in moments: an ETA
-                        # of 1168 s under a 30 s budget misled (issue 36).
-                        eta = min(eta, max(self.budget_s - self._c["measure_s"], 0.0)
-                                  + 0.01 * left)
+                        # of 1168 s under a 30 s budget misled (issue 36).  Never more than the
+                        # budget left (an allowance per skipped candidate broke that promise).
+                        eta = min(eta, max(self.budget_s - self._c["measure_s"], 0.0))
                     self.progress(self._done, self._total, eta)
 
     def _invalid_est(self, candidate, label, reason, cached=False) -> Estimate:

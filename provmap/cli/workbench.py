@@ -161,15 +161,36 @@ def cmd_profile(args) -> int:
     rows.append(["between", "partitions", f"{res['between_partitions_ms']:9.3f} ms",
                  "(the executor: boundary tensors and dispatch between partition calls)"])
     for line in _aligned(rows):
-        print(f"  {line}")
+        print(term_safe(f"  {line}"))
     print("top ONNX nodes:")
     top = res["onnx_nodes"][: args.top] if args.top else res["onnx_nodes"]
-    for r in top:
+    for r in top:  # node names are the model's (someone else's) text
         shared = f"  (kernel shared with {', '.join(r['shared_with'])})" if r.get("shared_with") else ""
-        print(f"  {r['ms']:9.4f} ms  {r['onnx_node']} [{r['backend']}]{shared}")
+        print(term_safe(f"  {r['ms']:9.4f} ms  {r['onnx_node']} [{r['backend']}]{shared}"))
+    for line in _unattributed_lines(res):
+        print(term_safe(line))
     if args.trace:
         print(f"Chrome trace: {args.trace}")
     return 0
+
+
+#: Unattributed rows shown in the text output; --json lists them all.
+UNATTRIBUTED_SHOWN = 5
+
+
+def _unattributed_lines(res: dict) -> list[str]:
+    """The share of the partitions' time that reached ONNX nodes and where the rest went: the
+    top-nodes list alone reads as the whole story, and a profiler that pairs poorly with the
+    kernel map (issue 35: OpenVINO at 1%) would go unnoticed without it."""
+    share, lost = res.get("attributed_share"), res.get("unattributed") or {}
+    rows = lost.get("rows", [])
+    head = ("attributed to ONNX nodes: " + (f"{share:.1%}" if share is not None else "n/a") +
+            f" of the partitions' {res['partitions_total_ms']:.3f} ms; unattributed "
+            f"{lost.get('ms', 0.0):.3f} ms" + (":" if rows else ""))
+    shown = [f"  {r['ms']:9.4f} ms  {r['partition']} [{r['backend']}]  {r['what']}"
+             for r in rows[:UNATTRIBUTED_SHOWN]]  # as the top nodes' lines
+    more = len(rows) - UNATTRIBUTED_SHOWN
+    return [head] + shown + ([f"  ... {more} more (--json lists them)"] if more > 0 else [])
 
 
 def _check_profile_is_of(profile: dict, path: str, mod, artifact: str) -> None:
