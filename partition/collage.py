@@ -35,6 +35,7 @@ from .collage_types import (CollageOptions, CollageResult, EndToEnd, FirstLevel,
                             SearchSpace, SecondLevel)  # (CollageOptions re-exported)
 from .constraints import check, filter_candidates, parse_constraints
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # noqa: F401  (re-exported: the CLI reads it here)
+from .fallback import fall_back
 from .generate import generate
 from .measure.boundary import calibrate_boundary, calibrate_switches, crossing_s, switch_s
 from .measure.cache import CacheLocked, CostCache, host_fingerprint
@@ -379,6 +380,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         return CollageResult(first.plan, first.report)
     e2e = end_to_end(space, first, opts, say)
     kept = second_level(space, first, e2e, opts, say)
+    kept = fall_back(space, first, e2e, kept, say)  # a contended decision quiet prices refute
     report = first.report
     art = _concurrent_schedules(kept, report, opts, progress)
     if opts.in_context:
