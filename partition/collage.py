@@ -14,7 +14,9 @@ The report shows estimated against measured totals for all of them.
 The levels are functions, each with its own result: `first_level` (steps 1-6),
 `end_to_end` (the check), `second_level` (refine, partition/refine.py, then concurrent
 schedules); `collage` chains them, after looking for a plan a search already kept
-(partition/plan_cache.py).  What they record is one `CollageReport`.
+(partition/plan_cache.py), and a kept plan decided under contention that quiet prices refute
+falls back to a single configuration (partition/fallback.py).  What they record is one
+`CollageReport`.
 """
 
 from __future__ import annotations
