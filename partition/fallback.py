@@ -79,7 +79,8 @@ def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated:
                 "why": f"{head} and confirmed by quiet prices ({source}: {_fmt(ms)})"}
     singles = {k: v for k, v in ms.items() if k.startswith("single:")}
     if quiet_measured and singles:
-        target, how = min(singles, key=singles.get), "the best single configuration measured quietly"
+        target = min(singles, key=singles.get)
+        how = "the best single configuration measured quietly"
     else:
         est = {k: v for k, v in quiet_estimated.items()
                if k.startswith("single:") and "[" not in k and v is not None}

@@ -123,3 +123,33 @@ def test_a_search_beside_a_cpu_hog_is_quiet_or_follows_the_fallback_rule(
     if rec["instead_of"]:
         assert rep["level"] == f"contention fallback ({rec['kept']})"
         assert {p["backend"] for p in art.manifest["partitions"]} == {rec["kept"].split(":", 1)[1]}
+
+
+def test_quiet_end_to_end_evidence_is_this_search_s_quiet_check_else_a_quiet_stored_plan_s():
+    """Where quiet_measured looks (plain records, a real cost cache: no backend involved)."""
+    from types import SimpleNamespace
+
+    from provmap.partition.collage_report import CollageReport
+    from provmap.partition.measure.cache import CostCache
+
+    def med(**kw):
+        return {k.replace("_", ":", 1): {"median_ms": v} for k, v in kw.items()}
+
+    cache = CostCache(":memory:")
+    space = SimpleNamespace(cache=cache, plan_keys=("model", "search"))
+
+    def first(e2e_contended: bool):
+        rep = CollageReport(e2e={"measured": med(collage=2.0, single_openvino=1.5)})
+        return SimpleNamespace(report=rep, phases={"e2e": {"contended": e2e_contended}})
+
+    assert fallback.quiet_measured(space, first(False)) == {"collage": 2.0,
+                                                            "single:openvino": 1.5}
+    assert fallback.quiet_measured(space, first(True)) == {}  # nothing stored yet
+    cache.put_plan("model", "search", {"strategy": "collage", "partitions": []},
+                   {"conditions": {"contended": True}, "e2e": {"measured": med(collage=1.0)}})
+    assert fallback.quiet_measured(space, first(True)) == {}  # a contended stored plan
+    cache.put_plan("model", "search", {"strategy": "collage", "partitions": []},
+                   {"conditions": {"contended": False},
+                    "e2e": {"measured": med(collage=1.0, single_onnxruntime=1.2)}})
+    assert fallback.quiet_measured(space, first(True)) == {"collage": 1.0,
+                                                           "single:onnxruntime": 1.2}
