@@ -15,6 +15,8 @@ re-tabled and the default tests can check them on synthetic rows without any bac
 
 from __future__ import annotations
 
+from provmap.partition.collage_report import predicted_vs_measured
+
 #: the options a user sets in one line of session setup, per library: each value tried alone
 #: and crossed with the others ({} = the library's default).  TVM takes no thread option here.
 CONFIG_AXES: dict[str, list[dict]] = {
@@ -70,17 +72,11 @@ def _gain(base: float | None, new: float | None) -> float | None:
 
 def _predicted(search: dict | None) -> float | None:
     """The search's own estimate of the plan it kept (None when the kept plan was found by the
-    second level, which measures instead of predicting, or no estimate exists)."""
+    second level, which measures instead of predicting, or no estimate exists); read as
+    `provmap explain` reads it (partition/collage_report.predicted_vs_measured)."""
     if not search:
         return None
-    est = search.get("estimated_ms") or {}
-    kept = search.get("kept") or ""
-    if kept == "collage" or kept.startswith("collage:"):
-        return est.get("collage")
-    if "->" in kept:
-        alt = kept.split("->", 1)[1]
-        return est.get(alt) if alt != "refined" else None
-    return None
+    return predicted_vs_measured(search, search.get("kept") or "")["predicted_ms"]
 
 
 def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = None) -> dict:

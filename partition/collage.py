@@ -14,7 +14,9 @@ The report shows estimated against measured totals for all of them.
 The levels are functions, each with its own result: `first_level` (steps 1-6),
 `end_to_end` (the check), `second_level` (refine, partition/refine.py, then concurrent
 schedules); `collage` chains them, after looking for a plan a search already kept
-(partition/plan_cache.py).  What they record is one `CollageReport`.
+(partition/plan_cache.py), and a kept plan decided under contention that quiet prices refute
+falls back to a single configuration (partition/fallback.py).  What they record is one
+`CollageReport`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .collage_types import (CollageOptions, CollageResult, EndToEnd, FirstLevel,
                             SearchSpace, SecondLevel)  # (CollageOptions re-exported)
 from .constraints import check, filter_candidates, parse_constraints
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # noqa: F401  (re-exported: the CLI reads it here)
+from .fallback import fall_back
 from .generate import generate
 from .measure.boundary import calibrate_boundary, calibrate_switches, crossing_s, switch_s
 from .measure.cache import CacheLocked, CostCache, host_fingerprint
@@ -379,6 +382,7 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
         return CollageResult(first.plan, first.report)
     e2e = end_to_end(space, first, opts, say)
     kept = second_level(space, first, e2e, opts, say)
+    kept = fall_back(space, first, e2e, kept, say)  # a contended decision quiet prices refute
     report = first.report
     art = _concurrent_schedules(kept, report, opts, progress)
     if opts.in_context:

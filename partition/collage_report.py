@@ -47,6 +47,8 @@ class CollageReport:
     e2e_failed: dict | None = None
     e2e: dict | None = None                 # measured, winner, why (+ tie_break, note)
     level: str | None = None                # which level found the kept plan
+    fallback: dict | None = None            # a contended decision checked on quiet prices
+    #                                         (partition/fallback.py): kept, instead_of, why
     # -- the second level and after ------------------------------------------------------------
     refine: dict | None = None
     schedule_search: dict | None = None
@@ -87,3 +89,29 @@ class CollageReport:
         for k in ("plan_cache_refused", "plan_cache_error"):
             if k in d:
                 setattr(self, k, d[k])
+
+
+def kept_label(strategy: str) -> str | None:
+    """The end-to-end check's label of an artifact's kept plan, from the manifest's strategy
+    ("collage" -> "collage", "collage->single:b" -> "single:b"); None for other strategies."""
+    if strategy == "collage" or strategy.startswith("collage:"):
+        return "collage"
+    return strategy.split("->", 1)[1] if "->" in strategy else None
+
+
+def predicted_vs_measured(report: dict, strategy: str) -> dict:
+    """The kept plan's predicted time (the first level's estimate of it) against its measured
+    one (the end-to-end check's median), and predicted / measured.  One reading for explain and
+    bench, so both show the same numbers: a plan found by the second level was measured, never
+    predicted (predicted None)."""
+    label = kept_label(strategy or "")
+    est = (report or {}).get("estimated_ms") or {}
+    e2e = (report or {}).get("e2e") or {}
+    predicted = est.get(label) if label and label != "refined" else None
+    measured = ((e2e.get("measured") or {}).get(label) or {}).get("median_ms") if label else None
+    if label == "refined":
+        kept = [t for t in ((report or {}).get("refine") or {}).get("trail") or []
+                if t.get("status") == "kept" and "proposal" in t]
+        measured = kept[-1]["proposal"].get("median_ms") if kept else None
+    return {"label": label, "predicted_ms": predicted, "measured_ms": measured,
+            "ratio": predicted / measured if predicted and measured else None}

@@ -315,11 +315,48 @@ def test_explain_collage_artifact(tmp_path, transformer_model, capsys):
     assert "end-to-end check" in text and "as one partition" in text
     assert x["second_level"]["trail"] is not None and "second level" in text
     assert "kept plan found by" in text
+    # predicted vs measured: the number bench's column shows, and the end-to-end median
+    from provmap.bench.baseline import gains
+    from provmap.partition.collage_report import kept_label
+
+    pm = x["predicted_vs_measured"]
+    assert pm["label"] == kept_label(x["strategy"])
+    search = {"kept": x["strategy"], "estimated_ms": x["estimated_ms"]}
+    assert pm["predicted_ms"] == gains([], search)["predicted_ms"]
+    if pm["label"] != "refined":
+        assert pm["predicted_ms"] is None or pm["predicted_ms"] == x["estimated_ms"][pm["label"]]
+        assert pm["measured_ms"] == x["end_to_end"]["measured_ms"][pm["label"]]
+    assert f"kept plan {pm['label']}: " in text
     # A rule-based artifact says there was no search.
     plain = tmp_path / "p.provmap"
     compile_model(transformer_model, "single:openvino", out=plain)
     assert cli_main(["explain", str(plain), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["searched"] is False
+
+
+def test_explain_and_bench_read_one_predicted_vs_measured():
+    """The kept plan's first-level estimate against its end-to-end median, from the report
+    alone (issue 35): explain's line and --json, and bench's predicted column, agree."""
+    from provmap.bench.baseline import gains
+    from provmap.partition.collage_report import predicted_vs_measured
+    from provmap.workbench.explain import _predicted_line
+
+    rep = {"estimated_ms": {"collage": 4.0, "single:openvino": 5.0},
+           "e2e": {"measured": {"collage": {"median_ms": 5.0}, "single:openvino": {
+               "median_ms": 4.5}}}}
+    pm = predicted_vs_measured(rep, "collage")
+    assert pm == {"label": "collage", "predicted_ms": 4.0, "measured_ms": 5.0, "ratio": 0.8}
+    assert _predicted_line(pm) == ("kept plan collage: predicted 4.000 ms (first level's "
+                                   "estimate) vs measured 5.000 ms (end-to-end median); "
+                                   "predicted / measured 0.80")
+    other = predicted_vs_measured(rep, "collage->single:openvino")
+    assert (other["predicted_ms"], other["measured_ms"]) == (5.0, 4.5)
+    for strategy in ("collage", "collage->single:openvino", "collage->refined"):
+        assert gains([], {**rep, "kept": strategy})["predicted_ms"] == \
+            predicted_vs_measured(rep, strategy)["predicted_ms"]
+    variant = predicted_vs_measured(rep, "collage->single:openvino[threads=1]")
+    assert variant["predicted_ms"] is None and variant["ratio"] is None
+    assert "no prediction" in _predicted_line(variant)
 
 
 def test_profile_gives_time_only_to_nodes_that_compute(tmp_path):

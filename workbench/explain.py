@@ -12,7 +12,7 @@ from the artifact.
 
 from __future__ import annotations
 
-from provmap.partition.collage_report import CollageReport
+from provmap.partition.collage_report import CollageReport, predicted_vs_measured
 from provmap.runtime_module.schedule import asap_stages, describe
 
 
@@ -129,6 +129,8 @@ def explain_artifact(manifest: dict) -> dict:
             "measured_on": rep.measured_on,
             "e2e_skipped": rep.e2e_skipped,
             "level": rep.level,
+            "fallback": rep.fallback,
+            "predicted_vs_measured": predicted_vs_measured(info, strategy),
             "schedule": explain_schedule(manifest),
             "conditions": rep.conditions,
             "plan_cache_refused": rep.plan_cache_refused,
@@ -221,9 +223,28 @@ def format_explain(x: dict) -> str:
         lines.append(f"prices measured on: {on.get('where')} (device {dev.get('host')})")
     if x.get("e2e_skipped"):
         lines.append(f"  {x['e2e_skipped']}")
+    fb = x.get("fallback")
+    if fb:
+        lines.append(f"contended decision: kept {fb['kept']}"
+                     + (f" instead of {fb['instead_of']}" if fb.get("instead_of") else "")
+                     + f": {fb['why']}")
     if x.get("level"):
         lines.append(f"kept plan found by: {level_words(x['level'])}")
+    pm = x.get("predicted_vs_measured")
+    if pm and pm.get("label"):
+        lines.append(_predicted_line(pm))
     return "\n".join(lines + _measuring_section(x)) + "\n"
+
+
+def _predicted_line(pm: dict) -> str:
+    """The kept plan's predicted vs measured time in one line (bench's column reads the same)."""
+    p, m = pm.get("predicted_ms"), pm.get("measured_ms")
+    pred = (f"predicted {p:.3f} ms (first level's estimate)" if p is not None else
+            "no prediction (the first level did not price this plan)")
+    meas = (f"measured {m:.3f} ms (end-to-end median)" if m is not None else
+            "not measured end to end")
+    ratio = f"; predicted / measured {pm['ratio']:.2f}" if pm.get("ratio") is not None else ""
+    return f"kept plan {pm['label']}: {pred} vs {meas}{ratio}"
 
 
 def _measuring_section(x: dict) -> list[str]:

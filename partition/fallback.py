@@ -1,0 +1,162 @@
+"""A kept plan decided under contention falls back unless quiet prices confirm it (issue 35).
+
+Why: beside a one-core CPU hog a one-thread variant wins the end-to-end check (it does not lose
+a second core it never had), and the second level piles changes on it; measured afterwards on a
+quiet machine the kept plan was 1.478x the best single backend.  Refusing the plan cache
+(partition/measure/hygiene.py) stopped the next compile from reusing it, but the artifact
+written was still the slow one.
+
+So, when the decision (the end-to-end check, its tie-break, the second level) ran under
+contention, the winner is checked against the prices already known to be quiet:
+
+* measured end to end quietly: this search's end-to-end check if that phase was quiet, else
+  the check recorded with a quietly decided plan stored for this model and these settings
+  (the plan cache: read when `--research` searched again);
+* else the first level's estimates whose prices were measured quietly: a whole-model price
+  stored in the persistent cost cache (contended prices are quarantined for the run, never
+  stored), and the searched plan's total when no price of the run stayed contended.
+
+Measured evidence, when there is any, is used alone: estimates are isolated prices, and mixing
+them with end-to-end medians in one ranking would compare two different clocks.  The winner is
+confirmed when it is also the fastest on that evidence; otherwise the artifact gets the best
+single configuration measured quietly, or, when none was, the library default (single:<b>) of
+the backend whose quiet whole-model price is lowest.  `decide` is the rule alone, a pure
+function, so it is tested without a busy machine.
+"""
+
+from __future__ import annotations
+
+from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
+from provmap.runtime_module.subgraph import Subgraph
+
+from .collage_types import EndToEnd, FirstLevel, SearchSpace, SecondLevel
+from .measure.cache import backend_identity
+from .measure.contention import acting
+from .measure.hygiene import DECISIVE, search_conditions
+
+
+def _load(conditions: dict) -> str:
+    """"load X/N" of the first contended decisive phase (what the user can check with uptime),
+    with what the counters saw."""
+    phases = conditions.get("phases") or {}
+    ph = next((phases[k] for k in DECISIVE if (phases.get(k) or {}).get("contended")),
+              next(iter(phases.values()), {}))
+    load = f"load {ph.get('load1', 0.0):.1f}/{ph.get('cores', 1)}"
+    return f"{load}: {conditions['reason']}" if conditions.get("reason") else load
+
+
+def _fmt(ms: dict) -> str:
+    return ", ".join(f"{k} {v:.3f} ms" for k, v in sorted(ms.items(), key=lambda kv: kv[1]))
+
+
+def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated: dict,
+           act: bool = True, same: dict | None = None) -> dict | None:
+    """The fallback record for a kept plan labelled `winner`, or None when the decision was
+    quiet (or contention is not acted on: PROVMAP_CONTENTION=ignore).
+
+    `conditions` is search_conditions' record; `quiet_measured` / `quiet_estimated` map labels
+    ("collage", "single:<b>", ...) to quiet end-to-end medians / quiet first-level estimates
+    in ms; `same` maps a label to the one whose plan it repeats (the end-to-end check's
+    e2e_same: single:b identical to collage is the same plan).  The record: `kept` (the label
+    the artifact gets), `instead_of` (the winner it replaces, None when it stays), `why`, and
+    the `quiet` evidence it was judged by."""
+    if not conditions.get("contended") or not act:
+        return None
+    same = same or {}
+    canon = lambda k: same.get(k, k)  # noqa: E731
+    source, ms = (("measured end to end quietly", quiet_measured) if quiet_measured else
+                  ("first-level prices measured quietly", quiet_estimated))
+    ms = {k: v for k, v in ms.items() if v is not None}
+    head = f"decision taken under contention ({_load(conditions)})"
+    quiet = {"source": source if ms else None, "winner": min(ms, key=ms.get) if ms else None,
+             "measured": dict(quiet_measured), "estimated": dict(quiet_estimated)}
+    if not ms:
+        return {"kept": winner, "instead_of": None, "quiet": quiet,
+                "why": f"{head}; no quiet price is known to check it against, so it stays"}
+    if canon(quiet["winner"]) == canon(winner):
+        return {"kept": winner, "instead_of": None, "quiet": quiet,
+                "why": f"{head} and confirmed by quiet prices ({source}: {_fmt(ms)})"}
+    singles = {k: v for k, v in ms.items() if k.startswith("single:")}
+    if quiet_measured and singles:
+        target = min(singles, key=singles.get)
+        how = "the best single configuration measured quietly"
+    else:
+        est = {k: v for k, v in quiet_estimated.items()
+               if k.startswith("single:") and "[" not in k and v is not None}
+        if not est:
+            return {"kept": winner, "instead_of": None, "quiet": quiet,
+                    "why": f"{head} and not confirmed by quiet prices ({source}: {_fmt(ms)}), "
+                           "but no single configuration has a quiet price, so it stays"}
+        target = min(est, key=est.get)
+        how = "the library default of the backend the quiet prices favour"
+    if canon(target) == canon(winner):
+        return {"kept": winner, "instead_of": None, "quiet": quiet,
+                "why": f"{head}; quiet prices favour {quiet['winner']} ({source}: {_fmt(ms)}), "
+                       f"and {how} is {winner} itself, so it stays"}
+    return {"kept": target, "instead_of": winner, "quiet": quiet,
+            "why": f"{head} and not confirmed by quiet prices ({source}: {_fmt(ms)}): "
+                   f"{target} is {how}"}
+
+
+def _medians(measured: dict | None) -> dict:
+    return {k: v["median_ms"] for k, v in (measured or {}).items()
+            if isinstance(v, dict) and v.get("median_ms") is not None}
+
+
+def quiet_measured(space: SearchSpace, first: FirstLevel) -> dict:
+    """Labels -> end-to-end medians measured quietly (see the module doc), {} when none."""
+    phases, e2e = first.phases, first.report.e2e or {}
+    out = {}
+    if not (phases.get("e2e") or {}).get("contended"):
+        out.update(_medians(e2e.get("measured")))
+    tb = e2e.get("tie_break")
+    if tb and not (phases.get("tie_break") or {}).get("contended"):
+        out.update(_medians(tb.get("measured")))
+    if out or space.plan_keys is None:
+        return out
+    hit = space.cache.get_plan(*space.plan_keys)
+    stored = hit[1] if hit else {}
+    if stored.get("conditions") and not stored["conditions"].get("contended"):
+        out.update(_medians((stored.get("e2e") or {}).get("measured")))
+    return out
+
+
+def quiet_estimated(space: SearchSpace, first: FirstLevel) -> dict:
+    """Labels -> first-level estimates whose prices were measured quietly (module doc)."""
+    view, cache = space.view, space.cache
+    out = {}
+    for c, e in first.dp.estimates.items():
+        if not (e.valid and c.rule and "whole-model" in c.rule.split("+")):
+            continue
+        ident = backend_identity(space.backends[c.backend])
+        key = Subgraph(view, c.ops).key
+        if cache.get_in_context(key, ident) is not None or cache.get(key, ident) is not None:
+            out[f"single:{c.backend}"] = e.seconds * 1e3
+    if not first.cyclic and not (first.report.estimator or {}).get("contended_prices"):
+        out["collage"] = first.dp.estimated_s * 1e3
+    return out
+
+
+def fall_back(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, kept: SecondLevel,
+              say) -> SecondLevel:
+    """`kept`, or the configuration `decide` keeps instead (built from the end-to-end check's
+    partitions where it can); the record goes into the report's `fallback`, said in one line."""
+    report = first.report
+    cond = search_conditions(first.phases, report.estimator)
+    if not cond.get("contended") or not acting():
+        return kept
+    rec = decide(kept.label, cond, quiet_measured(space, first), quiet_estimated(space, first),
+                 same=report.e2e_same)
+    report.fallback = rec
+    if rec["instead_of"] is None:
+        say(f"kept {kept.label}: {rec['why']}")
+        return kept
+    target = rec["kept"]
+    say(f"kept {target} instead of {kept.label}: {rec['why']}")
+    name = target.split(":", 1)[1]
+    plan = order_plan(space.view, Plan(target, [PartitionSpec(
+        name, list(space.view.op_nodes), why=f"{target} (fallback: {rec['why']})")]))
+    art = build_artifact(space.view, plan, space.every, blobs=e2e.blobs)
+    report.level = f"contention fallback ({target})"
+    return SecondLevel(target, plan, art)

@@ -1,0 +1,155 @@
+"""A kept plan decided under contention falls back unless quiet prices confirm it (issue 35,
+partition/fallback.py): the rule as a pure function fed chosen windows and prices, and one
+search on bundled:transformer beside a real CPU hog whose artifact must follow the rule."""
+
+import pytest
+
+from provmap.partition import fallback
+from provmap.partition.measure import hygiene
+from provmap.partition.measure.contention import judge, snapshot
+
+from cpu_hog import cpu_hog
+
+
+def _conditions(contended: bool) -> dict:
+    """search_conditions' record of an end-to-end check with chosen counters."""
+    e2e = judge(2, 2.4 if contended else 0.1, 0.97 if contended else 0.02, 0.0)
+    return hygiene.search_conditions({"e2e": {**e2e.to_dict(), "retried": contended}})
+
+
+QUIET, BUSY = _conditions(False), _conditions(True)
+EST = {"single:onnxruntime": 1.20, "single:openvino": 0.90, "collage": 1.00}
+
+
+def test_a_quiet_decision_changes_nothing():
+    assert fallback.decide("single:openvino[threads=1]", QUIET, {}, EST) is None
+
+
+def test_contention_that_is_not_acted_on_changes_nothing():
+    assert fallback.decide("single:openvino[threads=1]", BUSY, {}, EST, act=False) is None
+
+
+def test_a_contended_winner_the_quiet_estimates_refute_falls_back_to_the_library_default():
+    rec = fallback.decide("single:onnxruntime[threads=1]", BUSY, {}, EST)
+    assert rec["kept"] == "single:openvino" and rec["instead_of"] == "single:onnxruntime[threads=1]"
+    assert rec["why"].startswith("decision taken under contention (load 2.4/2")
+    assert "not confirmed by quiet prices" in rec["why"]
+    assert "library default of the backend the quiet prices favour" in rec["why"]
+    assert rec["quiet"] == {"source": "first-level prices measured quietly", "measured": {},
+                            "estimated": EST, "winner": "single:openvino"}
+
+
+def test_a_contended_winner_the_quiet_prices_confirm_stays():
+    rec = fallback.decide("single:openvino", BUSY, {}, EST)
+    assert rec["kept"] == "single:openvino" and rec["instead_of"] is None
+    assert "confirmed by quiet prices" in rec["why"] and "not confirmed" not in rec["why"]
+
+
+def test_a_winner_identical_to_the_quiet_winner_under_another_label_stays():
+    est = {"single:openvino": 0.90, "collage": 0.90 - 1e-9}
+    rec = fallback.decide("single:openvino", BUSY, {}, est, same={"single:openvino": "collage"})
+    assert rec["instead_of"] is None
+
+
+def test_quiet_end_to_end_medians_outrank_estimates_and_pick_the_best_single_configuration():
+    measured = {"collage": 1.5, "single:openvino[threads=1]": 1.1, "single:openvino": 1.3}
+    rec = fallback.decide("refined", BUSY, measured, EST)
+    assert rec["kept"] == "single:openvino[threads=1]" and rec["instead_of"] == "refined"
+    assert rec["quiet"]["source"] == "measured end to end quietly"
+    assert "best single configuration measured quietly" in rec["why"]
+
+
+def test_a_mixed_quiet_winner_still_gives_a_single_configuration():
+    rec = fallback.decide("single:onnxruntime", BUSY, {}, {**EST, "collage": 0.5})
+    assert rec["quiet"]["winner"] == "collage" and rec["kept"] == "single:openvino"
+
+
+def test_without_quiet_prices_the_winner_stays_and_says_so():
+    rec = fallback.decide("single:openvino[threads=1]", BUSY, {}, {})
+    assert rec["instead_of"] is None and "no quiet price is known" in rec["why"]
+    assert rec["quiet"]["winner"] is None
+
+
+def test_when_the_best_quiet_single_is_the_winner_it_stays():
+    rec = fallback.decide("single:openvino", BUSY, {}, {**EST, "collage": 0.5})
+    assert rec["instead_of"] is None and "is single:openvino itself" in rec["why"]
+
+
+# -- one search beside a real CPU hog --------------------------------------------------------
+
+def _opts(cache, research=False):
+    from provmap.partition.collage import CollageOptions
+
+    return CollageOptions(max_depth=2, max_size=2, cache_path=str(cache), e2e_repeats=3,
+                          refine_budget_s=0.0, schedules=False, reuse_plan=not research)
+
+
+@pytest.mark.skipif(not snapshot().known, reason="needs Linux /proc")
+def test_a_search_beside_a_cpu_hog_is_quiet_or_follows_the_fallback_rule(
+        tmp_path, monkeypatch):
+    """Whatever the machine did (other jobs share it), the report either says the decision was
+    quiet, or carries the rule's verdict on the evidence it recorded, and the artifact is the
+    configuration the verdict names.  A first search without the hog, under the suite's
+    PROVMAP_CONTENTION=ignore, stores its prices as a quiet machine's would be stored (other
+    jobs share this host), so the second has quiet prices to judge its decision by."""
+    from provmap.partition.compile import compile_model, load_view
+
+    view = load_view("bundled:transformer")
+    cache = tmp_path / "costs.sqlite"
+    strategy = "collage:onnxruntime,openvino"
+    compile_model(view, strategy, collage_options=_opts(cache))
+    monkeypatch.setenv("PROVMAP_CONTENTION", "act")  # conftest turns the actions off
+    monkeypatch.setattr(hygiene, "PAUSE_S", 1.0)     # the hog outlasts any pause
+    said = []
+    with cpu_hog(600.0):
+        art = compile_model(view, strategy, collage_options=_opts(cache, research=True),
+                            progress=said.append)
+    rep = art.manifest["plan_info"]["collage"]
+    cond = rep["conditions"]
+    if not cond["contended"]:
+        assert "fallback" not in rep
+        return
+    rec = rep["fallback"]
+    print("fallback:", rec)
+    # both whole-model prices of the first search are in the cache: quiet evidence exists
+    assert {"single:onnxruntime", "single:openvino"} <= set(rec["quiet"]["estimated"])
+    winner = rec["instead_of"] or rec["kept"]
+    again = fallback.decide(winner, cond, rec["quiet"]["measured"], rec["quiet"]["estimated"],
+                            same=rep.get("e2e_same"))
+    assert again == rec
+    kept = art.manifest["strategy"]
+    assert kept == ("collage" if rec["kept"] == "collage" else f"collage->{rec['kept']}")
+    assert sum(1 for m in said if f"kept {rec['kept']}" in m and rec["why"] in m) == 1
+    if rec["instead_of"]:
+        assert rep["level"] == f"contention fallback ({rec['kept']})"
+        assert {p["backend"] for p in art.manifest["partitions"]} == {rec["kept"].split(":", 1)[1]}
+
+
+def test_quiet_end_to_end_evidence_is_this_search_s_quiet_check_else_a_quiet_stored_plan_s():
+    """Where quiet_measured looks (plain records, a real cost cache: no backend involved)."""
+    from types import SimpleNamespace
+
+    from provmap.partition.collage_report import CollageReport
+    from provmap.partition.measure.cache import CostCache
+
+    def med(**kw):
+        return {k.replace("_", ":", 1): {"median_ms": v} for k, v in kw.items()}
+
+    cache = CostCache(":memory:")
+    space = SimpleNamespace(cache=cache, plan_keys=("model", "search"))
+
+    def first(e2e_contended: bool):
+        rep = CollageReport(e2e={"measured": med(collage=2.0, single_openvino=1.5)})
+        return SimpleNamespace(report=rep, phases={"e2e": {"contended": e2e_contended}})
+
+    assert fallback.quiet_measured(space, first(False)) == {"collage": 2.0,
+                                                            "single:openvino": 1.5}
+    assert fallback.quiet_measured(space, first(True)) == {}  # nothing stored yet
+    cache.put_plan("model", "search", {"strategy": "collage", "partitions": []},
+                   {"conditions": {"contended": True}, "e2e": {"measured": med(collage=1.0)}})
+    assert fallback.quiet_measured(space, first(True)) == {}  # a contended stored plan
+    cache.put_plan("model", "search", {"strategy": "collage", "partitions": []},
+                   {"conditions": {"contended": False},
+                    "e2e": {"measured": med(collage=1.0, single_onnxruntime=1.2)}})
+    assert fallback.quiet_measured(space, first(True)) == {"collage": 1.0,
+                                                           "single:onnxruntime": 1.2}
