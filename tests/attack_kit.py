@@ -48,6 +48,18 @@ def relu_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def relu_artifact(directory) -> Path:
+    """The Relu model compiled by the CLI under single:onnxruntime: the honest artifact the
+    fuzzers and the malformed-input tests start from (no native code, so no trust needed)."""
+    from provmap.cli.main import main
+
+    d = Path(directory)
+    onnx.save(relu_model(), d / "relu.onnx")
+    assert main(["compile", str(d / "relu.onnx"), "-o", str(d / "relu.provmap"), "--strategy",
+                 "single:onnxruntime"]) == 0
+    return d / "relu.provmap"
+
+
 def external(name: str, location: str, length: int = 16) -> TensorProto:
     """A float tensor of `length` bytes whose data lives in the file `location`."""
     t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[length // 4])

@@ -12,9 +12,8 @@ import json
 import os
 import random
 
-import onnx
 import pytest
-from attack_kit import members, relu_model, repack
+from attack_kit import members, relu_artifact, repack
 
 from provmap.cli.main import main
 
@@ -80,11 +79,7 @@ def _mutate(rng: random.Random, doc):
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fuzz")
-    onnx.save(relu_model(), d / "relu.onnx")
-    assert main(["compile", str(d / "relu.onnx"), "-o", str(d / "relu.provmap"), "--strategy",
-                 "single:onnxruntime"]) == 0
-    return members(d / "relu.provmap")
+    return members(relu_artifact(tmp_path_factory.mktemp("fuzz")))
 
 
 def test_mutated_documents_give_only_one_line_refusals_or_correct_runs(capsys, base, tmp_path):

@@ -14,7 +14,7 @@ import zipfile
 import numpy as np
 import onnx
 import pytest
-from attack_kit import members, relu_model, repack
+from attack_kit import members, relu_artifact, relu_model, repack
 
 from provmap.cli.main import main
 
@@ -35,11 +35,7 @@ def refused(capsys, argv, *words) -> str:
 
 @pytest.fixture(scope="module")
 def art(tmp_path_factory):
-    d = tmp_path_factory.mktemp("malformed")
-    onnx.save(relu_model(), d / "relu.onnx")
-    assert main(["compile", str(d / "relu.onnx"), "-o", str(d / "relu.provmap"), "--strategy",
-                 "single:onnxruntime"]) == 0
-    return d / "relu.provmap"
+    return relu_artifact(tmp_path_factory.mktemp("malformed"))
 
 
 @pytest.fixture(scope="module")

@@ -54,14 +54,19 @@ def test_runs_refusals_and_wrong_numbers_are_counted_apart():
     assert "| openvino | 3 | 1 | 1 | 0 | 5 |" in md and "## Wrong on openvino" in md
 
 
+def _corpus_on_onnxruntime(folder: str, cases: str, out) -> dict:
+    """The corpus step's command line on one folder's matching cases, ONNX Runtime only, one
+    job: its JSON result (the command must succeed)."""
+    r = subprocess.run([sys.executable, "-m", "provmap.bench.corpus", "--folders", folder,
+                        "--cases", cases, "--backends", "onnxruntime", "--jobs", "1",
+                        "-o", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
 def test_the_command_line(tmp_path):
     out = tmp_path / "c.json"
-    r = subprocess.run([sys.executable, "-m", "provmap.bench.corpus", "--folders", "simple",
-                        "--cases", "expand_shape_model1$", "--backends", "onnxruntime",
-                        "--jobs", "1", "-o", str(out)], capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    res = json.loads(out.read_text())
+    res = _corpus_on_onnxruntime("simple", "expand_shape_model1$", out)
     assert res["table"]["onnxruntime"]["runs"] == 1 and res["meta"]["cases"] == 1
     assert "| onnxruntime | 1 | 0 | 0 | 0 | 1 |" in out.with_suffix(".md").read_text()
     r = subprocess.run([sys.executable, "-m", "provmap.bench.corpus", "--backends", "tpu"],
@@ -103,12 +108,7 @@ def test_cases_of_random_operators_leave_the_sample_counted(tmp_path):
     assert corpus.excluded_note(1) == "excluded: 1 case of random operators"
 
     out = tmp_path / "c.json"
-    r = subprocess.run([sys.executable, "-m", "provmap.bench.corpus", "--folders", "node",
-                        "--cases", "test_bernoulli|test_relu$", "--backends", "onnxruntime",
-                        "--jobs", "1", "-o", str(out)], capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    res = json.loads(out.read_text())
+    res = _corpus_on_onnxruntime("node", "test_bernoulli|test_relu$", out)
     assert res["meta"]["cases"] == 1 and list(res["results"]) == ["node/test_relu"]
     assert res["meta"]["excluded"] == "excluded: 6 cases of random operators", res["meta"]
     assert res["table"]["onnxruntime"]["wrong"] == 0
