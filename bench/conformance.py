@@ -32,6 +32,8 @@ import numpy as np
 
 from provmap.provenance.util.errors import first_line
 
+from .conformance_exceptions import EXCEPTIONS, exception_for  # noqa: F401  (re-exported)
+
 PLAIN = ["ort", "openvino", "tvm"]
 # provmap pipeline -> the plain library it must not fall behind.
 PROVMAP = {"provmap-ort": "ort", "provmap-openvino": "openvino", "provmap-tvm": "tvm",
@@ -40,56 +42,6 @@ PIPELINES = PLAIN + list(PROVMAP)
 STATUSES = ["pass", "fail", "error", "crash", "timeout"]
 MAX_IR = 10  # ONNX Runtime (1.32) refuses IR 11+, which onnx 1.23 writes.
 THREADS = 1
-
-# Where provmap may fall behind its plain library: case-name regex (re.fullmatch) -> "pipelines:
-# reason" ("*" = every provmap pipeline).  Only deliberate refusals belong here: they excuse a
-# clean ProvmapError ("error"), never a crash or wrong numbers.  tests/test_conformance.py checks
-# that each regex matches exactly the cases of the kind its reason names.
-EXCEPTIONS: dict[str, str] = {
-    # Every case whose graph inputs or outputs are sequences or optionals.
-    r"test_(identity_opt|identity_sequence|if_opt|if_seq|loop13_seq|loop16_seq_none|sequence_\w+"
-    r"|split_to_sequence_\w+|optional_get_element_(optional_\w+|sequence)"
-    r"|optional_has_element_(empty_optional|optional|tensor)_input)":
-        "*: sequence/optional graph inputs or outputs: provmap partitions tensors only",
-    # Every case with float64 graph inputs or outputs.
-    r"test_(cumsum|cumprod)_(?!\w*int32)\w+|test_einsum_(?!\w*bfloat16)\w+"
-    r"|test_reduce_log_sum_exp_(?!empty_set)\w+|test_bernoulli(_double)?(_expanded)?"
-    r"|test_(max|min)_float64|test_mod_\w*float64\w*|test_\w*(DOUBLE|double)\w*"
-    r"|test_eyelike_with_dtype|test_bitcast_\w*float64\w*|test_ai_onnx_ml_tree_ensemble_single_tree":
-        "provmap-openvino: float64: OpenVINO CPU has no f64 kernels and would compute in f32; "
-        "provmap refuses the node rather than silently lose precision (plain OpenVINO runs it "
-        "in f32, within rtol 1e-3 on these small cases)",
-    # Every case with an If, Loop or Scan node in its main graph.
-    r"test_(if|if_opt|if_seq|loop11|loop13_seq|loop16_seq_none|scan9?_\w+|affine_grid_\w+_expanded"
-    r"|linear_attention_\w+_expanded|range_\w+_delta_expanded|sequence_map_\w+_expanded)":
-        "provmap-tvm,provmap-map: control flow: If/Loop/Scan are not supported by provmap's "
-        "Relax import (its nodes become opaque, which only ORT and OpenVINO partitions run)",
-    # Wrong numbers a library computes, refused by provmap with the reason (issue 32's corpus
-    # step; runtime_module/backends/ov_refusals.py, provenance/converters.wrong_lowering).
-    r"test_top_k(_negative_axis|_same_values|_same_values_2d|_same_values_largest|_smallest"
-    r"|_uint64)?":
-        "provmap-openvino: TopK ties: OpenVINO orders equal values otherwise than ONNX's lower "
-        "index first, so a TopK whose indices are read is refused (plain OpenVINO: "
-        "test_top_k_same_values_2d wrong)",
-    r"test_spacetodepth_crd_mode_example":
-        "provmap-openvino,provmap-tvm,provmap-map: SpaceToDepth CRD: both order channels as DCR "
-        "whatever the mode",
-    r"test_resize_(down|up)sample_scales_cubic_A_n0p5_exclude_outside":
-        "provmap-openvino: cubic exclude_outside: OpenVINO's cubic Resize ignores "
-        "exclude_outside=1",
-    r"test_isinf_(positive|negative)":
-        "provmap-tvm,provmap-map: IsInf detect flags: TVM's IsInf ignores detect_positive and "
-        "detect_negative",
-}
-
-
-def exception_for(case: str, pipeline: str) -> str | None:
-    for pat, reason in EXCEPTIONS.items():
-        scope, _, why = reason.partition(": ")
-        if re.fullmatch(pat, case) and (scope == "*" or pipeline in scope.split(",")):
-            return why
-    return None
-
 
 # ---- cases ------------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
