@@ -98,3 +98,31 @@ def test_an_unknown_backend_in_a_manifest_is_named_as_such(tmp_path):
                                  "-o", tmp_path / "o.npz", *extra),
                          "partition p0: unknown backend 'nosuch'", "available: tvm")
         assert "native code" not in line
+
+
+def test_an_output_that_is_the_commands_own_input_is_refused_before_any_work(tmp_path):
+    """A new user's `run A -o A` turned the artifact into an .npz, exit 0; `compile m.onnx -o
+    m.onnx` replaced the model with the artifact.  Now refused, naming the option, and the
+    input is left as it was; two outputs of one command on one path likewise."""
+    import onnx
+
+    from provmap.provenance.bundled import zoo
+
+    art = tmp_path / "sq.provmap"
+    assert _compile(art).returncode == 0
+    before = art.read_bytes()
+    one_error(provmap("run", art, "-o", art), "-o/--output", "this command's artifact")
+    one_error(provmap("run", art, "--random", "--save-inputs", art), "--save-inputs",
+              "this command's artifact")
+    one_error(provmap("inspect", art, "--sqlite", art), "--sqlite", "this command's artifact")
+    assert art.read_bytes() == before
+    model = tmp_path / "m.onnx"
+    onnx.save(zoo.resolve("bundled:squeezenet")[0], model)
+    m_before = model.read_bytes()
+    one_error(provmap("compile", model, "-o", model, "--strategy", "single:onnxruntime"),
+              "-o/--output", "this command's model")
+    assert model.read_bytes() == m_before
+    out = tmp_path / "out.npz"
+    one_error(provmap("run", art, "--random", "-o", out, "--save-inputs", out),
+              "--save-inputs", "-o/--output", "name the same file")
+    assert not out.exists()

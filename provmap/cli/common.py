@@ -214,11 +214,43 @@ _OUTPUTS = {"output": False, "trace": False, "save_inputs": False, "sqlite": Fal
 _DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
 
 
+#: What a command reads, by the argument that names it: an output may never be one of them.
+_INPUTS = {"artifact": "artifact", "model": "model", "inputs": "--inputs file",
+           "profile": "--profile file"}
+
+
+def _flag(name: str) -> str:
+    return "-o/--output" if name == "output" else "--" + name.replace("_", "-")
+
+
+def _check_no_clobbered_input(args) -> None:
+    """An output that is the command's own input, or another output of the same command, would
+    destroy what the command reads or writes (a new user's `run A -o A` turned the artifact into
+    an .npz, exit 0): refused before any work, naming both."""
+    outs = [(n, getattr(args, n, None)) for n in _OUTPUTS]
+    outs = [(n, v) for n, v in outs if isinstance(v, str) and v]
+    ins = [(n, getattr(args, n, None)) for n in _INPUTS]
+    ins = [(n, v) for n, v in ins if isinstance(v, str) and v and os.path.isfile(v)]
+    for name, value in outs:
+        for iname, ivalue in ins:
+            if os.path.exists(value) and os.path.samefile(value, ivalue):
+                raise ProvmapError(f"{_flag(name)} {value} is this command's {_INPUTS[iname]}: "
+                                   "it would be replaced; write the output elsewhere")
+    seen: dict[str, str] = {}
+    for name, value in outs:
+        key = os.path.realpath(value)
+        if key in seen:
+            raise ProvmapError(f"{_flag(name)} and {_flag(seen[key])} name the same file "
+                               f"{value}: one would replace the other; give each its own path")
+        seen[key] = name
+
+
 def _check_outputs(args) -> None:
     """Every output is checked for writability before any work (a read-only directory used to
     end a long compile in a traceback)."""
     from provmap.provenance.util.atomic import check_writable
 
+    _check_no_clobbered_input(args)
     for name, is_dir in _OUTPUTS.items():
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
