@@ -88,7 +88,8 @@ def _profile(art, inputs, repeats: int, say) -> dict:
 
 
 def oracle_from(per: dict) -> tuple[float | None, dict, dict]:
-    """(oracle ms, node -> fastest backend, backend -> attributed share where below
+    """(the raw, uncalibrated per-node sum, kept as `oracle_sum_ms` for comparison with the
+    calibrated bound; node -> fastest backend; backend -> attributed share where below
     `MIN_ATTRIBUTED`) from each backend's profile of the whole model
     ({backend: {"nodes": {id: ms}, "partitions_ms": ms}}); every backend takes part, and a node
     missing from a backend's profile costs that backend nothing.  None when no backend
