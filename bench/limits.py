@@ -5,7 +5,9 @@
   processes' CPU, and is marked noisy when the window was contended or the row's own samples
   spread more than `SPREAD_MAX` ((p90 - min) / median).  A noisy row's ratio is not a result.
 * Limit: the per-node oracle (`provmap.workbench.headroom`) over the searched backends and their
-  variants, a bound never above a measured single configuration, and the share of the headroom
+  variants, each backend's node times calibrated to add up to its profiled whole (so the oracle
+  is at most every profiled single by construction), a bound never above a measured single
+  configuration, its per-node calibrated times saved to recompute it, and the share of the headroom
   the kept plan captured, (best single - kept) / (best single - bound), all from the same
   profiling runs (the kept plan is profiled beside the singles): one source, where mixing the
   profile's oracle with this run's medians had claimed 64% on the transformer block for 22%
@@ -70,7 +72,8 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10,
     if kept is not None:
         kept.update(oracle_ms=h["oracle_ms"], headroom_captured=h["captured"])
     return {"model": rows[0]["model"] if rows else view.imported.label,
-            "oracle_ms": h["oracle_ms"], "oracle_sum_ms": h["oracle_sum_ms"],
+            "oracle_ms": h["oracle_ms"], "calibrated_ms": h["calibrated_ms"],
+            "oracle_sum_ms": h["oracle_sum_ms"],
             "bound_by": h["bound_by"], "headroom_share": h["headroom_share"],
             "best_single": h["best_single"], "best_single_ms": h["best_single_ms"],
             "kept": kept["kept"] if kept else None,
@@ -78,6 +81,9 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10,
             "noisy": bool((kept or {}).get("noisy") or h["conditions"].get("contended")),
             "profiled": {b: p["e2e_ms"] for b, p in h["per_backend"].items()},
             "attributed": {b: p["attributed_share"] for b, p in h["per_backend"].items()},
+            # enough to recompute the bound offline (workbench.headroom.calibrated_oracle)
+            "scales": {b: p["scale"] for b, p in h["per_backend"].items()},
+            "calibrated_nodes": {b: p["calibrated_nodes"] for b, p in h["per_backend"].items()},
             "nodes_fastest_on": h["nodes_fastest_on"], "failed": h["failed"],
             "unattributed": h.get("unattributed", {}),
             "conditions": h["conditions"]}

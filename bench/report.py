@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from provmap.provenance.util.atomic import write_atomic, write_bytes_atomic
+from provmap.workbench.headroom import verdict
 
 
 def _f(x, fmt="{:.2f}", none="-"):
@@ -82,7 +83,7 @@ def gains_table(res: dict) -> list[str]:
             (f"{g['kept']} [{', '.join(g.get('kept_backends') or [])}] "
              f"{_ms(g.get('kept_median_ms'))}" if g.get("kept") else "- (no collage row)"),
             _pair(g, "variant_gain"), f"**{_pair(g, 'partitioning_gain')}**", pred, bound,
-            load])
+            verdict(g.get("limit_headroom")) if g.get("limit_ms") is not None else "-", load])
     return _table(
         "Gains, all from one interleaved latency run per model (ms are medians; gains by "
         "minimum / by median; +10% = 10% less time). best default single = the fastest library "
@@ -91,13 +92,16 @@ def gains_table(res: dict) -> list[str]:
         "option included; variant gain = that configuration against its library's default; "
         "**partitioning gain** = the kept plan against the best single configuration (what "
         "provmap adds over setting one option); predicted / measured = the search's estimate "
-        "of the kept plan and its measured median; bound = the per-node oracle, never above a "
-        "measured single configuration (its headroom over the best single configuration, "
-        "from the profiled runs), 'capped' when this run measured a single configuration "
-        "below the profile's bound and the bound is that configuration's minimum; load = CPUs "
-        "other processes used / CPUs during the latency run.",
+        "of the kept plan and its measured median; bound = the per-node oracle with each "
+        "backend's node times calibrated to add up to its profiled whole (so at most every "
+        "profiled single configuration), never above a measured single configuration (its "
+        "headroom over the best single configuration, from the profiled runs), 'capped' when "
+        "this run measured a single configuration below the profile's bound and the bound is "
+        "that configuration's minimum; verdict = 'no room (<5%)' when that headroom is under 5%, "
+        "else 'room N%'; load = CPUs other processes used / CPUs during the latency run.",
         ["model", "best default single", "best single configuration", "kept plan",
-         "variant gain", "partitioning gain", "predicted / measured ms", "bound ms", "load"],
+         "variant gain", "partitioning gain", "predicted / measured ms", "bound ms", "verdict",
+         "load"],
         rows)
 
 
@@ -148,16 +152,19 @@ def markdown(res: dict) -> str:
     if res.get("headroom"):
         lines += _table(
             "The limit: the per-node oracle (each ONNX node on the fastest of the searched "
-            "backends and variants, as profile attributes time; boundaries and per-call costs "
-            "free), never above a profiled single configuration or the kept plan, and the "
-            "share of the headroom the kept plan captured, (best single - kept) / "
-            "(best single - oracle); best single, kept and oracle all from the same profiled "
-            "runs (not the latency run's medians).",
+            "backends and variants, as profile attributes time, each backend's node times "
+            "scaled to add up to its profiled whole; boundaries free), so at most every "
+            "profiled single configuration, and never above the kept plan; raw = the same sum "
+            "unscaled; headroom = (best single - oracle) / best single, 'no room' under 5%; "
+            "captured = (best single - kept) / (best single - oracle); best single, kept and "
+            "oracle all from the same profiled runs (not the latency run's medians).",
             ["model", "best single", "best single ms", "kept", "kept ms", "oracle ms",
-             "captured", "nodes fastest on"],
+             "raw ms", "headroom", "verdict", "captured", "nodes fastest on"],
             [[h["model"], h.get("best_single") or "-", _f(h.get("best_single_ms"), "{:.3f}"),
               h.get("kept") or "-", _f(h.get("kept_ms"), "{:.3f}"),
               _f(h.get("oracle_ms"), "{:.3f}", "- (no attributable profile)"),
+              _f(h.get("oracle_sum_ms"), "{:.3f}"),
+              _f(h.get("headroom_share"), "{:.1%}"), verdict(h.get("headroom_share")),
               _f(h.get("captured"), "{:.0%}", "- (no headroom)") + (" noisy" if h.get("noisy")
                                                                      else ""),
               ", ".join(f"{b} {n}" for b, n in sorted(h["nodes_fastest_on"].items()))

@@ -43,7 +43,8 @@ from .measure.boundary import calibrate_boundary, calibrate_switches, crossing_s
 from .measure.cache import CacheLocked, CostCache, host_fingerprint
 from .measure.hygiene import Window, measure_clean, search_conditions, store_plan
 from .measure.in_context import feed_back
-from .measure.measured import MeasuredEstimator, tuning_summary
+from .measure.measured import MeasuredEstimator
+from .measure.tuning import tuning_summary
 from .measure.remote import RemotePool
 from .plan_cache import plan_cache_keys, reuse_plan  # noqa: F401  (plan_cache_keys re-exported)
 from .prune import prune

@@ -156,6 +156,12 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
     # a bound: never above a profiled single configuration nor the profiled kept plan
     assert 0 < h["oracle_ms"] <= min(min(h["profiled"].values()), h["kept_ms"])
     assert set(h["attributed"]) == set(h["profiled"])  # no backend left out
+    # saved compactly enough to recompute the calibrated bound offline
+    from provmap.workbench.headroom import calibrated_oracle
+
+    assert set(h["calibrated_nodes"]) == set(h["scales"]) == set(h["profiled"])
+    assert calibrated_oracle(h["calibrated_nodes"])[0] == pytest.approx(h["calibrated_ms"],
+                                                                        abs=1e-3)
     rows = {r["strategy"]: r for r in res["rows"]}
     kept = rows["collage:onnxruntime,openvino"]
     # one source: best single, kept and the bound all from the profiled runs
@@ -168,6 +174,7 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
     assert kept["oracle_ms"] == h["oracle_ms"] and kept["headroom_captured"] == h["captured"]
     md = (out / "results.md").read_text()
     assert "| load |" in md and "The limit: the per-node oracle" in md
+    assert "| verdict |" in md and ("no room (<5%)" in md or "| room " in md)
     assert f"| {h['model']} | {h['best_single']} |" in md
 
 

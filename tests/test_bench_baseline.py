@@ -86,7 +86,7 @@ def test_results_before_the_baseline_are_rebased_and_tabled():
     lines = "\n".join(gains_table(new))
     for col in ("best default single", "best single configuration", "kept plan",
                 "variant gain", "partitioning gain", "predicted / measured ms", "bound ms",
-                "load"):
+                "verdict", "load"):
         assert f" {col} |" in lines
     assert "**+9.1% / +10.0%**" in lines  # partitioning gain by min (5.0 vs 5.5) / by median
     assert "re-derived" in markdown(res)

@@ -36,14 +36,19 @@ def test_explain_headroom_shows_the_oracle_and_the_captured_share(tmp_path):
     assert {"onnxruntime", "openvino"} <= set(h["per_backend"]) and len(h["per_backend"]) >= 2
     best = h["per_backend"][h["best_single"].split(":", 1)[1]]
     assert 0 < h["oracle_ms"] <= best["e2e_ms"] == h["best_single_ms"]
-    assert h["oracle_ms"] <= min(p["nodes_ms"] for p in h["per_backend"].values())
+    # calibrated: at most every backend's profiled whole, whatever its raw node sum
+    assert h["oracle_ms"] <= h["calibrated_ms"] <= min(
+        p["e2e_ms"] for p in h["per_backend"].values())
+    assert h["oracle_sum_ms"] <= min(p["nodes_ms"] for p in h["per_backend"].values()) + 1e-9
     assert h["kept_ms"] > 0
     assert h["captured"] == captured_share(h["best_single_ms"], h["kept_ms"], h["oracle_ms"])
     assert sum(h["nodes_fastest_on"].values()) == h["nodes"] == 2
     text = provmap("explain", art, "--headroom", "--repeats", "5")
     assert text.returncode == 0, text.stderr
     line = next(ln for ln in text.stdout.splitlines() if ln.startswith("limit (per-node oracle"))
-    assert "best single" in line and "headroom" in line
+    assert "best single" in line and "headroom" in line and "raw per-node sum" in line
+    assert "room" in line  # the verdict: 'no room (<5%)' or 'room N%'
+    assert "x calibration scale" in text.stdout
     assert "kept plan" in text.stdout and ("of the headroom" in text.stdout
                                            or "no headroom measured" in text.stdout)
     assert "measuring conditions:" in text.stdout  # the search's record, contended or not
@@ -83,3 +88,44 @@ def test_the_bound_is_never_above_a_measured_single_configuration():
     assert bound == 4.0 and "single:a" in why and "attribution gaps" in why
     bound, why = bound_from(None, {"single:a": 4.0})
     assert bound == 4.0 and "no profile attributes" in why
+
+
+def test_calibrated_shares_make_the_oracle_a_bound():
+    """Each backend's node times scaled to add up to its profiled whole: the oracle is then at
+    most every backend's whole, and a backend whose profile doubles its node times (profiling
+    overhead) is scaled back instead of losing every node."""
+    from provmap.workbench.headroom import calibrate, calibrated_oracle, compact_nodes
+
+    per = {"onnxruntime": {"nodes": {"a": 2.0, "b": 2.0}, "e2e_ms": 5.0},   # 1 ms unattributed
+           "openvino": {"nodes": {"a": 3.0, "b": 1.0}, "e2e_ms": 2.0},      # profiled at 2x
+           "tvm": {"nodes": {}, "e2e_ms": 9.0}}                             # nothing to scale
+    cal = calibrate(per)
+    assert set(cal) == {"onnxruntime", "openvino"}
+    assert cal["onnxruntime"]["scale"] == pytest.approx(1.25)
+    assert cal["openvino"]["scale"] == pytest.approx(0.5)
+    assert cal["openvino"]["nodes"] == pytest.approx({"a": 1.5, "b": 0.5})
+    for c, b in ((c, b) for b, c in cal.items()):  # each adds up to its whole
+        assert sum(c["nodes"].values()) == pytest.approx(per[b]["e2e_ms"])
+    oracle, fastest = calibrated_oracle({b: c["nodes"] for b, c in cal.items()})
+    assert fastest == {"a": "openvino", "b": "openvino"} and oracle == pytest.approx(2.0)
+    # raw, the 2x-profiled backend would lose node a to ORT (2.0 < 3.0) and the sum (2 + 1 = 3)
+    # would sit above its own measured 2.0 ms
+    assert all(oracle <= p["e2e_ms"] for b, p in per.items() if b in cal)
+    per["onnxruntime"]["nodes"] = {"a": 0.5, "b": 4.5}  # a wins on ORT, b on OpenVINO
+    cal = calibrate(per)
+    oracle, fastest = calibrated_oracle({b: c["nodes"] for b, c in cal.items()})
+    assert fastest == {"a": "onnxruntime", "b": "openvino"}
+    assert oracle == pytest.approx(0.5 + 0.5) and oracle <= 2.0  # below both wholes
+    # what results save is enough to recompute it: node id -> ms, 4 decimals, zeros left out
+    saved = {b: compact_nodes(c["nodes"]) for b, c in cal.items()}
+    assert saved["onnxruntime"] == {"a": 0.5, "b": 4.5}
+    assert calibrated_oracle(saved)[0] == pytest.approx(oracle, abs=1e-4)
+    assert compact_nodes({"x": 0.00001, "y": 1.23456}) == {"y": 1.2346}
+    assert calibrated_oracle({}) == (None, {})
+
+
+def test_the_verdict_on_the_headroom():
+    from provmap.workbench.headroom import verdict
+
+    assert verdict(0.049) == "no room (<5%)" and verdict(0.0) == "no room (<5%)"
+    assert verdict(0.12) == "room 12%" and verdict(None) == "-"

@@ -38,3 +38,22 @@ def test_the_switch_is_measured_with_the_options_a_mixed_plan_gives():
     assert quiet.name == "onnxruntime[threads=1]" and quiet.options()["threads"] in ("1", 1)
     ov = get_backend("openvino")
     assert as_in_a_mixed_plan(ov) is ov  # nothing of OpenVINO's spins after a run
+
+
+def test_a_backend_a_mixed_plan_runs_as_it_is_is_built_once(monkeypatch):
+    """OpenVINO keeps its own options in a mixed plan: one convolution serves both sides of its
+    switch; ORT, which a mixed plan runs without spinning, needs its second build."""
+    backends = {"onnxruntime": get_backend("onnxruntime"), "openvino": get_backend("openvino")}
+    builds = []
+    for be in backends.values():
+        cls = type(be)
+        real = cls.build
+
+        def counting(self, sub, *a, _real=real, **kw):
+            builds.append(self.name)
+            return _real(self, sub, *a, **kw)
+
+        monkeypatch.setattr(cls, "build", counting)
+    cal = calibrate_switches(backends, n=3, rounds=1, min_time_s=0.0)
+    assert set(cal["switch_s"]) == {"onnxruntime->openvino", "openvino->onnxruntime"}
+    assert builds.count("openvino") == 1 and builds.count("onnxruntime") == 2

@@ -14,19 +14,30 @@ slower.  The oracle ignores boundary copies, each library's per-call cost (the p
 "outside kernels" time, which no node owns) and what fusion across a boundary loses; a kernel
 that fuses several nodes gives its time to their contractions (workbench/profile.py).
 
-A bound, by these rules (issue 35: ResNet-50's oracle came out above OpenVINO's own time,
-because OpenVINO, attributing 2% of its time, had been left out):
+A bound, by these rules (issue 35: ResNet-50's raw per-node sum came out above OpenVINO's
+measured whole, so the "bound" was only the cap):
 
-* every backend that ran the whole model takes part, whatever share of its time its profile
-  attributes; a node it gives no time (folded away, or in time its profile could not place)
-  costs it nothing, so the oracle is at most each backend's sum of node times, which is at
-  most its measured partition time.  A backend attributing less than `MIN_ATTRIBUTED` of its
-  time is named (`unattributed`): its unplaced time is free in the oracle, a looser bound;
+* calibrated shares.  A backend's profiled node times t_nb do not add up to its profiled whole
+  W_b (`e2e_ms` of the same runs): profiler overhead, the library's per-call time, kernels its
+  profiler did not report or name.  Each backend's node times are scaled by
+  s_b = W_b / sum_n t_nb, which spreads its unattributed time over its nodes in proportion to
+  what they take.  That is the right choice because it is the only per-node split that keeps
+  each backend's whole exactly as measured while keeping the profile's ratios between nodes; it
+  assumes additivity (a node costs the same inside any plan as in the single one) and free
+  boundaries (no copy or per-call cost where backends meet), the oracle's assumptions anyway.
+  A backend attributing less than `MIN_ATTRIBUTED` of its time is named (`unattributed`): most
+  of its calibrated node times are then spread, not measured, a rougher bound;
+* the oracle is sum_n min_b s_b t_nb.  Proof that it is at most every W_b: for any backend c,
+  sum_n min_b s_b t_nb <= sum_n s_c t_nc = s_c sum_n t_nc = W_c.  Every backend that ran the
+  whole model and attributed any time takes part; a node missing from its profile (folded away)
+  costs it nothing, which only lowers the sum.  The raw sum of per-node minimums (uncalibrated)
+  stays as `oracle_sum_ms` for comparison;
 * the bound is the oracle, or the fastest measured single configuration's (or kept plan's)
-  time where that is lower (the rows of a profile need not add up exactly: medians of parts),
-  and it says so (`bound_by`);
+  time where that is lower (the kept plan is not decomposed into node times, and a backend with
+  no node times cannot be calibrated), and it says so (`bound_by`);
 * best single, kept and the bound come from the same profiling runs, so the captured share
-  has one source.
+  has one source.  Each backend's calibrated node times are kept (`calibrated_nodes`) so the
+  bound can be recomputed offline with `calibrated_oracle`.
 """
 
 from __future__ import annotations
@@ -37,6 +48,18 @@ from provmap.partition.measure.contention import Window
 #: backend: the rest of its time (library per-call time, kernels its profiler did not report
 #: or name as the kernel map does) counts as free in the oracle.
 MIN_ATTRIBUTED = 0.9
+
+
+#: Below this share of headroom over the best single configuration there is no room worth a
+#: partitioned plan (issue 35's done-when: "under 5% headroom left").
+NO_ROOM = 0.05
+
+
+def verdict(share: float | None) -> str:
+    """'no room (<5%)' or 'room N%' for a headroom share; '-' when none was measured."""
+    if share is None:
+        return "-"
+    return "no room (<5%)" if share < NO_ROOM else f"room {share:.0%}"
 
 
 def captured_share(best_single_ms: float | None, kept_ms: float | None,
@@ -65,7 +88,8 @@ def _profile(art, inputs, repeats: int, say) -> dict:
 
 
 def oracle_from(per: dict) -> tuple[float | None, dict, dict]:
-    """(oracle ms, node -> fastest backend, backend -> attributed share where below
+    """(the raw, uncalibrated per-node sum, kept as `oracle_sum_ms` for comparison with the
+    calibrated bound; node -> fastest backend; backend -> attributed share where below
     `MIN_ATTRIBUTED`) from each backend's profile of the whole model
     ({backend: {"nodes": {id: ms}, "partitions_ms": ms}}); every backend takes part, and a node
     missing from a backend's profile costs that backend nothing.  None when no backend
@@ -83,6 +107,39 @@ def oracle_from(per: dict) -> tuple[float | None, dict, dict]:
     return oracle, fastest, low
 
 
+def calibrate(per: dict) -> dict:
+    """backend -> {"scale": s_b, "nodes": {id: s_b * t_nb}} from each backend's profile
+    ({backend: {"nodes": {id: ms}, "e2e_ms": W_b}}), s_b = W_b / sum_n t_nb (module doc: the
+    backend's unattributed time spread over its nodes in proportion).  A backend whose profile
+    gives its nodes no time has nothing to scale and is left out."""
+    out = {}
+    for b, p in per.items():
+        total = sum(p["nodes"].values())
+        if total > 0 and p["e2e_ms"] > 0:
+            s = p["e2e_ms"] / total
+            out[b] = {"scale": s, "nodes": {i: ms * s for i, ms in p["nodes"].items()}}
+    return out
+
+
+def calibrated_oracle(nodes: dict) -> tuple[float | None, dict]:
+    """(sum over nodes of the fastest backend's calibrated time, node -> that backend) from
+    {backend: {node id: calibrated ms}}, as `calibrate` gives them or as results saved them
+    (`calibrated_nodes`); a node missing from a backend costs it nothing.  None without nodes.
+    At most each backend's own calibrated sum, its measured whole (module doc)."""
+    ids = sorted({i for ns in nodes.values() for i in ns})
+    if not ids:
+        return None, {}
+    fastest = {i: min(nodes, key=lambda b: nodes[b].get(i, 0.0)) for i in ids}
+    oracle = sum(nodes[fastest[i]].get(i, 0.0) for i in ids)
+    # equal to a backend's whole only up to float rounding; never above it
+    return min(oracle, *(sum(ns.values()) for ns in nodes.values())), fastest
+
+
+def compact_nodes(nodes: dict) -> dict:
+    """{node id: ms rounded to 4 decimals}, nodes at zero left out (missing costs nothing)."""
+    return {i: round(ms, 4) for i, ms in sorted(nodes.items()) if round(ms, 4) > 0}
+
+
 def bound_from(oracle: float | None, singles_ms: dict) -> tuple[float | None, str | None]:
     """(the bound, why it is not the oracle or None): the oracle, never above the fastest
     measured plan (`singles_ms`: each single configuration, and the kept plan if measured ->
@@ -94,9 +151,10 @@ def bound_from(oracle: float | None, singles_ms: dict) -> tuple[float | None, st
         return singles_ms[best], (f"no profile attributes time to ONNX nodes: the bound is "
                                   f"{best}'s measured time")
     if oracle > singles_ms[best]:
-        return singles_ms[best], (f"the per-node sum {oracle:.3f} ms is above {best}'s measured "
-                                  f"{singles_ms[best]:.3f} ms (attribution gaps: profiled "
-                                  f"parts need not add up to a measured whole): the bound is "
+        return singles_ms[best], (f"the calibrated per-node sum {oracle:.3f} ms is above "
+                                  f"{best}'s measured {singles_ms[best]:.3f} ms (attribution "
+                                  f"gaps: a plan no calibrated node times describe, or nodes "
+                                  f"that cost less together than apart): the bound is "
                                   f"{best}'s time")
     return oracle, None
 
@@ -125,7 +183,9 @@ def node_oracle(view, backends: dict, kept=None, inputs=None, repeats: int = 10,
     if not per:
         raise ValueError("headroom: no backend ran the whole model: "
                          + "; ".join(f"{k}: {v}" for k, v in failed.items()))
-    oracle, fastest, low = oracle_from(per)
+    raw, _fastest_raw, low = oracle_from(per)
+    cal = calibrate(per)
+    oracle, fastest = calibrated_oracle({b: c["nodes"] for b, c in cal.items()})
     best = min(per, key=lambda b: per[b]["e2e_ms"])
     measured = {f"single:{b}": p["e2e_ms"] for b, p in per.items()}
     kept_ms = None
@@ -139,19 +199,24 @@ def node_oracle(view, backends: dict, kept=None, inputs=None, repeats: int = 10,
     for i, b in fastest.items():
         # a node some backend runs at no cost (folded away, or an epilogue fused into a
         # contraction) is fastest nowhere in particular
-        b = b if per[b]["nodes"].get(i, 0.0) > 0 else "free"
+        b = b if cal[b]["nodes"].get(i, 0.0) > 0 else "free"
         wins[b] = wins.get(b, 0) + 1
-    return {"oracle_ms": bound, "oracle_sum_ms": oracle, "bound_by": bound_by,
+    return {"oracle_ms": bound, "calibrated_ms": oracle, "oracle_sum_ms": raw,
+            "bound_by": bound_by,
             "best_single": f"single:{best}", "best_single_ms": best_ms,
             "kept_ms": kept_ms, "headroom_ms": best_ms - bound,
             "headroom_share": (best_ms - bound) / best_ms if best_ms > 0 else None,
             "unattributed": {b: f"{sh:.0%} of its time attributed to ONNX nodes; the rest "
-                                f"counts as free (a looser bound)" for b, sh in low.items()},
+                                f"is spread over them in proportion (a rougher bound)"
+                             for b, sh in low.items()},
             "captured": captured_share(best_ms, kept_ms, bound),
             "per_backend": {b: {"e2e_ms": p["e2e_ms"], "nodes_ms": sum(p["nodes"].values()),
                                 "attributed_share": (sum(p["nodes"].values()) / p["partitions_ms"]
                                                      if p["partitions_ms"] > 0 else None),
-                                "kernel_times": p["kernel_times"]} for b, p in per.items()},
+                                "kernel_times": p["kernel_times"],
+                                "scale": cal[b]["scale"] if b in cal else None,
+                                "calibrated_nodes": compact_nodes(cal[b]["nodes"]) if b in cal
+                                else {}} for b, p in per.items()},
             "nodes_fastest_on": wins, "failed": failed, "nodes": len(fastest),
             "conditions": win.stop().to_dict()}
 
@@ -163,22 +228,28 @@ def format_headroom(h: dict) -> list[str]:
         lines = [f"limit: not measured (no backend's profile attributes its time to ONNX nodes);"
                  f" best single {h['best_single']} {h['best_single_ms']:.3f} ms"]
     else:
-        lines = [f"limit (per-node oracle: each ONNX node on its fastest backend, boundaries "
-                 f"free): {h['oracle_ms']:.3f} ms; best single {h['best_single']} "
-                 f"{h['best_single_ms']:.3f} ms; headroom {h['headroom_ms']:.3f} ms"]
+        lines = [f"limit (per-node oracle: each ONNX node on its fastest backend, node times "
+                 f"calibrated to each backend's whole, boundaries free): {h['oracle_ms']:.3f} ms"
+                 + (f" (raw per-node sum {h['oracle_sum_ms']:.3f})"
+                    if h.get("oracle_sum_ms") is not None else "")
+                 + f"; best single {h['best_single']} {h['best_single_ms']:.3f} ms; headroom "
+                 f"{h['headroom_ms']:.3f} ms" + (f" ({verdict(h.get('headroom_share'))})"
+                                                 if h.get("headroom_share") is not None else "")]
     if h.get("bound_by"):
         lines.append(f"  bound: {h['bound_by']}")
     if h.get("kept_ms") is not None:
         lines.append(f"  kept plan {h['kept_ms']:.3f} ms: captured "
                      + (f"{share:.0%} of the headroom" if share is not None
                         else "- (no headroom measured)"))
-    lines.append("  per backend (end to end / sum of its node times, ms): " + ", ".join(
+    per = ", ".join(
         f"{b} {p['e2e_ms']:.3f} / {p['nodes_ms']:.3f}"
+        + (f" x{p['scale']:.2f}" if p.get("scale") is not None else "")
         + (f" ({p['attributed_share']:.0%} attributed)"
            if p.get("attributed_share") is not None else "")
         for b, p in h["per_backend"].items())
-        + "; nodes fastest on: " + ", ".join(f"{b} {n}" for b, n in
-                                             sorted(h["nodes_fastest_on"].items())))
+    lines.append("  per backend (end to end / sum of its node times, ms; x calibration scale): "
+                 + per + "; nodes fastest on: "
+                 + ", ".join(f"{b} {n}" for b, n in sorted(h["nodes_fastest_on"].items())))
     for b, why in (h.get("failed") or {}).items():
         lines.append(f"  {b}: could not run the whole model ({why})")
     for b, why in (h.get("unattributed") or {}).items():

@@ -90,7 +90,8 @@ def calibrate_switches(backends: Mapping[str, Backend], n: int = 10, rounds: int
     elsewhere hits both sides of one difference rather than one side of the result.
     Clamped at 0: a switch that measures cheaper than back-to-back calls is noise here, and a
     shortest path must not see negative edges.  `raw_s` keeps the unclamped medians, for the
-    report.  Runs in this process; each backend builds one small convolution twice."""
+    report.  Runs in this process; each backend builds one small convolution, twice when a mixed
+    plan gives it other options than its own (ORT's spinning)."""
     from provmap.runtime_module.spinning import as_in_a_mixed_plan
 
     from ..model_source import load_view
@@ -104,10 +105,19 @@ def calibrate_switches(backends: Mapping[str, Backend], n: int = 10, rounds: int
     alone, mixed, opened = {}, {}, []
     try:
         for name in names:
-            for table, be in ((alone, backends[name]), (mixed, as_in_a_mixed_plan(backends[name]))):
-                r = be.load(be.build(sub))
-                opened.append(r)
-                table[name] = (r, [x for _ in r.input_names])
+            own, in_mix = backends[name], as_in_a_mixed_plan(backends[name])
+            r = own.load(own.build(sub))
+            opened.append(r)
+            alone[name] = (r, [x for _ in r.input_names])
+            if in_mix is own or (in_mix.name == own.name
+                                 and in_mix.options() == own.options()):
+                # a mixed plan runs it as it is (OpenVINO: nothing spins): one runner serves
+                # both sides, and a second build would only cost compile time
+                mixed[name] = alone[name]
+                continue
+            r = in_mix.load(in_mix.build(sub))
+            opened.append(r)
+            mixed[name] = (r, [x for _ in r.input_names])
         raw, alone_t = {}, {b: [] for b in names}
         for a in names:
             for b in names:

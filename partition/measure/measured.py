@@ -62,7 +62,6 @@ from ..candidate import Candidate, Estimate
 from .cost import CostEstimator
 from .hygiene import measure_candidate, retry_helps
 from .tuning import TuningTally, backends_tune
-from .tuning import tuning_summary  # noqa: F401  (partition.collage imports it from here)
 from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
 from provmap.runtime_module.subgraph import Subgraph
 

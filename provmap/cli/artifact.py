@@ -76,7 +76,7 @@ def cmd_compile(args) -> int:
             print(f"  tvm tuning of the artifact's partitions: {t['tasks']} task(s), from the "
                   f"database {t['reused']}, tuned now {t['tuned']}, untuned {t['untuned']}")
         if search is not None:
-            from provmap.partition.measure.measured import tuning_summary
+            from provmap.partition.measure.tuning import tuning_summary
             from provmap.workbench.explain import level_words
 
             if search.get("plan_cache"):
