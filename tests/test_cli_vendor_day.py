@@ -95,3 +95,27 @@ def test_the_replaced_notice_follows_the_work_not_an_error(tmp_path, artifact):
     r = provmap("run", artifact, "-o", out, "--inputs", tmp_path / "missing.npz")
     _refused(r, "missing.npz")
     assert "exists" not in r.stderr and out.read_bytes() == b"old"
+
+
+def test_an_unknown_llvm_cpu_is_refused_before_any_work(tmp_path):
+    """`tvm.mcpu=bogus` was accepted: LLVM's C++ line reached the terminal, generic code was
+    built and inspect recorded `mcpu: bogus`."""
+    for args in (("--backend-option", "tvm.mcpu=skylak", "--strategy", "single:tvm"),
+                 ("--strategy", "single:tvm[mcpu=bogus]")):
+        r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "t.provmap", *args)
+        line = _refused(r, "'tvm'", "mcpu", "an LLVM CPU name", "x86-64")
+        assert ("did you mean skylake" in line) == ("skylak" in args[1])
+        assert "imported" not in r.stderr
+    assert not (tmp_path / "t.provmap").exists()
+
+
+def test_an_unusable_trust_list_is_said_before_a_native_build(tmp_path):
+    """PROVMAP_TRUST naming a text file made compile skip recording the build silently, and
+    `run` then refused the user's own artifact."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    env = {**os.environ, "PROVMAP_TRUST": str(notes)}
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "t.provmap", "--strategy",
+                "single:tvm", env=env)
+    _refused(r, str(notes), "not a trust list", "nothing was built")
+    assert not (tmp_path / "t.provmap").exists() and notes.read_text() == "my notes\n"
