@@ -119,3 +119,39 @@ def test_an_unusable_trust_list_is_said_before_a_native_build(tmp_path):
                 "single:tvm", env=env)
     _refused(r, str(notes), "not a trust list", "nothing was built")
     assert not (tmp_path / "t.provmap").exists() and notes.read_text() == "my notes\n"
+
+
+def test_mistyped_backends_and_contradicting_op_lists_are_refused_up_front(tmp_path):
+    out = tmp_path / "t.provmap"
+    r = provmap("compile", "bundled:squeezenet", "-o", out, "--strategy",
+                "greedy:openvno,onnxruntime")
+    _refused(r, "unknown backend 'openvno'", "did you mean 'openvino'?")
+    r = provmap("compile", "bundled:squeezenet", "-o", out, "--strategy", "single:onnxruntime",
+                "--backend-option", "onnxruntime.only_ops=Conv,Relu",
+                "--backend-option", "onnxruntime.exclude_ops=Conv")
+    _refused(r, "Conv is in both only_ops and exclude_ops")
+    assert "imported" not in r.stderr and not out.exists()
+
+
+def test_inspect_json_relax_is_json_and_profile_counts_agree(artifact):
+    r = provmap("inspect", artifact, "--json", "--relax")
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout)
+    assert "partitions" in obj and "def main" in obj["relax"]
+    r = provmap("profile", artifact, "--repeats", "1")
+    assert r.returncode == 0 and "1 end-to-end run " in r.stderr, r.stderr
+
+
+def test_the_bundled_models_the_error_lists_are_the_documented_ones():
+    """The error listed models docs/guide.md did not mention."""
+    import re
+    from pathlib import Path
+
+    r = provmap("compile", "bundled:nosuch", "-o", "x.provmap")
+    listed = re.search(r"expected one of ([^(]*)\(", _refused(r, "nosuch")).group(1)
+    listed = {n.strip() for n in listed.split(",")}
+    guide = (Path(__file__).parents[1] / "docs" / "guide.md").read_text()
+    section = guide.split("## Bundled models", 1)[1].split("\n## ", 1)[0]
+    paragraph = section.strip().split("\n\n", 1)[0]  # the one naming the models
+    documented = set(re.findall(r"`([a-z_0-9]+)`", paragraph))
+    assert listed and listed == documented, (listed, documented)

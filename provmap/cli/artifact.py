@@ -184,8 +184,12 @@ def cmd_inspect(args) -> int:
     info = inspect_artifact(args.artifact, args.model)
     if args.relax:
         from provmap.runtime_module.module import load
-        _say(load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
-             .decode(errors="replace"))
+        relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
+                 .decode(errors="replace"))
+        if args.json:  # --json was ignored here: the text is a field of the usual object
+            print(json.dumps({**info, "relax": relax}, indent=2))
+        else:
+            _say(relax)
         return 0
     if args.sqlite:
         from provmap.runtime_module.module import load
@@ -376,7 +380,8 @@ def add_artifact_commands(sub) -> None:
                    "artifact does not embed it (default: the compiled copy's nodes)")
     i.add_argument("--sqlite", metavar="FILE", help="write the artifact's SQLite map with the "
                    "placement table added (docs/map-schema.md)")
-    i.add_argument("--relax", action="store_true", help="print the partitioned Relax module")
+    i.add_argument("--relax", action="store_true", help="print the partitioned Relax module "
+                   "(with --json: as the object's \"relax\" field)")
     i.add_argument("--limit", type=count, default=12, help="nodes/kernels listed per partition "
                    "in text mode (0: all)")
     i.set_defaults(func=cmd_inspect)
