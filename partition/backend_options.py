@@ -43,11 +43,11 @@ def _option_problem(cls, opts: dict):
 
 def _check_strategy_backends(strategy: Strategy) -> None:
     """A mistyped backend in --strategy was refused only after the model was imported, with
-    no suggestion (issue 36)."""
+    no suggestion (issue 36).  BackendError, as the registry raised it later."""
     known = available_backends()
     for b in strategy.used:
         if b.base not in known:
-            raise ProvmapError(f"strategy {strategy.as_given!r}: unknown backend {b.base!r}"
+            raise BackendError(f"strategy {strategy.as_given!r}: unknown backend {b.base!r}"
                                f"{_hint(b.base, known)} (backends: {', '.join(known)})")
 
 
