@@ -7,6 +7,7 @@ writable regular files, never empty names, never one of the command's own inputs
 from __future__ import annotations
 
 import os
+import sys
 
 from provmap.provenance.util.errors import ProvmapError
 
@@ -41,11 +42,10 @@ def say_replaced(replaced: list[str], rc: int) -> None:
     """The documented rule (docs/cli.md): an existing file is replaced, atomically, only when
     the command succeeds, and never without a word; said after the work, so a refused command
     line does not claim a replacement first."""
-    from .common import say_progress
-
-    if rc == 0:
+    if rc == 0:  # common.say_progress's line, written here: common imports this module
         for value in replaced:
-            say_progress(f"{value} exists: it is replaced when this command succeeds")
+            print(f"provmap: {value} exists: it is replaced when this command succeeds",
+                  file=sys.stderr, flush=True)
 
 
 def _check_inputs_readable(args) -> None:
