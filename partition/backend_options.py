@@ -41,6 +41,30 @@ def _option_problem(cls, opts: dict):
     return ("host", "", why) if why else None
 
 
+def _check_strategy_backends(strategy: Strategy) -> None:
+    """A mistyped backend in --strategy was refused only after the model was imported, with
+    no suggestion (issue 36).  BackendError, as the registry raised it later."""
+    known = available_backends()
+    for b in strategy.used:
+        if b.base not in known:
+            raise BackendError(f"strategy {strategy.as_given!r}: unknown backend {b.base!r}"
+                               f"{_hint(b.base, known)} (backends: {', '.join(known)})")
+
+
+def _check_op_lists_disjoint(backend: str, opts: dict) -> None:
+    """only_ops and exclude_ops naming the same op contradict each other: which one wins was
+    the backend's accident (issue 36)."""
+    def ops(value):
+        return set(value if isinstance(value, (list, tuple)) else
+                   (x.strip() for x in str(value).split(",") if x.strip()))
+
+    if opts.get("only_ops") is not None and opts.get("exclude_ops") is not None:
+        both = sorted(ops(opts["only_ops"]) & ops(opts["exclude_ops"]))
+        if both:
+            raise ProvmapError(f"--backend-option {backend}: {', '.join(both)} is in both "
+                               "only_ops and exclude_ops; name each op in one of them")
+
+
 def _check_variants(strategy: Strategy) -> None:
     """The options written inside a strategy's NAME[OPTION=VALUE] variants, before any work."""
     for b in strategy.used:
@@ -63,6 +87,7 @@ def check_backend_options(strategy: Strategy, options: dict) -> None:
     """Every backend named must be one the strategy uses, every option one that backend has,
     every value of the option's type and range, and one this machine can honour."""
     used = [b.name for b in strategy.used]
+    _check_strategy_backends(strategy)
     _check_variants(strategy)
     for backend, opts in options.items():
         flag = f"--backend-option {backend}.{next(iter(opts), '')}"
@@ -82,6 +107,7 @@ def check_backend_options(strategy: Strategy, options: dict) -> None:
             cls = backend_class(backend)
         except BackendError as e:
             raise ProvmapError(f"{flag}: {e}") from None
+        _check_op_lists_disjoint(backend, opts)
         bad = _option_problem(cls, opts)
         if bad is None:
             continue

@@ -23,6 +23,7 @@ import stat
 import zipfile
 
 from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.files import special_kind
 
 CHUNK = 1 << 20
 
@@ -50,10 +51,7 @@ def _check_mode(p: str, mode: int, fd: int | None = None) -> None:
         return
     if fd is not None:
         os.close(fd)
-    what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
-            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    raise ProvmapError(f"{p}: refused: {what}, not an artifact file")
+    raise ProvmapError(f"{p}: refused: {special_kind(mode)}, not an artifact file")
 
 
 class StoredZip:

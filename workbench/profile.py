@@ -59,7 +59,8 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
 
     trace_run = None
     plain = []
-    say(f"profile: {max(1, repeats)} end-to-end runs (plain and hooked, interleaved)")
+    n = max(1, repeats)
+    say(f"profile: {n} end-to-end run{'s' if n != 1 else ''} (plain and hooked, interleaved)")
     win = Window()  # the conditions the runs were measured under (partition/measure/contention)
     for k in range(max(1, repeats)):
         t0 = time.perf_counter()

@@ -20,6 +20,7 @@ from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add
                      budget, check_inputs_choice, count, load_inputs, output_stats,
                      parse_backend_options, positive_int, say_progress, warn)
 from .common import print_safe as _say
+from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
                             set_tuning_db, strategy_of)
 from .trust import add_trust_command
@@ -36,6 +37,7 @@ def cmd_compile(args) -> int:
     backend_options = parse_backend_options(args.backend_option)
     strategy = strategy_of(args)
     check_backend_options(strategy, backend_options)
+    refuse_unusable_trust_list(strategy)
     collage_flags_only_under_collage(args, strategy)
     input_shapes = parse_input_shapes(args.input_shape)
     search_options = collage_options(args, strategy)
@@ -48,6 +50,9 @@ def cmd_compile(args) -> int:
                         embed_model=args.embed_model, input_shapes=input_shapes)
     t2 = time.perf_counter()
     t1 = said.model_read_at or t0  # the build alone: reading the model never counted
+    unrecorded = unrecorded_warning(art, args.output)
+    if unrecorded:
+        warn([unrecorded])
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
                "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
@@ -179,8 +184,12 @@ def cmd_inspect(args) -> int:
     info = inspect_artifact(args.artifact, args.model)
     if args.relax:
         from provmap.runtime_module.module import load
-        _say(load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
-             .decode(errors="replace"))
+        relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
+                 .decode(errors="replace"))
+        if args.json:  # --json was ignored here: the text is a field of the usual object
+            print(json.dumps({**info, "relax": relax}, indent=2))
+        else:
+            _say(relax)
         return 0
     if args.sqlite:
         from provmap.runtime_module.module import load
@@ -371,7 +380,8 @@ def add_artifact_commands(sub) -> None:
                    "artifact does not embed it (default: the compiled copy's nodes)")
     i.add_argument("--sqlite", metavar="FILE", help="write the artifact's SQLite map with the "
                    "placement table added (docs/map-schema.md)")
-    i.add_argument("--relax", action="store_true", help="print the partitioned Relax module")
+    i.add_argument("--relax", action="store_true", help="print the partitioned Relax module "
+                   "(with --json: as the object's \"relax\" field)")
     i.add_argument("--limit", type=count, default=12, help="nodes/kernels listed per partition "
                    "in text mode (0: all)")
     i.set_defaults(func=cmd_inspect)

@@ -208,61 +208,6 @@ def version_text() -> str:
         return "unknown (not installed)"
 
 
-#: Output options every command names the same way, and whether each is a directory.
-_OUTPUTS = {"output": False, "trace": False, "save_inputs": False, "sqlite": False,
-            "save_outputs": False}
-_DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
-
-
-#: What a command reads, by the argument that names it: an output may never be one of them.
-_INPUTS = {"artifact": "artifact", "model": "model", "inputs": "--inputs file",
-           "profile": "--profile file"}
-
-
-def _flag(name: str) -> str:
-    return "-o/--output" if name == "output" else "--" + name.replace("_", "-")
-
-
-def _check_no_clobbered_input(args) -> None:
-    """An output that is the command's own input, or another output of the same command, would
-    destroy what the command reads or writes (a new user's `run A -o A` turned the artifact into
-    an .npz, exit 0): refused before any work, naming both."""
-    outs = [(n, getattr(args, n, None)) for n in _OUTPUTS]
-    outs = [(n, v) for n, v in outs if isinstance(v, str) and v]
-    ins = [(n, getattr(args, n, None)) for n in _INPUTS]
-    ins = [(n, v) for n, v in ins if isinstance(v, str) and v and os.path.isfile(v)]
-    for name, value in outs:
-        for iname, ivalue in ins:
-            if os.path.exists(value) and os.path.samefile(value, ivalue):
-                raise ProvmapError(f"{_flag(name)} {value} is this command's {_INPUTS[iname]}: "
-                                   "it would be replaced; write the output elsewhere")
-    seen: dict[str, str] = {}
-    for name, value in outs:
-        key = os.path.realpath(value)
-        if key in seen:
-            raise ProvmapError(f"{_flag(name)} and {_flag(seen[key])} name the same file "
-                               f"{value}: one would replace the other; give each its own path")
-        seen[key] = name
-
-
-def _check_outputs(args) -> None:
-    """Every output is checked for writability before any work (a read-only directory used to
-    end a long compile in a traceback)."""
-    from provmap.provenance.util.atomic import check_writable
-
-    _check_no_clobbered_input(args)
-    for name, is_dir in _OUTPUTS.items():
-        value = getattr(args, name, None)
-        if isinstance(value, str) and value:
-            directory = is_dir or (name == "output" and
-                                   getattr(args, "command", None) in _DIRECTORY_OUTPUT_COMMANDS)
-            check_writable(value, directory=directory)
-            if not directory and os.path.isfile(value):
-                # The documented rule (docs/cli.md): an existing file is replaced, atomically,
-                # only when the command succeeds, and never without a word.
-                say_progress(f"{value} exists: it is replaced when this command succeeds")
-
-
 def _one_line_warnings() -> None:
     """A ProvmapWarning raised through Python's warnings (the executor's, inside compare,
     profile, report...) prints as `provmap: warning: ...`, not with a file and line."""
@@ -288,12 +233,15 @@ def dispatch(args) -> int:
     """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
     from provmap.provenance.util import interrupt
 
+    from .preflight import check_before_work, say_replaced
+
     interrupt.install()
     _one_line_warnings()
     try:
-        _check_outputs(args)
+        replaced = check_before_work(args)
         rc = args.func(args)
         interrupt.raise_if_interrupted()
+        say_replaced(replaced, rc)
         sys.stdout.flush()  # a closed pipe shows up here, inside the handler below
         return rc
     except BrokenPipeError:  # `provmap inspect ... | head`: the reader has what it wanted

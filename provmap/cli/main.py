@@ -18,11 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_command
     from .common import version_text
     from .map import add_map_command
+    from .parser import Parser
     from .rpc import add_rpc_commands
     from .vendor import add_vendor_commands
     from .workbench import add_workbench_commands
 
-    p = argparse.ArgumentParser(prog="provmap", description=(
+    p = Parser(prog="provmap", description=(
         "Partition ONNX models across inference backends through TVM Relax, with a source map "
         "from every kernel back to ONNX nodes."))
     p.add_argument("--version", action="version", version=f"provmap {version_text()}")
@@ -44,11 +45,15 @@ def main(argv=None) -> int:
     """Parse and run.  Start-up (imports and parsing) comes before dispatch's own handler is in
     place: Ctrl-C there is one line, and so is a broken installation (a library failing to
     import while the parser is built)."""
+    from .parser import UsageError
+
     try:
         from .common import dispatch
         from .native_log import native_log_filtered
 
         args = build_parser().parse_args(argv)
+    except UsageError:  # already one line (and the JSON object under --json)
+        return 2
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
         return 130

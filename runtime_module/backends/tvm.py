@@ -27,8 +27,8 @@ from provmap.provenance.salvage import failing_nodes
 from ..options import Option
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 from .empty_tensors import refuse_reductions_over_nothing
-from .tvm_tuning import (TuningDatabase, default_db_dir, make_target, stderr_log, tune_regions,
-                         tuned_pipeline)
+from .tvm_tuning import (TuningDatabase, default_db_dir, llvm_cpu_problem, make_target,
+                         stderr_log, tune_regions, tuned_pipeline)
 
 _ALIGN = 64  # tvm.runtime.from_dlpack refuses less-aligned buffers
 _DLPACK_KINDS = "biufc"  # numpy dtype kinds DLPack can describe (not ml_dtypes' "V")
@@ -215,6 +215,14 @@ class TVMBackend(Backend):
         Option("tuning_db", "str", "directory of the tuning database"),
         Option("mcpu", "str", "LLVM -mcpu (default: this CPU)"),
     )
+
+    @classmethod
+    def option_problem(cls, name: str, value) -> str | None:
+        """The table's check, and for `mcpu` LLVM's own list of CPU names."""
+        why = super().option_problem(name, value)
+        if why is None and name == "mcpu":
+            why = llvm_cpu_problem(str(value).strip())
+        return why
 
     @classmethod
     def takes_threads(cls) -> bool:

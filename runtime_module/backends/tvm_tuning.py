@@ -62,6 +62,31 @@ def system_cpu() -> str:
         return ""
 
 
+def llvm_cpu_problem(mcpu: str) -> str | None:
+    """None when LLVM knows `mcpu` ("native" and "" always do), else what tvm.mcpu expects.
+
+    An unknown name used to be accepted: LLVM printed its own C++ line on the terminal, built
+    generic code, and the artifact recorded the bogus name (issue 36)."""
+    import difflib
+
+    from tvm.target import codegen
+
+    if mcpu in ("", "native"):
+        return None
+    try:
+        if codegen.llvm_is_valid_cpu(mcpu, codegen.llvm_get_system_triple()):
+            return None
+        names = sorted({str(n) for n in codegen.llvm_get_cpu_archlist(tvm.target.Target("llvm"))})
+    except Exception:  # noqa: BLE001 - a TVM without these queries: LLVM decides at build time
+        return None
+    close = difflib.get_close_matches(mcpu, names, n=3, cutoff=0.6)
+    few = [n for n in ("native", "x86-64", "x86-64-v3", "skylake-avx512", "znver3") if
+           n == "native" or n in names]
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return (f"an LLVM CPU name such as {', '.join(few)} ({len(names)} in all, 'native' = this "
+            f"host{hint})")
+
+
 #: /proc/cpuinfo flag -> LLVM feature, for the features a virtual machine may hide from its
 #: guest while CPUID's family and model still name a CPU that has them.
 _MASKABLE = {"avx512f": "avx512f", "avx512_vnni": "avx512vnni", "avx512_bf16": "avx512bf16",

@@ -1,0 +1,36 @@
+"""What kind of file a path is, in the words provmap's refusals use.
+
+Opening a FIFO blocks until a writer appears and reading /dev/zero never ends, so every file a
+command reads (an artifact, a model, an --inputs or --profile file) is checked with stat first;
+this is the one place that names what was found instead (issue 36: only artifacts were checked,
+`compile FIFO` and `run A --inputs FIFO` hung)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+def special_kind(mode: int) -> str | None:
+    """None for a regular file, else what it is ("a FIFO", "a device", ...)."""
+    if stat.S_ISREG(mode):
+        return None
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def refuse_special_file(path) -> None:
+    """Raise ProvmapError `<path>: not a regular file (a FIFO)` for an existing FIFO, device or
+    socket.  A missing path or a directory is left to the reader, whose messages say more
+    (no such file, which file a directory should hold)."""
+    from .errors import ProvmapError
+
+    p = os.fspath(path)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return
+    kind = special_kind(mode)
+    if kind is not None and not stat.S_ISDIR(mode):
+        raise ProvmapError(f"{p}: not a regular file ({kind})")

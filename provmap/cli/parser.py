@@ -1,0 +1,77 @@
+"""argparse, made to keep provmap's error contract: one line on stderr, exit status 2, and under
+`--json` the `{"error": ..., "code": 2}` object on stdout that every other error prints.
+
+argparse's own errors printed a usage block and no JSON (`run --repeats 0 --json`, `--jsn`,
+`inspec`: issue 36), so a script reading stdout got nothing.  A mistyped subcommand or option
+gets a "did you mean" when a known one is close (difflib, as git and pip do)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+
+
+class UsageError(Exception):
+    """A command line argparse refused; already printed.  main() turns it into exit status 2
+    (not SystemExit, so `main([...])` returns 2 to a caller as every other error does)."""
+
+
+def _close(word: str, known) -> str:
+    near = difflib.get_close_matches(word, sorted(known), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(near)}?" if near else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """The `provmap` parser and, through add_subparsers, each subcommand's."""
+
+    #: The command line being parsed, for every parser of the tree: a subcommand's error
+    #: still needs to know whether --json was asked for.
+    argv: list[str] = []
+
+    def parse_args(self, args=None, namespace=None):
+        Parser.argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def error(self, message):
+        prog = self.prog
+        sub = self._subcommand()
+        if prog == "provmap" and sub is not None:  # unrecognized options: the root says it
+            prog = sub.prog
+        hint = _did_you_mean(message, sub or self)
+        line = f"{message}{hint} (see `{prog} --help`)"
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        if "--json" in Parser.argv:
+            try:
+                print(json.dumps({"error": line, "code": 2}), flush=True)
+            except (OSError, ValueError):
+                pass
+        raise UsageError(line)
+
+    def _subcommand(self):
+        """The subcommand's parser named on the command line, if any (for the root parser)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word in self.argv:
+                    if word in action.choices:
+                        return action.choices[word]
+        return None
+
+
+def _did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
+    m = re.search(r"invalid choice: '([^']*)'", message)
+    if m:
+        for action in parser._actions:
+            if action.choices and m.group(1) not in action.choices:
+                hint = _close(m.group(1), list(action.choices))
+                if hint:
+                    return hint
+        return ""
+    m = re.search(r"unrecognized arguments: (\S+)", message)
+    if m and m.group(1).startswith("-"):
+        options = [s for a in parser._actions for s in a.option_strings
+                   if a.help != argparse.SUPPRESS]
+        return _close(m.group(1).split("=", 1)[0], options)
+    return ""
