@@ -179,3 +179,28 @@ def test_a_zip_directory_of_many_members_is_refused_before_it_is_parsed(capsys, 
         for i in range(60_000):
             z.writestr(f"x/{i}", b"")
     _refused(capsys, ["inspect", bad], "many.provmap", "60006 members")
+
+
+# -- ONNX Runtime's own log --------------------------------------------------------------------
+
+def test_onnx_runtime_prints_no_raw_node_names_when_a_run_fails(art, tmp_path):
+    """provmap escapes what it prints, but ORT logged the failing node's name itself, colored
+    and raw, before provmap's error line: a name holding escape sequences drove the terminal.
+    Here a ConstantOfShape of 2^40 floats (a 4 TB allocation ORT refuses) named so."""
+    from cli_runner import one_error, provmap
+
+    manifest, files = members(art)
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [1 << 20, 1 << 20])
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["big"], name="\x1b]0;pwned\x07\x1b[2J"),
+         helper.make_node("ReduceSum", ["big"], ["r"], name="rs", keepdims=0),
+         helper.make_node("Add", ["x", "r"], ["y"], name="add")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [shape])
+    files["partitions/p0/model.onnx"] = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    manifest["backends"]["onnxruntime"]["options"] = {"optimization": "disable"}
+    bad = repack(tmp_path / "cos.provmap", manifest, files)
+    r = provmap("run", bad, "--random")
+    one_error(r, "run failed", "\\x1b]0;pwned")
+    assert "\x1b" not in r.stderr + r.stdout
