@@ -6,7 +6,8 @@ current directory.  An artifact from a stranger whose initializer said `.ssh/id_
 victim's key into its outputs, with no trust asked (ORT partitions are "only data").  provmap
 never writes external data into an artifact, so any reference at all, in any tensor anywhere in
 the model (initializers, sparse initializers, Constant and other tensor attributes, subgraphs of
-If/Loop/Scan, model-local functions), is refused, for every backend, trusted or not.
+If/Loop/Scan, model-local functions, training_info graphs), is refused, for every backend,
+trusted or not.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def _node_refs(n, where: str):
 def external_refs(model) -> list[str]:
     """Every tensor of `model` (a ModelProto) that names data outside it, described."""
     out = list(_graph_refs(model.graph, "graph"))
+    for k, t in enumerate(model.training_info):  # ORT ignores them today; a tool may not
+        out.extend(_graph_refs(t.initialization, f"training_info[{k}].initialization"))
+        out.extend(_graph_refs(t.algorithm, f"training_info[{k}].algorithm"))
     for f in model.functions:
         for k, n in enumerate(f.node):
             out.extend(_node_refs(n, f"function {f.name!r} node #{k} {n.name!r} ({n.op_type})"))

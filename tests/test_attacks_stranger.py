@@ -204,3 +204,23 @@ def test_onnx_runtime_prints_no_raw_node_names_when_a_run_fails(art, tmp_path):
     r = provmap("run", bad, "--random")
     one_error(r, "run failed", "\\x1b]0;pwned")
     assert "\x1b" not in r.stderr + r.stdout
+
+
+def test_external_data_in_training_info_is_refused_too(art, tmp_path, monkeypatch):
+    """training_info's graphs hold initializers as well; ORT skips them today, but the rule is
+    "no external reference anywhere", not "none ORT happens to read"."""
+    from provmap.runtime_module.module import load
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model.training_info.add().initialization.CopyFrom(
+        helper.make_graph([], "init", [], [], [external("w", "secret.bin")]))
+    manifest, files = members(art)
+    files["partitions/p0/model.onnx"] = model.SerializeToString()
+    bad = repack(tmp_path / "ti.provmap", manifest, files)
+    (tmp_path / "secret.bin").write_bytes(bytes(16))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProvmapError, match="training_info.*refers to external data 'secret.bin'"):
+        load(bad).run({"x": np.zeros(4, np.float32)})
