@@ -224,3 +224,19 @@ def test_external_data_in_training_info_is_refused_too(art, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ProvmapError, match="training_info.*refers to external data 'secret.bin'"):
         load(bad).run({"x": np.zeros(4, np.float32)})
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", "1" + "0" * 400])
+def test_profile_numbers_must_be_finite(capsys, art, tmp_path, bad):
+    """Python's json reads NaN, Infinity and 1e400 (inf); the page's JSON.parse refused the
+    data and the report stayed blank ("No number after minus sign")."""
+    from provmap.runtime_module import trust
+
+    with zipfile.ZipFile(art) as z:
+        digest = trust.manifest_digest(z.read("manifest.json"))
+    prof = tmp_path / "p.json"
+    prof.write_text('{"artifact_digest": "%s", "partitions": [{"partition": "p0", "ms": %s}]}'
+                    % (digest, bad))
+    _refused(capsys, ["report", art, "--profile", prof, "-o", tmp_path / "r.html"],
+             "partitions[0].ms", "not a finite number")
+    assert not (tmp_path / "r.html").exists()
