@@ -67,7 +67,8 @@ window.onerror = function (msg) { document.body.dataset.error = String(msg); };
       const sub = n.op + (n.partitions.length ? dot + n.partitions[0] : "") +
         (n.ms == null ? "" : dot + n.ms.toFixed(3) + "ms");
       out.push('<g class="n' + (n.helper ? " h" : "") + '" data-i="' + i + '" data-id="' +
-        esc(n.id) + '" transform="translate(' + (q[0] - G.W / 2) + "," + q[1] + ')"><rect width="' + G.W +
+        esc(n.id) + '" transform="translate(' + (q[0] - G.W / 2) + "," + q[1] +
+        ')"><rect width="' + G.W +
         '" height="' + G.H + '" rx="4" fill="' + color(n) + '"/><text x="5" y="12">' +
         esc(short(n.name || n.op, 26)) + '</text><text class="op" x="5" y="25">' + esc(sub) +
         "</text><title>" + esc((n.name || "(unnamed)") + " [" + n.op + "] " + n.id) +
