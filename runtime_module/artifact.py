@@ -88,16 +88,14 @@ class Artifact:
         raise KeyError(pid)
 
     def blob(self, pid: str) -> Blob:
-        """Partition `pid`'s code and data, as its backend loads them.  Every ONNX file in it is
-        checked first (onnx_guard): no tensor may refer to data outside the artifact."""
-        from .onnx_guard import check_onnx_bytes
+        """Partition `pid`'s code and data, as its backend loads them.  Every model file in it is
+        checked first (onnx_guard): nothing in it may refer to data outside the artifact."""
+        from .onnx_guard import check_partition_files
 
         p = self.partition(pid)
         prefix = f"partitions/{pid}/"
         files = {name[len(prefix):]: self.members[name] for name in p["files"]}
-        for name, data in files.items():
-            if name.lower().endswith(".onnx"):
-                check_onnx_bytes(data, f"{self.where or 'artifact'}: {prefix}{name}")
+        check_partition_files(p["backend"], files, f"{self.where or 'artifact'}: {prefix}")
         # Kernel names come back from the manifest (their node mapping lives in the map).
         kernels = [KernelInfo(name=q.split(":", 1)[1], kind="") for q in p.get("kernels", [])]
         return Blob(backend=p["backend"], files=files, meta=p.get("blob_meta") or {},

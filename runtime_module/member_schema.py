@@ -121,3 +121,7 @@ def check_profile(d, where: str) -> dict:
 def _num(v: _V, x, path: str) -> None:
     if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
         v.fail(path, f"expected a number, got {_tname(x)}")
+    # Python's json reads NaN and Infinity; the report's JSON.parse does not (a blank page).
+    # An int of 400 digits is finite to Python but not to a float (OverflowError).
+    if x is not None and not (abs(x) < 1e300 if isinstance(x, int) else math.isfinite(x)):
+        v.fail(path, f"{_short(x)} is not a finite number")

@@ -6,7 +6,8 @@ current directory.  An artifact from a stranger whose initializer said `.ssh/id_
 victim's key into its outputs, with no trust asked (ORT partitions are "only data").  provmap
 never writes external data into an artifact, so any reference at all, in any tensor anywhere in
 the model (initializers, sparse initializers, Constant and other tensor attributes, subgraphs of
-If/Loop/Scan, model-local functions), is refused, for every backend, trusted or not.
+If/Loop/Scan, model-local functions, training_info graphs), is refused, for every backend,
+trusted or not.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def _node_refs(n, where: str):
 def external_refs(model) -> list[str]:
     """Every tensor of `model` (a ModelProto) that names data outside it, described."""
     out = list(_graph_refs(model.graph, "graph"))
+    for k, t in enumerate(model.training_info):  # ORT ignores them today; a tool may not
+        out.extend(_graph_refs(t.initialization, f"training_info[{k}].initialization"))
+        out.extend(_graph_refs(t.algorithm, f"training_info[{k}].algorithm"))
     for f in model.functions:
         for k, n in enumerate(f.node):
             out.extend(_node_refs(n, f"function {f.name!r} node #{k} {n.name!r} ({n.op_type})"))
@@ -81,3 +85,41 @@ def check_onnx_bytes(data: bytes, where: str):
                            "external data would be read from this machine's files)"
                            + (f"; {len(refs) - 1} more" if len(refs) > 1 else ""))
     return model
+
+
+def check_ir_xml(data: bytes, where: str) -> None:
+    """Refuse an OpenVINO `model.xml` that is not an IR document.
+
+    Why: `Core.read_model(bytes, weights)` picks a frontend by sniffing the bytes, so a
+    stranger's `model.xml` holding an ONNX model was read by OpenVINO's ONNX frontend, whose
+    external data resolves against the current directory: a file of the victim's ended up in
+    the outputs, with no trust asked.  An IR is XML whose root element is `net`; provmap's IR
+    never has a document type (DTD entities are the other way an XML file names other files)."""
+    import io
+    import re
+    import xml.etree.ElementTree as ET
+
+    head = bytes(data[:1 << 16]).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not head.startswith(b"<") or re.search(rb"<!(DOCTYPE|ENTITY)", bytes(data), re.I):
+        raise ProvmapError(f"{where}: refused: not an OpenVINO IR (an XML document whose root "
+                           "element is <net>, without a document type)")
+    try:
+        _, root = next(ET.iterparse(io.BytesIO(bytes(data)), events=("start",)))
+    except (ET.ParseError, StopIteration) as e:
+        raise ProvmapError(f"{where}: refused: not an OpenVINO IR ({e})") from None
+    if root.tag != "net":
+        raise ProvmapError(f"{where}: refused: not an OpenVINO IR (root element "
+                           f"<{root.tag[:40]!r}>, expected <net>)")
+
+
+def check_partition_files(backend: str, files: dict, where: str) -> None:
+    """Every model file of a partition of `backend` (files: {name: bytes}; `where` names the
+    artifact and the partition's folder), checked before its backend sees it."""
+    from .registry import parse_variant
+
+    openvino = parse_variant(backend)[0] == "openvino"
+    for name, data in files.items():
+        if name.lower().endswith(".onnx"):
+            check_onnx_bytes(data, f"{where}{name}")
+        elif openvino and name.lower().endswith(".xml"):
+            check_ir_xml(data, f"{where}{name}")

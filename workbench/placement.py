@@ -21,7 +21,9 @@ as a constant is not "run" by it, and says which partitions carry it in `carried
 from __future__ import annotations
 
 import collections
+import functools
 import json
+from pathlib import Path
 
 import onnx
 
@@ -180,6 +182,7 @@ def write_sqlite(table: dict, map_sqlite: bytes, path) -> None:
         tmp.write_bytes(map_sqlite)
         con = sqlite3.connect(tmp)
         try:
+            _check_schema(con)
             con.execute("CREATE TABLE placement (idx INTEGER NOT NULL, node TEXT NOT NULL, "
                         "name TEXT NOT NULL, op_type TEXT NOT NULL, id TEXT, state TEXT NOT NULL, "
                         "partitions TEXT NOT NULL, backends TEXT NOT NULL, kernels TEXT NOT "
@@ -197,3 +200,38 @@ def write_sqlite(table: dict, map_sqlite: bytes, path) -> None:
             con.close()
 
     write_atomic(path, write)
+
+
+def _check_schema(con) -> None:
+    """Refuse a map.sqlite whose schema is not exactly the one provmap writes.
+
+    Why: the member comes from the artifact's sender, and rows are inserted into it here.  A
+    trigger on `meta` ran on that insert (one that filled 800 MB of disk in 18 s was enough),
+    and CHECK constraints, generated columns, expression indexes and views are code too; only
+    provmap's own tables and indexes, as provmap declares them, are accepted."""
+    import sqlite3
+
+    con.execute("PRAGMA trusted_schema = OFF")
+    got = set(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+    extra = sorted(got - _provmap_schema(), key=lambda e: (e[0] == "table", str(e)))
+    if extra:
+        kind, name = extra[0][0], extra[0][1]
+        raise sqlite3.DatabaseError(f"holds a {kind} {str(name)[:60]!r} that is not in "
+                                    "provmap's map schema")
+
+
+@functools.cache
+def _provmap_schema() -> frozenset:
+    """sqlite_master of the map provmap writes (provenance.store), from an empty map."""
+    import sqlite3
+    import tempfile
+
+    from provmap.provenance.model import ProvenanceMap
+    from provmap.provenance.store import save_sqlite
+
+    with tempfile.TemporaryDirectory(prefix="provmap-schema-") as d:
+        con = sqlite3.connect(save_sqlite(ProvenanceMap(), Path(d) / "empty.sqlite"))
+        try:
+            return frozenset(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+        finally:
+            con.close()

@@ -374,9 +374,13 @@ def page() -> str:
         "__JS__", text["report.js"], 1)
 
 
+_SCRIPT_SAFE = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
+
+
 def render(mod, profile: dict | None = None) -> str:
     data = report_data(mod, profile)
-    # "</" cannot appear inside a <script> element: escape it in the embedded JSON.
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # Names come from the artifact: no "<" may reach the <script> element ("</script>" ends it,
+    # "<!--<script>" makes the parser swallow the page), so every <, > and & is a JSON escape.
+    payload = json.dumps(data, separators=(",", ":")).translate(_SCRIPT_SAFE)
     title = html.escape(f"{data['model']} ({data['strategy']})")
     return page().replace("__TITLE__", title).replace("__DATA__", payload)

@@ -132,7 +132,7 @@ class OnnxRuntimeBackend(Backend):
         if spin is not None:
             on = as_bool(spin)
             so.add_session_config_entry("session.intra_op.allow_spinning", "1" if on else "0")
-        so.log_severity_level = 3  # no warning about serializing NCHWc graphs
+        so.log_severity_level = 4  # errors come back raised; its log prints node names raw
         return so
 
     def _session(self, model_bytes: bytes, so, what: str):

@@ -66,8 +66,9 @@ window.onerror = function (msg) { document.body.dataset.error = String(msg); };
       shown++;
       const sub = n.op + (n.partitions.length ? dot + n.partitions[0] : "") +
         (n.ms == null ? "" : dot + n.ms.toFixed(3) + "ms");
-      out.push('<g class="n' + (n.helper ? " h" : "") + '" data-i="' + i + '" data-id="' + n.id +
-        '" transform="translate(' + (q[0] - G.W / 2) + "," + q[1] + ')"><rect width="' + G.W +
+      out.push('<g class="n' + (n.helper ? " h" : "") + '" data-i="' + i + '" data-id="' +
+        esc(n.id) + '" transform="translate(' + (q[0] - G.W / 2) + "," + q[1] +
+        ')"><rect width="' + G.W +
         '" height="' + G.H + '" rx="4" fill="' + color(n) + '"/><text x="5" y="12">' +
         esc(short(n.name || n.op, 26)) + '</text><text class="op" x="5" y="25">' + esc(sub) +
         "</text><title>" + esc((n.name || "(unnamed)") + " [" + n.op + "] " + n.id) +
@@ -200,10 +201,10 @@ window.onerror = function (msg) { document.body.dataset.error = String(msg); };
         (gout.has(t) ? " graph output" : "");
       return tensor(t, ...shp(t)).concat([to || "-"]);
     });
-    const ex = n.exprs.map(e => ["<code>" + e[0] + "</code> " + esc(e[1]), esc(e[3] || "-"),
+    const ex = n.exprs.map(e => ["<code>" + esc(e[0]) + "</code> " + esc(e[1]), esc(e[3] || "-"),
       esc(e[4] || "-"), esc(e[2]) + (e[5] === "produced" ? "" :
         ' <span class="muted">(' + esc(e[5]) + ")</span>")]);
-    const rows = [["op type", esc(n.op)], ["ID", "<code>" + n.id + "</code>"],
+    const rows = [["op type", esc(n.op)], ["ID", "<code>" + esc(n.id) + "</code>"],
       ["partition", n.partitions.map(plink).join(", ") || "-"],
       ["backend", esc(n.backend || "none")]];
     if (n.helper || n.elided)
