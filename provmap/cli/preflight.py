@@ -44,7 +44,7 @@ def say_replaced(replaced: list[str], rc: int) -> None:
     line does not claim a replacement first."""
     if rc == 0:  # common.say_progress's line, written here: common imports this module
         for value in replaced:
-            print(f"provmap: {value} exists: it is replaced when this command succeeds",
+            print(f"provmap: {value} existed: replaced",
                   file=sys.stderr, flush=True)
 
 
