@@ -44,6 +44,10 @@ EXCEPTIONS: dict[str, str] = {
     r"test_resize_(down|up)sample_scales_cubic_A_n0p5_exclude_outside":
         "provmap-openvino: cubic exclude_outside: OpenVINO's cubic Resize ignores "
         "exclude_outside=1",
+    r"test_(cast|castlike)_(no_saturate_)?\w*(FLOAT8E4M3FN|FLOAT8E5M2|INT4|UINT4|FLOAT4E2M1|INT2|UINT2)"
+    r"\w*|test_cast(like)?_e8m0_FLOAT(16)?_to_FLOAT8E8M0(_expanded)?":
+        "provmap-tvm,provmap-map: narrow types: TVM 0.27 crashes its VM on 4-bit tensors and "
+        "casts 8-bit floats without ONNX's saturation and NaN (provenance/converters.wrong_dtype)",
     r"test_isinf_(positive|negative)":
         "provmap-tvm,provmap-map: IsInf detect flags: TVM's IsInf ignores detect_positive and "
         "detect_negative",

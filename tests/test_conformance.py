@@ -80,7 +80,17 @@ def _wrong_kinds(g) -> set[str]:
         if n.op_type == "IsInf" and not (_attr(n, "detect_positive", 1) and
                                          _attr(n, "detect_negative", 1)):
             out.add("IsInf detect flags")
+    if any(n.op_type in ("Cast", "CastLike") for n in g.node):
+        ins = {v.type.tensor_type.elem_type for v in g.input}
+        outs = {v.type.tensor_type.elem_type for v in g.output}
+        if (ins | outs) & _NARROW or outs & {onnx.TensorProto.FLOAT8E8M0}:
+            out.add("narrow types")
     return out
+
+
+_NARROW = {getattr(onnx.TensorProto, t) for t in (
+    "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "INT4", "UINT4",
+    "FLOAT4E2M1", "INT2", "UINT2")}
 
 
 def _kinds(model_bytes) -> set[str]:
@@ -100,7 +110,7 @@ def test_exception_regexes_match_exactly_the_cases_they_describe():
     for pat, reason in conf.EXCEPTIONS.items():
         kind = next(k for k in ("float64", "sequence/optional", "control flow", "TopK ties",
                                 "SpaceToDepth CRD", "cubic exclude_outside",
-                                "IsInf detect flags") if k in reason)
+                                "IsInf detect flags", "narrow types") if k in reason)
         matched = {n for n in kinds if re.fullmatch(pat, n)}
         assert matched == {n for n, k in kinds.items() if kind in k}, reason
 
