@@ -105,3 +105,38 @@ def test_a_float8_round_trip_runs_on_onnxruntime_under_greedy(tmp_path):
     mod = load(tmp_path / "a.provmap")
     assert {p["backend"] for p in mod.manifest["partitions"]} == {"onnxruntime"}
     np.testing.assert_array_equal(mod.run(feeds)["y"], _ort(model, feeds)[0])
+
+
+# onnx's Attention cases OpenVINO computed wrong (plain OpenVINO too): refused on it with the
+# reason (runtime_module/backends/ov_attention.py), and run right where greedy puts them.
+OV_ATTENTION = {"test_attention_local_window_ext_cache_rank2_mask": "ignores left_window_size",
+                "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal":
+                    "past key cache and an attention mask",
+                "test_attention_4d_causal_padded_kv_bf16": "bfloat16 causal Attention",
+                "test_attention_23_boolmask_fullymasked_row_nan_robustness_expanded":
+                    "ReduceMax of infinities"}
+
+
+@pytest.mark.parametrize("case", sorted(OV_ATTENTION))
+def test_openvino_attention_settings_are_refused(case):
+    from provmap.bench import conformance as conf
+
+    res = conf.run_case(case, "provmap-openvino")
+    assert res["status"] == "error" and OV_ATTENTION[case] in res["message"], res
+
+
+def test_a_fully_masked_row_runs_right_under_greedy(tmp_path):
+    from provmap.bench import conformance as conf
+
+    import onnx
+
+    model_bytes, sets, rtol, atol = conf._cases()[
+        "test_attention_23_boolmask_fullymasked_row_nan_robustness_expanded"]
+    model = onnx.ModelProto.FromString(model_bytes)
+    compile_model(model, "greedy:openvino,onnxruntime").save(tmp_path / "a.provmap")
+    mod = load(tmp_path / "a.provmap")
+    backends = {p["backend"] for p in mod.manifest["partitions"]}
+    assert "onnxruntime" in backends
+    ins, outs = sets[0]
+    got = mod.run({i.name: x for i, x in zip(model.graph.input, ins)})
+    conf.compare(outs, [got[o.name] for o in model.graph.output], rtol, atol)
