@@ -140,3 +140,24 @@ def test_a_fully_masked_row_runs_right_under_greedy(tmp_path):
     ins, outs = sets[0]
     got = mod.run({i.name: x for i, x in zip(model.graph.input, ins)})
     conf.compare(outs, [got[o.name] for o in model.graph.output], rtol, atol)
+
+
+@pytest.mark.parametrize("pipeline", ["provmap-openvino", "provmap-tvm", "provmap-map"])
+@pytest.mark.parametrize("case", ["test_bitshift_left_int32_shift_ge_width",
+                                  "test_bitshift_right_int8_negative_shift"])
+def test_a_shift_by_a_run_time_amount_is_refused(case, pipeline):
+    from provmap.bench import conformance as conf
+
+    res = conf.run_case(case, pipeline)
+    assert res["status"] == "error" and "BitShift by an amount" in res["message"], res
+
+
+def test_a_constant_shift_within_range_still_runs_on_both(tmp_path):
+    amount = numpy_helper.from_array(np.array([3], np.uint8), "s")
+    node = helper.make_node("BitShift", ["x", "s"], ["y"], name="shl", direction="LEFT")
+    model = _model(node, [4], [(TP.UINT8, [4])], [amount], x_type=TP.UINT8)
+    feeds = {"x": np.array([1, 2, 3, 31], np.uint8)}
+    for backend in ("openvino", "tvm"):
+        compile_model(model, f"single:{backend}").save(tmp_path / f"{backend}.provmap")
+        got = load(tmp_path / f"{backend}.provmap", trust=True).run(feeds)["y"]
+        np.testing.assert_array_equal(got, feeds["x"] << 3)

@@ -1,4 +1,4 @@
-"""Attention settings, and reductions over infinities, that OpenVINO 2026.4 computes wrong.
+"""Attention settings, shifts, and reductions over infinities OpenVINO 2026.4 computes wrong.
 
 Found by the corpus step (bench/corpus.py, issue 32) on onnx's own Attention cases, each with
 plain OpenVINO wrong too; ov_refusals.py turns them into refusals so greedy and the Collage
@@ -12,6 +12,7 @@ search place the node elsewhere:
   *_mask_causal cases: 190 of 192 values off; without the mask it is right).
 - bfloat16 causal Attention with nonpad_kv_seqlen (test_attention_4d_causal_padded_kv_bf16: off
   by up to 0.70; the float32 and the non-causal bfloat16 cases are right).
+- BitShift by a run-time amount (the width or more, or negative, is ONNX's 0, not C's shift).
 - ReduceMax / ReduceMin over data that may hold infinities: OpenVINO starts the reduction from
   the lowest (highest) finite value, so a max over -inf only is -3.4e38, not -inf (TVM's bug too,
   see provmap.provenance.converters).  Attention written out with a fully masked row (onnx's
@@ -57,6 +58,22 @@ def wrong_attention(node, view: "GraphView") -> str | None:
         return ("OpenVINO's bfloat16 causal Attention with nonpad_kv_seqlen computes other "
                 "numbers (onnx's test_attention_4d_causal_padded_kv_bf16: off by 0.70)")
     return None
+
+
+def wrong_shift(node, view: "GraphView") -> str | None:
+    """BitShift by an amount outside [0, bits): ONNX gives 0, OpenVINO the C shift (onnx's
+    test_bitshift_left_int8_shift_ge_width: 3 of 3 wrong); taken only for a constant amount
+    within range."""
+    if node.op_type != "BitShift" or len(node.input) < 2:
+        return None
+    t = view.initializers.get(node.input[1])
+    if t is not None:
+        v = onnx.numpy_helper.to_array(t)
+        if v.size and 0 <= int(v.min()) and int(v.max()) < v.dtype.itemsize * 8:
+            return None
+    return ("OpenVINO's BitShift by an amount of the type's width or more (or negative) is not "
+            "ONNX's 0 (onnx's test_bitshift_left_int8_shift_ge_width: 3 of 3 wrong); only a "
+            "constant amount within range is taken")
 
 
 def _holds_infinity(t: onnx.TensorProto) -> bool:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..backend import Support
 from .empty_tensors import refuse_reductions_over_nothing
-from .ov_attention import infinite_tensors, wrong_attention, wrong_reduction
+from .ov_attention import infinite_tensors, wrong_attention, wrong_reduction, wrong_shift
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -43,7 +43,8 @@ def refuse_wrong_numbers(view: "GraphView", verdicts: dict[int, Support], device
                                          "wraps results outside the output type's range around "
                                          "instead of saturating (wrong numbers)")
             continue
-        attr_wrong = _wrong_by_attributes(node, view) or wrong_attention(node, view)
+        attr_wrong = _wrong_by_attributes(node, view) or wrong_attention(node, view) or \
+            wrong_shift(node, view)
         if not attr_wrong and node.op_type in ("ReduceMax", "ReduceMin"):
             infinite = infinite_tensors(view) if infinite is None else infinite
             attr_wrong = wrong_reduction(node, infinite)
