@@ -233,12 +233,13 @@ def _training_dropout(model, sets) -> bool:
     ratio are read from the case's inputs where they are graph inputs; a zero ratio is exact."""
     given = {}
     for inputs, _ in sets[:1]:
-        given = {i.name: np.asarray(x) for i, x in zip(model.graph.input, inputs)}
+        given = {i.name: x for i, x in zip(model.graph.input, inputs)}  # sequences stay lists
     consts = {t.name: t for t in model.graph.initializer}
     for n in model.graph.node:
         if n.op_type != "Dropout" or len(n.input) < 3 or not n.input[2]:
             continue
-        mode, ratio = given.get(n.input[2]), given.get(n.input[1]) if n.input[1] else None
+        mode = given.get(n.input[2])
+        ratio = given.get(n.input[1]) if n.input[1] else None
         if ratio is None and n.input[1] in consts:
             from onnx import numpy_helper
 
