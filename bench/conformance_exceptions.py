@@ -44,6 +44,27 @@ EXCEPTIONS: dict[str, str] = {
     r"test_resize_(down|up)sample_scales_cubic_A_n0p5_exclude_outside":
         "provmap-openvino: cubic exclude_outside: OpenVINO's cubic Resize ignores "
         "exclude_outside=1",
+    r"test_(cast|castlike)_(no_saturate_)?\w*(FLOAT8E4M3FN|FLOAT8E5M2|INT4|UINT4|FLOAT4E2M1|INT2|UINT2)"
+    r"\w*|test_cast(like)?_e8m0_FLOAT(16)?_to_FLOAT8E8M0(_expanded)?":
+        "provmap-tvm,provmap-map: narrow types: TVM 0.27 crashes its VM on 4-bit tensors and "
+        "casts 8-bit floats without ONNX's saturation and NaN (provenance/converters.wrong_dtype)",
+    r"test_attention_(23_boolmask_fullymasked_row_nan_robustness|2[34]_fullymasked_qk_matmul_output"
+    r"_mode3_zero|24_qk_matmul_output_mode3_softmax_precision|3d_(causal_bf16|causal|diff_heads_"
+    r"sizes_causal|gqa_causal)|4d_attn_mask_(3d_causal|4d_causal|bool_4d|bool|causal_bf16)"
+    r"|4d_(causal_bf16|causal|causal_fp16)|4d_causal_nonpad_(attn_mask_composition|batch_prefill"
+    r"|continued_prefill|negative_offset_structural_empty)|4d_causal_with_past_and_present"
+    r"|4d_diff_heads_mask4d_padded_kv|4d_diff_heads_sizes_causal|4d_gqa_causal(_nonpad_decode"
+    r"(_fp16)?)?|4d_padded_kv_bf16|causal_boolmask_nan_robustness)_expanded"
+    r"|test_attention_(3d_local_window|4d_causal_padded_kv_bf16|4d_with_past_and_present_qk_matmul"
+    r"_bias_[34]d_mask_causal|bidirectional_window|local_window(_ext_cache_(float16_mask|rank2_mask"
+    r"|rank3_head_mask|rank4_batch_mask)|_gqa_rank4_mask|_rank1_boolean_mask|_with_past)?)"
+    r"(_expanded)?":
+        "provmap-openvino: OpenVINO attention: its Attention ignores the window, misplaces the "
+        "causal mask with a cache and a mask, and its ReduceMax of -inf only is -3.4e38 "
+        "(runtime_module/backends/ov_attention.py)",
+    r"test_bitshift_\w+":
+        "provmap-openvino,provmap-tvm,provmap-map: BitShift amount: a shift by the type's width "
+        "or more is ONNX's 0, not C's shift; only a constant amount within range is taken",
     r"test_isinf_(positive|negative)":
         "provmap-tvm,provmap-map: IsInf detect flags: TVM's IsInf ignores detect_positive and "
         "detect_negative",

@@ -221,9 +221,32 @@ def random_cases(cases: dict, names: list[str]) -> list[str]:
         ops = set(_op_types(m.graph))
         for f in m.functions:
             ops |= set(_op_types(f))  # a FunctionProto has .node as a graph does
-        if any(d in ("", "ai.onnx") and op in RANDOM_OPS for d, op in ops):
+        if any(d in ("", "ai.onnx") and op in RANDOM_OPS for d, op in ops) or \
+                _training_dropout(m, cases[name][1]):
             out.append(name)
     return out
+
+
+def _training_dropout(model, sets) -> bool:
+    """A Dropout in training mode with a ratio above 0 draws its mask from the library's
+    generator (onnx's test_training_dropout*: each library drops other elements).  The mode and
+    ratio are read from the case's inputs where they are graph inputs; a zero ratio is exact."""
+    given = {}
+    for inputs, _ in sets[:1]:
+        given = {i.name: x for i, x in zip(model.graph.input, inputs)}  # sequences stay lists
+    consts = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type != "Dropout" or len(n.input) < 3 or not n.input[2]:
+            continue
+        mode = given.get(n.input[2])
+        ratio = given.get(n.input[1]) if n.input[1] else None
+        if ratio is None and n.input[1] in consts:
+            from onnx import numpy_helper
+
+            ratio = numpy_helper.to_array(consts[n.input[1]])
+        if (mode is None or bool(np.all(mode))) and (ratio is None or float(np.max(ratio)) > 0):
+            return True
+    return False
 
 
 def excluded_note(n: int) -> str:

@@ -32,6 +32,128 @@ def single(view: GraphView, backend: Backend) -> Plan:
     return Plan(strategy=label, partitions=parts if view.op_nodes else [])
 
 
+def _untyped_units(view: GraphView, names: list[str], verdicts: dict[str, dict],
+                   choice: dict[int, str], moved: dict[int, str] | None = None
+                   ) -> list[list[int]]:
+    """Op nodes joined by a tensor no inference types, as units greedy never cuts, in order.
+
+    A partition boundary needs the tensor's type (common_old.onnx's Casts after com.microsoft
+    DynamicQuantizeLSTM have none: ONNX's and ONNX Runtime's inference both give up there), so
+    the producer and the consumers of such a tensor go together, with every node on a path
+    between them (a unit that left one out could not run before or after it), on the first
+    listed backend that takes them all; `choice` is updated in place.  Nodes a unit cannot
+    stay together on (no backend takes them all) are left alone: the build then names the
+    tensor as before.  `moved` receives node -> the backend it would have had alone.
+    """
+    order = {i: k for k, i in enumerate(view.op_nodes)}
+    parent = {i: i for i in view.op_nodes}
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in view.op_nodes:
+        for o in view.nodes[i].output:
+            if not o or view.known(o) is not None or o in view.initializers:
+                continue
+            for j in view.consumers.get(o, ()):
+                if j in order:
+                    parent[find(j)] = find(i)
+    groups: dict[int, set[int]] = {}
+    for i in view.op_nodes:
+        groups.setdefault(find(i), set()).add(i)
+    succs = {i: view.op_successors(i) for i in view.op_nodes}
+    taken: set[int] = set()
+    units: list[set[int]] = []
+    moved = moved if moved is not None else {}
+    joined = sorted((g for g in groups.values() if len(g) > 1),
+                    key=lambda g: min(order[i] for i in g))
+    for members in joined:
+        members = _convex(members, succs, order) - taken
+        ok = [b for b in names if all(verdicts[b].get(i) is not None and verdicts[b][i].ok
+                                      for i in members)]
+        if not ok:
+            continue
+        for i in members:
+            if choice[i] != ok[0]:
+                moved[i] = choice[i]
+            choice[i] = ok[0]
+        taken |= members
+        units.append(members)
+    units += [{i} for i in view.op_nodes if i not in taken]
+    return [sorted(u, key=order.__getitem__) for u in units]
+
+
+def _convex(members: set[int], succs: dict[int, set[int]], order: dict[int, int]) -> set[int]:
+    """`members` with every node both downstream of one of them and upstream of another."""
+    down: set[int] = set()
+    stack = list(members)
+    while stack:
+        for j in succs[stack.pop()]:
+            if j not in down:
+                down.add(j)
+                stack.append(j)
+    last = max(order[i] for i in members)
+    preds: dict[int, set[int]] = {}
+    for i, js in succs.items():
+        for j in js:
+            preds.setdefault(j, set()).add(i)
+    up: set[int] = set()
+    stack = list(members)
+    while stack:
+        for j in preds.get(stack.pop(), ()):
+            if j not in up and order[j] <= last:
+                up.add(j)
+                stack.append(j)
+    return members | (down & up)
+
+
+def _grow(view: GraphView, names: list[str], choice: dict[int, str], label: str,
+          units: list[list[int]]) -> list[PartitionSpec]:
+    """Kahn's algorithm over units (one op node, or nodes joined by untyped tensors), preferring
+    ready units on the current partition's backend."""
+    unit_of = {i: k for k, u in enumerate(units) for i in u}
+    preds: dict[int, set[int]] = {k: set() for k in range(len(units))}
+    for i in view.op_nodes:
+        for j in view.op_successors(i):
+            if unit_of[i] != unit_of[j]:
+                preds[unit_of[j]].add(unit_of[i])
+    succs: dict[int, set[int]] = {k: set() for k in preds}
+    for k, ps in preds.items():
+        for p in ps:
+            succs[p].add(k)
+    remaining = {k: len(p) for k, p in preds.items()}
+    order = {i: n for n, i in enumerate(view.op_nodes)}
+    first = {k: min(order[i] for i in u) for k, u in enumerate(units)}
+    backend = {k: choice[u[0]] for k, u in enumerate(units)}
+    ready = sorted((k for k, n in remaining.items() if n == 0), key=first.__getitem__)
+    parts: list[PartitionSpec] = []
+    current = None
+    done = 0
+    while ready:
+        same = [k for k in ready if current is not None and backend[k] == current.backend]
+        if same:
+            k = same[0]
+        else:
+            # Switch backend: prefer the highest-priority backend among ready units.
+            k = min(ready, key=lambda x: (names.index(backend[x]), first[x]))
+            current = PartitionSpec(backend[k], [], why=label)
+            parts.append(current)
+        ready.remove(k)
+        current.ops.extend(units[k])
+        done += 1
+        for j in succs[k]:
+            remaining[j] -= 1
+            if remaining[j] == 0:
+                ready.append(j)
+        ready.sort(key=first.__getitem__)
+    if done < len(units):  # two units each upstream of the other: grow node by node instead
+        return _grow(view, names, choice, label, [[i] for i in view.op_nodes])
+    return parts
+
+
 def greedy(view: GraphView, backends: list[Backend]) -> Plan:
     verdicts = _verdicts(view, backends)
     names = [b.name for b in backends]
@@ -53,32 +175,13 @@ def greedy(view: GraphView, backends: list[Backend]) -> Plan:
             raise ProvmapError(f"{label}: no listed backend supports "
                                f"{view.describe(i)} ({'; '.join(skipped)})")
 
-    # Kahn's algorithm over op nodes, preferring ready nodes on the current partition's backend.
-    preds: dict[int, set[int]] = {i: set() for i in view.op_nodes}
-    for i in view.op_nodes:
-        for j in view.op_successors(i):
-            preds[j].add(i)
-    remaining = {i: len(p) for i, p in preds.items()}
-    succs = {i: view.op_successors(i) for i in view.op_nodes}
-    ready = sorted(i for i, n in remaining.items() if n == 0)
-    parts: list[PartitionSpec] = []
-    current = None
-    while ready:
-        same = [i for i in ready if current is not None and choice[i] == current.backend]
-        if same:
-            i = same[0]
-        else:
-            # Switch backend: prefer the highest-priority backend among ready nodes.
-            i = min(ready, key=lambda x: (names.index(choice[x]), x))
-            current = PartitionSpec(choice[i], [], why=label)
-            parts.append(current)
-        ready.remove(i)
-        current.ops.append(i)
-        for j in succs[i]:
-            remaining[j] -= 1
-            if remaining[j] == 0:
-                ready.append(j)
-        ready.sort()
+    moved: dict[int, str] = {}
+    parts = _grow(view, names, choice, label,
+                  _untyped_units(view, names, verdicts, choice, moved))
+    for i, alone in moved.items():
+        note = f"{alone}: kept with the nodes it shares an untyped tensor with"
+        why[i] = "; ".join(x for x in (why[i], note) if x)
+        declined.setdefault(i, {})[alone] = note
     fallbacks = sorted({f"{view.describe(i)} -> {choice[i]} ({why[i]})"
                         for i in view.op_nodes if why[i]})
     # Per node that did not get the first backend: who declined it and why (explain shows it).

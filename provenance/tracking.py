@@ -119,7 +119,8 @@ class TrackingImporter(_fe.ONNXGraphImporter):
             return "control flow is not supported by provmap's Relax import"
         if node.op_type not in _supported_ops():
             return "operator not supported by the Relax ONNX importer"
-        wrong = converters.wrong_lowering(node)
+        wrong = converters.wrong_lowering(node) or \
+            converters.wrong_dtype(node, self._onnx_types) or converters.wrong_shift(node, inputs)
         if wrong:
             return wrong
         for x in inputs:

@@ -242,8 +242,11 @@ def _ddddocr_models() -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["common.onnx", "common_old.onnx"])
+# greedy:tvm,onnxruntime once cut common_old.onnx at a Cast's output after DynamicQuantizeLSTM
+# that no inference types ("has no known tensor type or rank"): greedy now keeps a tensor's
+# producer and consumers together when its type cannot be known.
 @pytest.mark.parametrize("strategy", ["single:onnxruntime", "single:openvino",
-                                      "greedy:openvino,onnxruntime"])
+                                      "greedy:openvino,onnxruntime", "greedy:tvm,onnxruntime"])
 def test_the_published_ocr_models(tmp_path, name, strategy):
     path = next((p for p in _ddddocr_models() if p.name == name), None)
     if path is None:
@@ -261,6 +264,6 @@ def test_the_published_ocr_models(tmp_path, name, strategy):
     assert got.shape == want.shape == (20, 1, 8210)
     if name == "common.onnx" or strategy == "single:onnxruntime":
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
-    else:  # dynamic int8 (22 DynamicQuantizeLinear in a chain) on OpenVINO: judged as OCR is,
-        # by the class each time step decodes to
+    else:  # dynamic int8 (22 DynamicQuantizeLinear in a chain) on OpenVINO or TVM: judged
+        # as OCR is, by the class each time step decodes to
         assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.95

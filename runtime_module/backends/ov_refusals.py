@@ -12,6 +12,8 @@ Both rules keep provmap's promise that a backend computes what the model says or
   plain OpenVINO still does this, so the rule goes when OpenVINO is fixed.
 - a non-empty result computed from a zero-size tensor (a reduction over nothing): see
   empty_tensors.py.
+- Attention's window, causal-with-cache-and-mask and bfloat16 padded settings, and ReduceMax /
+  ReduceMin over infinities from the model's constants: see ov_attention.py.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..backend import Support
 from .empty_tensors import refuse_reductions_over_nothing
+from .ov_attention import infinite_tensors, wrong_attention, wrong_reduction, wrong_shift
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -30,6 +33,7 @@ WRONG_RESULTS = {("com.microsoft", "QLinearAdd"), ("com.microsoft", "QLinearMul"
 
 def refuse_wrong_numbers(view: "GraphView", verdicts: dict[int, Support], device: str) -> None:
     """Turn the verdict of each node OpenVINO would compute wrong into a refusal, in place."""
+    infinite = None
     for i in view.op_nodes:
         if not verdicts[i].ok:
             continue
@@ -39,7 +43,11 @@ def refuse_wrong_numbers(view: "GraphView", verdicts: dict[int, Support], device
                                          "wraps results outside the output type's range around "
                                          "instead of saturating (wrong numbers)")
             continue
-        attr_wrong = _wrong_by_attributes(node, view)
+        attr_wrong = _wrong_by_attributes(node, view) or wrong_attention(node, view) or \
+            wrong_shift(node, view)
+        if not attr_wrong and node.op_type in ("ReduceMax", "ReduceMin"):
+            infinite = infinite_tensors(view) if infinite is None else infinite
+            attr_wrong = wrong_reduction(node, infinite)
         if attr_wrong:
             verdicts[i] = Support(False, attr_wrong)
             continue
