@@ -54,21 +54,26 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10,
     searched = {b: get_backend(b) for b in opts.search_backends}
     every = {**searched, **{v: be for v, (_o, be) in
                             e2e_variants(searched, CollageOptions().e2e_variants).items()}}
+    kept = next((r for r in rows if r["strategy"].startswith("collage")), None)
+    twin = (kept or {}).get("same_plan_as") or ""
+    kept_is = twin[len("single:"):] if twin.startswith("single:") else None
+    if kept_is not in every:
+        kept_is = None
     kept_mod = None
-    if kept_artifact is not None:
+    if kept_artifact is not None and kept_is is None:
         from provmap.runtime_module.module import load
 
         kept_mod = load(kept_artifact) if isinstance(kept_artifact, (str, os.PathLike)) \
             else kept_artifact
     try:
-        h = node_oracle(view, every, kept=kept_mod, repeats=repeats, progress=say)
+        h = node_oracle(view, every, kept=kept_mod, repeats=repeats, progress=say,
+                        kept_is=kept_is)
     except ValueError as e:
         say(str(e))
         return None
     finally:
         if kept_mod is not None and kept_mod is not kept_artifact:
             kept_mod.close()
-    kept = next((r for r in rows if r["strategy"].startswith("collage")), None)
     if kept is not None:
         kept.update(oracle_ms=h["oracle_ms"], headroom_captured=h["captured"])
     return {"model": rows[0]["model"] if rows else view.imported.label,

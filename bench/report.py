@@ -94,10 +94,11 @@ def gains_table(res: dict) -> list[str]:
         "provmap adds over setting one option); predicted / measured = the search's estimate "
         "of the kept plan and its measured median; bound = the per-node oracle with each "
         "backend's node times calibrated to add up to its profiled whole (so at most every "
-        "profiled single configuration), never above a measured single configuration (its "
-        "headroom over the best single configuration, from the profiled runs), 'capped' when "
-        "this run measured a single configuration below the profile's bound and the bound is "
-        "that configuration's minimum; verdict = 'no room (<5%)' when that headroom is under 5%, "
+        "profiled single configuration); its headroom over the best single configuration comes "
+        "from the profiled runs alone (bound and best single of the same runs), and the bound "
+        "is shown on this run's scale, as that share below the fastest single minimum (so "
+        "never above a measured single configuration); 'capped' only in results from before "
+        "the profile recorded its share; verdict = 'no room (<5%)' when that headroom is under 5%, "
         "else 'room N%'; load = CPUs other processes used / CPUs during the latency run.",
         ["model", "best default single", "best single configuration", "kept plan",
          "variant gain", "partitioning gain", "predicted / measured ms", "bound ms", "verdict",

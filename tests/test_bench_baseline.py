@@ -66,6 +66,19 @@ def test_gains_by_min_and_by_median_from_the_same_rows():
     assert g["load"]["cores"] == 2
 
 
+def test_the_limit_headroom_has_one_source_the_profile():
+    """The profile's bound is set against its own best single (same runs); the latency run's
+    minimum, measured at another moment, only sets the scale: comparing the two had called a
+    5.9% headroom "capped, no room" (ViT-B/16, 2026-11-26)."""
+    fastest = min(r["min_ms"] for r in ROWS if r["strategy"].startswith("single:"))
+    g = gains(ROWS, None, {"oracle_ms": 7.0, "headroom_share": 0.06})
+    assert g["limit_is_bound"] is True and g["limit_headroom"] == pytest.approx(0.06)
+    assert g["limit_ms"] == pytest.approx(fastest * 0.94) and g["limit_ms"] <= fastest
+    assert g["limit_profiled_ms"] == 7.0
+    g = gains(ROWS, None, {"oracle_ms": 4.0, "headroom_share": 0.0})
+    assert g["limit_headroom"] == 0.0 and g["limit_ms"] == pytest.approx(fastest)
+
+
 def test_kept_plan_equal_to_a_variant_has_no_partitioning_gain():
     rows = ROWS[:-1] + [_row("collage:onnxruntime,openvino", 6.0, 5.9,
                              kept="collage->single:onnxruntime[threads=1]")]
