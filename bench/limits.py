@@ -86,7 +86,8 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10,
             "noisy": bool((kept or {}).get("noisy") or h["conditions"].get("contended")),
             "profiled": {b: p["e2e_ms"] for b, p in h["per_backend"].items()},
             "attributed": {b: p["attributed_share"] for b, p in h["per_backend"].items()},
-            # enough to recompute the bound offline (workbench.headroom.calibrated_oracle)
+            # enough to recompute the bound offline (workbench.headroom.saved_oracle)
+            "units": h.get("units", []), "per_node_ms": h.get("per_node_ms"),
             "scales": {b: p["scale"] for b, p in h["per_backend"].items()},
             "calibrated_nodes": {b: p["calibrated_nodes"] for b, p in h["per_backend"].items()},
             "nodes_fastest_on": h["nodes_fastest_on"], "failed": h["failed"],

@@ -152,9 +152,10 @@ def markdown(res: dict) -> str:
          "ratio (min)", "partitions", "err", "load"], rows)
     if res.get("headroom"):
         lines += _table(
-            "The limit: the per-node oracle (each ONNX node on the fastest of the searched "
-            "backends and variants, as profile attributes time, each backend's node times "
-            "scaled to add up to its profiled whole; boundaries free), so at most every "
+            "The limit: the oracle (each ONNX node, or group of nodes some backend's kernel "
+            "fuses, priced whole, on the fastest of the searched backends and variants, as "
+            "profile attributes time, each backend's node times scaled to add up to its "
+            "profiled whole; boundaries free), so at most every "
             "profiled single configuration, and never above the kept plan; raw = the same sum "
             "unscaled; headroom = (best single - oracle) / best single, 'no room' under 5%; "
             "captured = (best single - kept) / (best single - oracle); best single, kept and "

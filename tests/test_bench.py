@@ -157,11 +157,13 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
     assert 0 < h["oracle_ms"] <= min(min(h["profiled"].values()), h["kept_ms"])
     assert set(h["attributed"]) == set(h["profiled"])  # no backend left out
     # saved compactly enough to recompute the calibrated bound offline
-    from provmap.workbench.headroom import calibrated_oracle
+    from provmap.workbench.headroom import calibrated_oracle, saved_oracle
 
     assert set(h["calibrated_nodes"]) == set(h["scales"]) == set(h["profiled"])
-    assert calibrated_oracle(h["calibrated_nodes"])[0] == pytest.approx(h["calibrated_ms"],
-                                                                        abs=1e-3)
+    assert saved_oracle(h["calibrated_nodes"], h["units"]) == pytest.approx(h["calibrated_ms"],
+                                                                           abs=1e-3)
+    # fused groups priced whole: never below the per-node sum
+    assert h["calibrated_ms"] >= calibrated_oracle(h["calibrated_nodes"])[0] - 1e-3
     rows = {r["strategy"]: r for r in res["rows"]}
     kept = rows["collage:onnxruntime,openvino"]
     # one source: best single, kept and the bound all from the profiled runs

@@ -129,3 +129,27 @@ def test_the_verdict_on_the_headroom():
 
     assert verdict(0.049) == "no room (<5%)" and verdict(0.0) == "no room (<5%)"
     assert verdict(0.12) == "room 12%" and verdict(None) == "-"
+
+
+def test_fused_groups_are_priced_whole():
+    """A Conv cheaper on ORT must not take its Sigmoid and Mul for free from the backend that
+    fused them into its own Conv: the unit {conv, sig, mul} goes to one backend (EfficientNet-B0,
+    2026-11-26: a per-node minimum reported 25% headroom no plan could reach)."""
+    from provmap.workbench.headroom import (calibrated_oracle, fused_units, saved_oracle,
+                                            unit_oracle)
+
+    nodes = {"onnxruntime": {"conv": 1.0, "sig": 0.3, "mul": 0.3, "pool": 0.2},
+             "openvino": {"conv": 1.2, "pool": 0.4}}         # sig and mul fused into its conv
+    per_node, _ = calibrated_oracle(nodes)
+    assert per_node == pytest.approx(1.2)                     # 1.0 + 0 + 0 + 0.2: unreachable
+    units = fused_units([["conv", "mul", "sig"]], ["conv", "mul", "pool", "sig"])
+    assert units == [["conv", "mul", "sig"], ["pool"]]
+    oracle, fastest = unit_oracle(nodes, units)
+    assert oracle == pytest.approx(1.2 + 0.2)                 # the fused conv on OpenVINO
+    assert fastest == {"conv": "openvino", "mul": "openvino", "sig": "openvino",
+                       "pool": "onnxruntime"}
+    assert oracle >= per_node and all(oracle <= sum(n.values()) + 1e-9 for n in nodes.values())
+    # groups of different backends chain into one unit
+    assert fused_units([["a", "b"], ["b", "c"]], ["a", "b", "c", "d"]) == [["a", "b", "c"], ["d"]]
+    assert saved_oracle(nodes, [["conv", "mul", "sig"]]) == pytest.approx(oracle)
+    assert unit_oracle({}, []) == (None, {})

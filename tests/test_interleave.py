@@ -60,6 +60,19 @@ def test_break_tie_keeps_the_lower_median_and_says_whether_min_and_passes_agree(
     assert win == "a" and "also by minimum" in why and "3 of 3 passes" in why
 
 
+def test_break_tie_follows_two_of_three_tests_not_the_median_alone():
+    """MobileNet-v3, 2026-11-26: 1.8% under by median, but slower by minimum and in 3 of 4
+    passes -- the median alone had kept the plan the bench measured 24% slower by minimum."""
+    x = _lat([[0.95, 0.95, 1.05, 1.05]] * 4)                # median 1.00, min 0.95
+    y = _lat([[0.90, 1.01, 1.01, 1.01], [1.01] * 4, [1.01] * 4, [1.20] * 4])  # median 1.01
+    win, why = break_tie({"x": x, "y": y})
+    assert win == "y" and "faster by minimum and in 3 of 4 passes" in why
+    # faster by minimum but in only 2 of 4 passes: the median stands
+    y = _lat([[0.90, 1.01, 1.01, 1.01], [1.01] * 4, [1.20] * 4, [1.20] * 4])
+    win, why = break_tie({"x": x, "y": y})
+    assert win == "x" and "but not by minimum" in why
+
+
 def test_measure_interleaved_blocks_and_caps_slow():
     calls = {"fast": 0, "slow": 0}
 

@@ -1,4 +1,4 @@
-"""The limit of partitioning: the per-node oracle, and how much of the headroom a plan captured.
+"""The limit of partitioning: the oracle over ONNX nodes and fused groups, and how much of the headroom a plan captured.
 
 Why: "no mixed plan won" means either that the search missed a win or that there was none to
 find; nothing told the two apart (issue 28).  The oracle is the sum, over ONNX nodes, of the
@@ -37,7 +37,7 @@ measured whole, so the "bound" was only the cap):
   no node times cannot be calibrated), and it says so (`bound_by`);
 * best single, kept and the bound come from the same profiling runs, so the captured share
   has one source.  Each backend's calibrated node times are kept (`calibrated_nodes`) so the
-  bound can be recomputed offline with `calibrated_oracle`.
+  bound can be recomputed offline with `saved_oracle` (with the fused `units`).
 """
 
 from __future__ import annotations
@@ -78,10 +78,11 @@ def _profile(art, inputs, repeats: int, say) -> dict:
     mod = art if hasattr(art, "partitions") else ArtifactModule(art, trust=True)
     try:
         prof = profile_artifact(mod, inputs, repeats=repeats, kernel_repeats=max(3, repeats // 2))
+        groups = kernel_groups(mod)
     finally:
         if mod is not art:
             mod.close()
-    return {"e2e_ms": prof["e2e_ms"],
+    return {"e2e_ms": prof["e2e_ms"], "groups": groups,
             "nodes": {r["id"]: r["ms"] for r in prof["onnx_nodes"]},
             "partitions_ms": sum(p["ms"] for p in prof["partitions"]),
             "kernel_times": sorted({p["kernel_times"] for p in prof["partitions"]})}
@@ -140,6 +141,72 @@ def compact_nodes(nodes: dict) -> dict:
     return {i: round(ms, 4) for i, ms in sorted(nodes.items()) if round(ms, 4) > 0}
 
 
+def kernel_groups(mod) -> list[list[str]]:
+    """The ONNX node ids each kernel of a loaded artifact computes together (kernels of two or
+    more nodes only; nodes folded into a kernel as constants left out, as profile does): the
+    fusions the oracle must not split."""
+    lk = mod.lookup
+    out = set()
+    for m in mod.partitions:
+        for k in mod.artifact.blob(m.id).kernels:
+            every = [d for a in lk.kernel(f"{m.id}:{k.name}") for d in a["onnx_nodes"]]
+            ids = sorted({d["id"] for d in every if d.get("role") not in ("constant", "folded")})
+            if len(ids) > 1:
+                out.add(tuple(ids))
+    return [list(g) for g in sorted(out)]
+
+
+def fused_units(groups: list[list[str]], ids) -> list[list[str]]:
+    """The units the oracle places: nodes joined when any backend's kernel computes them
+    together (union over every backend's `kernel_groups`), every other node alone.
+
+    Why: a fused kernel gives its time to its contraction and nothing to its epilogue, so a
+    per-node minimum took a Conv from the backend whose Conv was cheaper and the Sigmoid and
+    Mul after it for free from the backend that fused them (EfficientNet-B0, 2026-11-26: 124
+    nodes "free", a 25% headroom no plan could reach).  A plan that splits a fused group
+    loses that fusion, so pricing whole groups is the finest placement the profiles describe."""
+    parent: dict = {i: i for i in ids}
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for g in groups:
+        g = [i for i in g if i in parent]
+        for i in g[1:]:
+            a, b = root(g[0]), root(i)
+            if a != b:
+                parent[b] = a
+    units: dict = {}
+    for i in parent:
+        units.setdefault(root(i), []).append(i)
+    return sorted((sorted(u) for u in units.values()), key=lambda u: u[0])
+
+
+def unit_oracle(nodes: dict, units: list[list[str]]) -> tuple[float | None, dict]:
+    """(sum over units of the fastest backend's calibrated time for the whole unit, node -> that
+    backend) from {backend: {node id: calibrated ms}} and `fused_units`.  Choosing one backend
+    for every unit gives that backend's whole, so the sum is at most every backend's measured
+    whole, as the per-node oracle is; it is at least the per-node sum (a coarser choice)."""
+    if not units or not nodes:
+        return None, {}
+    total, fastest = 0.0, {}
+    for u in units:
+        b = min(nodes, key=lambda b: sum(nodes[b].get(i, 0.0) for i in u))
+        total += sum(nodes[b].get(i, 0.0) for i in u)
+        fastest.update({i: b for i in u})
+    return min(total, *(sum(ns.values()) for ns in nodes.values())), fastest
+
+
+def saved_oracle(nodes: dict, units: list[list[str]]) -> float | None:
+    """The bound recomputed from saved results: `calibrated_nodes` and `units` (the fused
+    groups of two or more nodes; every other node is a unit alone)."""
+    ids = sorted({i for ns in nodes.values() for i in ns})
+    return unit_oracle(nodes, fused_units(units, ids))[0]
+
+
 def bound_from(oracle: float | None, singles_ms: dict) -> tuple[float | None, str | None]:
     """(the bound, why it is not the oracle or None): the oracle, never above the fastest
     measured plan (`singles_ms`: each single configuration, and the kept plan if measured ->
@@ -188,7 +255,11 @@ def node_oracle(view, backends: dict, kept=None, inputs=None, repeats: int = 10,
                          + "; ".join(f"{k}: {v}" for k, v in failed.items()))
     raw, _fastest_raw, low = oracle_from(per)
     cal = calibrate(per)
-    oracle, fastest = calibrated_oracle({b: c["nodes"] for b, c in cal.items()})
+    cal_nodes = {b: c["nodes"] for b, c in cal.items()}
+    per_node, _ = calibrated_oracle(cal_nodes)
+    ids = sorted({i for ns in cal_nodes.values() for i in ns})
+    units = fused_units([g for p in per.values() for g in p.get("groups", [])], ids)
+    oracle, fastest = unit_oracle(cal_nodes, units)
     best = min(per, key=lambda b: per[b]["e2e_ms"])
     measured = {f"single:{b}": p["e2e_ms"] for b, p in per.items()}
     kept_ms = None
@@ -207,6 +278,8 @@ def node_oracle(view, backends: dict, kept=None, inputs=None, repeats: int = 10,
         b = b if cal[b]["nodes"].get(i, 0.0) > 0 else "free"
         wins[b] = wins.get(b, 0) + 1
     return {"oracle_ms": bound, "calibrated_ms": oracle, "oracle_sum_ms": raw,
+            "per_node_ms": per_node,
+            "units": [u for u in units if len(u) > 1],
             "bound_by": bound_by,
             "best_single": f"single:{best}", "best_single_ms": best_ms,
             "kept_ms": kept_ms, "headroom_ms": best_ms - bound,
@@ -233,9 +306,13 @@ def format_headroom(h: dict) -> list[str]:
         lines = [f"limit: not measured (no backend's profile attributes its time to ONNX nodes);"
                  f" best single {h['best_single']} {h['best_single_ms']:.3f} ms"]
     else:
-        lines = [f"limit (per-node oracle: each ONNX node on its fastest backend, node times "
-                 f"calibrated to each backend's whole, boundaries free): {h['oracle_ms']:.3f} ms"
-                 + (f" (raw per-node sum {h['oracle_sum_ms']:.3f})"
+        lines = [f"limit (oracle: each ONNX node, or group a kernel fuses, on its fastest "
+                 f"backend, node times calibrated to each backend's whole, boundaries free): "
+                 f"{h['oracle_ms']:.3f} ms"
+                 + (f" (per node, fusions split: {h['per_node_ms']:.3f}; raw per-node sum "
+                    f"{h['oracle_sum_ms']:.3f})" if h.get("per_node_ms") is not None
+                    and h.get("oracle_sum_ms") is not None else
+                    f" (raw per-node sum {h['oracle_sum_ms']:.3f})"
                     if h.get("oracle_sum_ms") is not None else "")
                  + f"; best single {h['best_single']} {h['best_single_ms']:.3f} ms; headroom "
                  f"{h['headroom_ms']:.3f} ms" + (f" ({verdict(h.get('headroom_share'))})"
