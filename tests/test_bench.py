@@ -175,7 +175,7 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
                                               / (h["best_single_ms"] - h["oracle_ms"]))
     assert kept["oracle_ms"] == h["oracle_ms"] and kept["headroom_captured"] == h["captured"]
     md = (out / "results.md").read_text()
-    assert "| load |" in md and "The limit: the per-node oracle" in md
+    assert "| load |" in md and "The limit: the oracle (each ONNX node, or group" in md
     assert "| verdict |" in md and ("no room (<5%)" in md or "| room " in md)
     assert f"| {h['model']} | {h['best_single']} |" in md
 

@@ -45,7 +45,8 @@ def test_explain_headroom_shows_the_oracle_and_the_captured_share(tmp_path):
     assert sum(h["nodes_fastest_on"].values()) == h["nodes"] == 2
     text = provmap("explain", art, "--headroom", "--repeats", "5")
     assert text.returncode == 0, text.stderr
-    line = next(ln for ln in text.stdout.splitlines() if ln.startswith("limit (per-node oracle"))
+    line = next(ln for ln in text.stdout.splitlines()
+                if ln.startswith("limit (oracle: each ONNX node, or group a kernel fuses"))
     assert "best single" in line and "headroom" in line and "raw per-node sum" in line
     assert "room" in line  # the verdict: 'no room (<5%)' or 'room N%'
     assert "x calibration scale" in text.stdout
