@@ -103,10 +103,14 @@ BUILD_FAILURES = {
     # Legalization itself raises.
     "int_pow": {"int_pow": "legalizing relax.power: Check failed: (IsFloatType(x.ty())) is "
                            "false: power only applies to float"},
-    # Code generation raises, after every pass: found by bisection over the nodes.
-    "cast_to_float4": {"to_fp4": "build failed in code generation: Check failed:",
-                       "from_fp4": "build failed in code generation: Check failed:"},
+    # Code generation raised here, after every pass, found by bisection over the nodes; since
+    # issue 32 provmap refuses 4-bit floats at import (TVM computes them otherwise than ONNX),
+    # so each node is marked with that reason before any build.
+    "cast_to_float4": {"to_fp4": "TVM 0.27 does not compute float4e2m1 tensors as ONNX does",
+                       "from_fp4": "TVM 0.27 does not compute float4e2m1 tensors as ONNX does"},
 }
+#: Models whose nodes are refused at import, before any build: no bisection message.
+REFUSED_AT_IMPORT = {"cast_to_float4"}
 
 
 @pytest.mark.parametrize("model", list(BUILD_FAILURES))
@@ -132,7 +136,8 @@ def test_tvm_build_failure_marks_the_nodes_and_maps_the_rest(tmp_path, model):
     assert not any((n.elided or "").startswith("not compilable") for n in others)
     if model == "pad_to_window_multiple":  # the symbolic width W is no binding of its own
         assert nodes["gather"].elided == "shape arithmetic folded at import"
-    assert "marked not compilable by TVM, building the rest" in r.stderr
+    if model not in REFUSED_AT_IMPORT:
+        assert "marked not compilable by TVM, building the rest" in r.stderr
 
 
 def test_a_shape_read_only_by_an_opaque_node_is_accounted_for(tmp_path):
