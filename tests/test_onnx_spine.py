@@ -329,12 +329,15 @@ def test_node_tvm_cannot_build_is_declined_with_the_reason_map_gives(tmp_path):
     _assert_matches(load(art).run(feeds), _ort(sm.int_pow(), feeds))
 
 
-def test_bisection_out_of_probes_marks_its_suspects_instead_of_failing():
+def test_bisection_out_of_probes_marks_its_suspects_instead_of_failing(monkeypatch):
     """Bisection is bounded: past its probe builds, the nodes still suspect are marked together
     with TVM's error (issue 32: the map used to fail whole there); a failure found by
-    legalization needs no probe."""
+    legalization needs no probe.  The float4 Casts fail in TVM's code generation; provmap now
+    refuses 4-bit floats at import, so that refusal is switched off here to reach the build."""
+    from provmap.provenance import converters
     from provmap.provenance.salvage import compile_around_failures
 
+    monkeypatch.setattr(converters, "wrong_dtype", lambda node, types: None)
     model = sm.cast_to_float4()
 
     def reimport(not_compilable):
