@@ -137,7 +137,11 @@ def test_bisection_out_of_probes_marks_the_suspects_as_a_region_and_builds_the_r
 
 
 @pytest.mark.parametrize("model", ["int_pow", "cast_to_float4"])
-def test_small_failures_keep_their_node_by_node_reasons(model):
+def test_small_failures_keep_their_node_by_node_reasons(model, monkeypatch):
+    from provmap.provenance import converters
+
+    # float4 is refused at import since issue 32; switched off here to reach TVM's own failure
+    monkeypatch.setattr(converters, "wrong_dtype", lambda node, types: None)
     m = getattr(sm, model)()
     _, imp, forced = compile_around_failures(
         import_onnx(m), lambda nc: import_onnx(m, not_compilable=nc))
