@@ -117,7 +117,11 @@ def _float4_round_trips(n: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
 
 
-def test_bisection_out_of_probes_marks_the_suspects_as_a_region_and_builds_the_rest():
+def test_bisection_out_of_probes_marks_the_suspects_as_a_region_and_builds_the_rest(monkeypatch):
+    from provmap.provenance import converters
+
+    # float4 is refused at import since issue 32; switched off here to reach TVM's own failure
+    monkeypatch.setattr(converters, "wrong_dtype", lambda node, types: None)
     model = _float4_round_trips(4)
     said = []
     build, imp, forced = compile_around_failures(
