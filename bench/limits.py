@@ -76,6 +76,15 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10,
             kept_mod.close()
     if kept is not None:
         kept.update(oracle_ms=h["oracle_ms"], headroom_captured=h["captured"])
+    plans = None
+    if getattr(opts, "oracle_plans", False) and h["headroom_share"]:
+        from provmap.workbench.oracle_plan import oracle_plans
+
+        try:
+            plans = oracle_plans(view, h, every, say=say)
+        except Exception as e:  # the limit row stands without them
+            say(f"headroom: the oracle's plans could not be measured: {e}".splitlines()[0])
+            plans = {"tried": [], "note": f"{type(e).__name__}: {e}".splitlines()[0]}
     return {"model": rows[0]["model"] if rows else view.imported.label,
             "oracle_ms": h["oracle_ms"], "calibrated_ms": h["calibrated_ms"],
             "oracle_sum_ms": h["oracle_sum_ms"],
@@ -92,4 +101,6 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10,
             "calibrated_nodes": {b: p["calibrated_nodes"] for b, p in h["per_backend"].items()},
             "nodes_fastest_on": h["nodes_fastest_on"], "failed": h["failed"],
             "unattributed": h.get("unattributed", {}),
+            # the oracle's own assignments built and measured (workbench/oracle_plan.py)
+            "oracle_plans": plans,
             "conditions": h["conditions"]}

@@ -174,6 +174,24 @@ def markdown(res: dict) -> str:
                         sorted((h.get("unattributed") or {}).items()))
               + (f"; bound: {h['bound_by']}" if h.get("bound_by") else "")]
              for h in res["headroom"]])
+        tried = [(h["model"], r, h["oracle_plans"]) for h in res["headroom"]
+                 for r in (h.get("oracle_plans") or {}).get("tried", [])]
+        if tried:
+            lines += _table(
+                "The oracle's own plans, built and measured: a unit leaves the best single "
+                "configuration when the oracle says it saves more than tau of that "
+                "configuration's whole (tau 0: the oracle's assignment); partitions grouped as "
+                "greedy groups them.  Predicted = the calibrated profile times the plan picked "
+                "against the best single's; measured = both run alone, interleaved.  Measured "
+                "far above predicted means the oracle's room is how the libraries attribute "
+                "time, not a plan's.",
+                ["model", "plan", "partitions", "backends", "predicted vs best single",
+                 "measured (median)", "measured (min)"],
+                [[m, r["plan"], r["partitions"], ", ".join(r["backends"]),
+                  _f(r.get("predicted_vs_best"), "{:+.1%}"),
+                  (_f(r.get("vs_best_median"), "{:+.1%}") if "failed" not in r
+                   else "did not build: " + r["failed"].replace("|", "/")),
+                  _f(r.get("vs_best_min"), "{:+.1%}")] for m, r, _o in tried])
     if res["search"]:
         lines += _table(
             "Collage search: first compile (cold when the cache is fresh; includes the "

@@ -8,7 +8,7 @@ For each model, in one process:
     and kernel);
   * latency: every artifact *and* each backend library called directly on the whole model,
     measured together in interleaved blocks (`provmap.partition.measure.interleave`), so machine noise hits
-    all alike; ratios to the best single configuration (bench/baseline.py); the container's overhead is single:<b> over
+    all alike, each loaded alone for its own blocks (as a user runs one artifact); ratios to the best single configuration (bench/baseline.py); the container's overhead is single:<b> over
     direct:<b> from the same run;
   * correctness: every artifact's outputs against ONNX Runtime on the original model;
   * provenance: TVM import+compile with provmap's tracking against plain TVM, interleaved.
@@ -67,6 +67,7 @@ class SuiteOptions:
     refine_budget_s: float = 60.0          # collage's second level (0: first level and e2e only)
     measure_on: str | None = None          # tracker:HOST:PORT/KEY for the collage searches
     headroom_repeats: int = 10             # profiled runs per plan for the oracle (0: skip it)
+    oracle_plans: bool = True              # build and measure the oracle's own plans
 
 
 def quick_options(**kw) -> SuiteOptions:
@@ -211,24 +212,36 @@ def direct_openvino_call(compiled):
     return call
 
 
-def _direct(backend: str, model):
-    """The backend library on the whole original model, called the fastest way it offers
-    (the way provmap's own runners call it), so the difference is provmap's container."""
-    data = model.SerializeToString()
-    if backend == "onnxruntime":
-        import onnxruntime as ort
+class _Direct:
+    """The backend library on the whole original model, called the fastest way it offers (the
+    way provmap's own runners call it), so the difference is provmap's container.  Opened for
+    its own blocks and closed after, like the artifacts (interleave.py's rooms)."""
 
-        sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-        return lambda feeds: sess.run(None, feeds)
-    if backend == "openvino":
-        import openvino as ov
+    def __init__(self, backend: str, model):
+        self.backend, self.data, self.call = backend, model.SerializeToString(), None
 
-        core = ov.Core()
-        compiled = core.compile_model(core.read_model(data, b""), "CPU",
-                                      {"INFERENCE_PRECISION_HINT": "f32",
-                                       "PERFORMANCE_HINT": "LATENCY"})
-        return direct_openvino_call(compiled)
-    return None  # TVM has no "whole model outside provmap" path worth comparing here
+    def open(self):
+        if self.backend == "onnxruntime":
+            import onnxruntime as ort
+
+            sess = ort.InferenceSession(self.data, providers=["CPUExecutionProvider"])
+            self.call = lambda feeds: sess.run(None, feeds)
+        else:
+            import openvino as ov
+
+            core = ov.Core()
+            compiled = core.compile_model(core.read_model(self.data, b""), "CPU",
+                                          {"INFERENCE_PRECISION_HINT": "f32",
+                                           "PERFORMANCE_HINT": "LATENCY"})
+            self.call = direct_openvino_call(compiled)
+
+    def close(self):
+        self.call = None  # the session or compiled model goes with the closure
+
+
+def _direct(backend: str, model) -> _Direct | None:
+    # TVM has no "whole model outside provmap" path worth comparing here
+    return _Direct(backend, model) if backend in ("onnxruntime", "openvino") else None
 
 
 def plan_signature(manifest: dict) -> tuple:
@@ -282,17 +295,22 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
             paths[strategy] = path
             out["artifacts"].append({"model": name, "strategy": strategy, "build_s": build_s,
                                      **artifact_stats(path, log)})
-        mods = {s: load(p) for s, p in paths.items()}
+        mods = {}
+        for s, p in paths.items():  # loaded (verified) one at a time, then closed: see rooms
+            mods[s] = load(p)
+            mods[s].close()
         feeds = next(iter(mods.values())).random_inputs(0)
         same = _same_plans(mods)
         fns = {s: (lambda m=m: m.run(feeds)) for s, m in mods.items() if s not in same}
+        rooms = {s: (m.load_runners, m.close) for s, m in mods.items() if s not in same}
         direct = {}
         for b in opts.backends:
-            f = _direct(b, model)
-            if f is not None and f"single:{b}" in paths:
-                direct[b] = f
-                fns[f"direct:{b}"] = (lambda f=f: f(feeds))
-        log(f"latency: {len(fns)} alternatives, interleaved blocks")
+            d = _direct(b, model)
+            if d is not None and f"single:{b}" in paths:
+                direct[b] = d
+                fns[f"direct:{b}"] = (lambda d=d: d.call(feeds))
+                rooms[f"direct:{b}"] = (d.open, d.close)
+        log(f"latency: {len(fns)} alternatives, interleaved blocks, each loaded alone")
         from provmap.partition.measure.interleave import measure_interleaved
 
         # partial, not a lambda: pyflakes reads a lambda naming `fns` as a use after the `del`
@@ -300,7 +318,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
         # window is not named `load`, which is the artifact loader above.
         lat, window = measured_with_load(partial(
             measure_interleaved, fns, repeats=opts.repeats, passes=opts.passes,
-            min_block_s=0.5 if opts.quick else 1.0, progress=log), log)
+            min_block_s=0.5 if opts.quick else 1.0, progress=log, rooms=rooms), log)
         for s, twin in same.items():
             log(f"{s} kept the very plan of {twin}: measured once, reported for both")
             lat[s] = lat[twin]

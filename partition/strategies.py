@@ -154,6 +154,14 @@ def _grow(view: GraphView, names: list[str], choice: dict[int, str], label: str,
     return parts
 
 
+def plan_from_choice(view: GraphView, choice: dict[int, str], order: list[str],
+                     label: str) -> list[PartitionSpec]:
+    """Partitions for a given backend per op node, in run order, as few switches as Kahn's
+    order finds (the current backend's ready nodes first, then `order`'s priority): greedy's
+    own grouping, for callers that chose the backends another way (workbench/oracle_plan.py)."""
+    return _grow(view, order, choice, label, [[i] for i in view.op_nodes])
+
+
 def greedy(view: GraphView, backends: list[Backend]) -> Plan:
     verdicts = _verdicts(view, backends)
     names = [b.name for b in backends]

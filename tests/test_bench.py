@@ -178,6 +178,15 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
     assert "| load |" in md and "The limit: the oracle (each ONNX node, or group" in md
     assert "| verdict |" in md and ("no room (<5%)" in md or "| room " in md)
     assert f"| {h['model']} | {h['best_single']} |" in md
+    # the oracle's own plans, built and measured beside the best single, each alone
+    plans = h["oracle_plans"]
+    if h["headroom_share"]:
+        assert plans is not None and "tried" in plans
+        for r in plans["tried"]:
+            assert r["partitions"] >= 1 and r["predicted_vs_best"] < 0
+            assert "failed" in r or (r["measured_ms"] > 0 and "vs_best_min" in r)
+        if plans["tried"]:
+            assert "The oracle's own plans, built and measured" in md
 
 
 def test_a_contended_window_or_a_wide_spread_marks_a_row_noisy():

@@ -121,6 +121,39 @@ def test_sub_millisecond_alternatives_are_sampled_as_means_of_many_calls():
     assert 0.09 <= tiny.summary()["min_ms"] <= tiny.summary()["median_ms"]
 
 
+def test_rooms_keep_one_alternative_loaded_at_a_time():
+    """With rooms, every call of an alternative happens while it alone is open: nothing else's
+    sessions or pools live beside it (a user runs one artifact per process)."""
+    open_now: set = set()
+    seen: list = []
+    opened = {"a": 0, "b": 0, "c": 0}
+
+    def room(k):
+        def enter():
+            opened[k] += 1
+            open_now.add(k)
+
+        return enter, (lambda: open_now.discard(k))
+
+    def call(k):
+        def f():
+            seen.append(frozenset(open_now))
+            assert open_now == {k}, (k, open_now)
+            if k == "c":
+                time.sleep(0.02)  # far slower than a and b: capped, measured in one room
+        return f
+
+    keys = ("a", "b", "c")
+    lat = measure_interleaved({k: call(k) for k in keys}, repeats=4, passes=2, warmup=2,
+                              settle_s=0.0, min_block_s=0.0, slow_budget_s=0.05,
+                              rooms={k: room(k) for k in keys})
+    assert not open_now and seen and all(len(s) == 1 for s in seen)
+    assert lat["c"].capped and not lat["a"].capped
+    # warm-up room + one room per pass; the capped one: warm-up room + its own room
+    assert opened == {"a": 3, "b": 3, "c": 2}
+    assert len(lat["a"].pass_medians_s) == 2
+
+
 def test_search_alternatives_with_native_code_run_without_a_trust_entry(tmp_path, monkeypatch):
     """The end-to-end check and the second level time artifacts this process just built; a TVM
     partition (native code) among them must run although no trust list knows them yet (a

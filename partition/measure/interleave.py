@@ -7,6 +7,13 @@ a short settle before each block and a re-warm call absorb that.  Two or more pa
 blocks spread slow drifts of the machine (thermal, other processes) over every alternative, and
 the per-pass medians tell a real difference (same winner in every pass) from noise.
 
+Each alternative can also be measured in a room of its own (`rooms`): loaded before each of its
+blocks and closed after, so no other alternative's sessions, thread pools or compiled models
+live in the process while it runs -- the way a user runs one artifact.  Why: with every
+strategy's sessions loaded at once (the bench's dozen, the end-to-end check's few), MobileNet-v3
+measured ORT 8.0 ms against OpenVINO 6.35 in the bench where the search's own check, with four
+loaded, had both at 6.1 (2026-11-26); and GPT-2 small's bench held ~10 GB.
+
 A sample is the mean of `k` back-to-back calls, `k` chosen per alternative so that a sample
 lasts at least `min_sample_s` (TVM's time_evaluator `number`, timeit's autorange).  Why: below a
 millisecond one call's time is mostly timer, scheduler and thread-pool wake-up noise, and its
@@ -20,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -49,7 +57,8 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
                         min_block_s: float = 0.5, max_block_runs: int = 250,
                         slow_factor: float = 10.0, slow_budget_s: float = 10.0,
                         never_cap: tuple = (), min_sample_s: float = 1e-3,
-                        progress=None) -> dict[str, Latency]:
+                        progress=None, rooms: Mapping[str, tuple] | None = None
+                        ) -> dict[str, Latency]:
     """Latency of each zero-argument callable.
 
     Each gets 1 + `warmup` calls, then `passes` rounds of one block each (at least repeats/passes
@@ -58,15 +67,19 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
     warm-up call is over `slow_factor` x the fastest one's (untuned TVM next to ONNX Runtime) is not
     worth that: it gets as many runs as fit in `slow_budget_s` (at least 3, one pass) and is
     marked `capped`, unless its key is in `never_cap`.
+
+    `rooms` maps a key to (open, close): open() before each of that alternative's warm-ups and
+    blocks, close() after (see the module's docstring); keys without a room stay loaded.
     """
     out = {k: Latency() for k in fns}
     for k, f in fns.items():
-        f()  # the first run pays lazy compilation and allocation
-        best = float("inf")
-        for _ in range(max(1, warmup)):  # the fastest warm-up call: one slow call is noise
-            t = time.perf_counter()
-            f()
-            best = min(best, time.perf_counter() - t)
+        with _room(rooms, k):
+            f()  # the first run pays lazy compilation and allocation
+            best = float("inf")
+            for _ in range(max(1, warmup)):  # the fastest warm-up call: one slow call is noise
+                t = time.perf_counter()
+                f()
+                best = min(best, time.perf_counter() - t)
         out[k].first_call_s = best
     fastest = min(v.first_call_s for v in out.values())
     slow = {k for k, v in out.items()
@@ -77,10 +90,12 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
             progress(f"{k} is {out[k].first_call_s / fastest:.1f}x slower than the fastest in "
                      f"warm-up; measured {n} times")
         out[k].capped = True
-        for _ in range(n):
-            t = time.perf_counter()
+        with _room(rooms, k):
             fns[k]()
-            out[k].samples_s.append(time.perf_counter() - t)
+            for _ in range(n):
+                t = time.perf_counter()
+                fns[k]()
+                out[k].samples_s.append(time.perf_counter() - t)
         out[k].pass_medians_s.append(statistics.median(out[k].samples_s))
     for k, v in out.items():
         if k not in slow and v.first_call_s > 0:
@@ -92,35 +107,55 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
                 continue
             n = out[k].calls_per_sample
             calls = range(n)
-            time.sleep(settle_s)
-            f()  # re-warm after the previous block
-            block = []
-            start = time.perf_counter()
-            while len(block) < per_block or (time.perf_counter() - start < min_block_s
-                                             and len(block) < max_block_runs):
-                t = time.perf_counter()
-                for _ in calls:
-                    f()
-                block.append((time.perf_counter() - t) / n)
+            with _room(rooms, k):
+                time.sleep(settle_s)
+                for _ in range(1 if rooms is None or k not in rooms else max(1, warmup)):
+                    f()  # re-warm after the previous block (a fresh room: its first calls)
+                block = []
+                start = time.perf_counter()
+                while len(block) < per_block or (time.perf_counter() - start < min_block_s
+                                                 and len(block) < max_block_runs):
+                    t = time.perf_counter()
+                    for _ in calls:
+                        f()
+                    block.append((time.perf_counter() - t) / n)
             out[k].samples_s.extend(block)
             out[k].pass_medians_s.append(statistics.median(block))
     return out
 
 
-def measure_artifacts(artifacts: Mapping[str, object], **options) -> dict[str, Latency]:
-    """`measure_interleaved` over built artifacts (Artifact objects): each loaded, run on the
-    first one's seeded random inputs, and closed afterwards.  `options` go to
-    measure_interleaved."""
+@contextmanager
+def _room(rooms, key):
+    """Open `key`'s room for the block inside, close it after (a no-op for keys without one)."""
+    room = (rooms or {}).get(key)
+    if room is None:
+        yield
+        return
+    room[0]()
+    try:
+        yield
+    finally:
+        room[1]()
+
+
+def measure_artifacts(artifacts: Mapping[str, object], one_at_a_time: bool = True,
+                      **options) -> dict[str, Latency]:
+    """`measure_interleaved` over built artifacts (Artifact objects), run on the first one's
+    seeded random inputs.  Each is loaded for its own blocks and closed after
+    (`one_at_a_time`, see the module's docstring), so a candidate is priced as it will run: alone
+    in its process.  `options` go to measure_interleaved."""
     from provmap.runtime_module.module import ArtifactModule
 
     # Built by this process (the search's alternatives): their native code is our own.
     mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}
     feeds = next(iter(mods.values())).random_inputs(0)
+    rooms = {k: (m.load_runners, m.close) for k, m in mods.items()} if one_at_a_time else None
     try:
-        for m in mods.values():
-            m.load_runners()
+        if rooms is None:
+            for m in mods.values():
+                m.load_runners()
         return measure_interleaved({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
-                                   **options)
+                                   rooms=rooms, **options)
     finally:
         for m in mods.values():
             m.close()

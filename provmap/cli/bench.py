@@ -37,7 +37,8 @@ def cmd_bench(args) -> int:
               repeats=args.repeats, keep_weights=args.keep_weights or None,
               search_budget_s=args.search_budget, refine_budget_s=args.refine_budget,
               provenance_repeats=args.provenance_repeats, measure_on=args.measure_on,
-              headroom_repeats=args.headroom_repeats)
+              headroom_repeats=args.headroom_repeats,
+              oracle_plans=False if args.no_oracle_plans else None)
     if args.scaling_sizes is not None:
         kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
     if args.user_models is not None:
@@ -109,6 +110,9 @@ def add_bench_command(sub) -> None:
                    "for the provenance-overhead table (default 1; 0: skip it)")
     b.add_argument("--headroom-repeats", type=count, metavar="N", help="profiled runs per "
                    "plan for the per-node oracle (the limit table; default 10; 0: skip it)")
+    b.add_argument("--no-oracle-plans", action="store_true", help="do not build and measure "
+                   "the oracle's own plans beside the best single configuration (the limit's "
+                   "check that its room exists)")
     b.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY", help="measure collage's "
                    "candidates on the RPC servers of that key (see docs/remote.md)")
     b.add_argument("--repeats", type=positive_int, help="latency runs per alternative (default 30)")

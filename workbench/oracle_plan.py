@@ -1,0 +1,129 @@
+"""The limit's own plans, built and measured: does the headroom the oracle shows exist?
+
+The oracle (workbench/headroom.py) adds up, per fused unit, the fastest backend's calibrated
+profile time.  Its headroom over the best single configuration is what a plan could gain *if*
+node times were additive across libraries and boundaries were free.  Neither is checked by the
+oracle itself, and the two libraries attribute their time differently (ONNX Runtime's profiler
+times each kernel with its threads' fork and join; OpenVINO's counters time executed layers,
+its layout reorders among them), so a per-unit minimum can pick each library's cheapest-looking
+units and show room no plan reaches.
+
+So the oracle's plans are built and measured end to end, each alone in its process (rooms),
+beside the best single configuration: for a threshold tau, a unit leaves the best single
+configuration only when the oracle says it saves more than tau of that configuration's whole
+(tau 0 is the oracle's own assignment; larger tau means fewer, larger partitions and fewer
+boundaries).  Each plan's predicted gain (its calibrated times against the best single's, one
+profile scale) stands beside its measured one (the two plans measured together, another scale:
+ratios compare, milliseconds would not).  A plan that beats the best single is a win the search should have found; plans
+that all lose, with measured far above predicted, show the headroom is attribution, not room.
+"""
+
+from __future__ import annotations
+
+#: Shares of the best single configuration's whole a unit must save before it moves.
+THRESHOLDS = (0.0, 0.005, 0.02)
+
+
+def assignments(cal_nodes: dict, units: list[list[str]], best: str,
+                thresholds=THRESHOLDS) -> list[dict]:
+    """For each tau: {"tau", "choice": {node id: backend}, "predicted_ms", "moved_units"} from
+    {backend: {node id: calibrated ms}} (a node missing costs nothing), the fused `units`
+    (every node in exactly one) and the best single configuration `best`.  Plans equal to an
+    earlier tau's are left out; a tau that moves nothing is the best single plan itself."""
+    whole = sum(cal_nodes[best].values())
+    out, seen = [], set()
+    if whole <= 0:
+        return out
+    for tau in thresholds:
+        choice, predicted, moved = {}, 0.0, 0
+        for u in units:
+            cost = {b: sum(ns.get(i, 0.0) for i in u) for b, ns in cal_nodes.items()}
+            b = min(cost, key=cost.get)
+            if b != best and cost[best] - cost[b] > tau * whole:
+                moved += 1
+            else:
+                b = best
+            predicted += cost[b]
+            choice.update({i: b for i in u})
+        key = tuple(sorted(choice.items()))
+        if moved and key not in seen:
+            seen.add(key)
+            out.append({"tau": tau, "choice": choice, "predicted_ms": predicted,
+                        "predicted_vs_best": predicted / whole - 1, "moved_units": moved})
+    return out
+
+
+def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
+                 passes: int = 2) -> dict:
+    """Build each of `assignments`' plans for `view` from node_oracle's result `h` (its saved
+    calibrated nodes and units) with `backends` ({name: Backend}, variants included), measure
+    them with the best single configuration, each alone, and say how each did."""
+    from provmap.partition.measure.interleave import measure_artifacts
+    from provmap.partition.strategies import plan_from_choice
+    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+
+    from .headroom import fused_units
+
+    say = say or (lambda m: None)
+    cal = {b: p["calibrated_nodes"] for b, p in h["per_backend"].items()
+           if p.get("calibrated_nodes")}
+    best = h["best_single"].removeprefix("single:")
+    if best not in cal or best not in backends:
+        return {"tried": [], "note": f"{best} has no calibrated node times"}
+    index = {nid: i for i, nid in enumerate(view.node_ids)}
+    ids = sorted({i for ns in cal.values() for i in ns} | {view.node_ids[i]
+                                                         for i in view.op_nodes})
+    units = fused_units(h.get("units") or [], ids)
+    arts, rows = {}, []
+    arts["best single"] = build_artifact(view, Plan(f"single:{best}", [PartitionSpec(
+        best, list(view.op_nodes), why="best single configuration")]), {best: backends[best]})
+    order = [best] + sorted(b for b in cal if b != best)
+    for a in assignments(cal, units, best):
+        label = f"oracle tau={a['tau']:g}"
+        choice = {index[nid]: b for nid, b in a["choice"].items() if nid in index}
+        choice.update({i: best for i in view.op_nodes if i not in choice})
+        parts = plan_from_choice(view, choice, order, label)
+        row = {"plan": label, "tau": a["tau"], "moved_units": a["moved_units"],
+               "partitions": len(parts), "predicted_ms": a["predicted_ms"],
+               "predicted_vs_best": a["predicted_vs_best"],
+               "backends": sorted({p.backend for p in parts})}
+        say(f"headroom: building the {label} plan ({len(parts)} partitions, predicted "
+            f"{a['predicted_ms']:.2f} ms)")
+        try:
+            arts[label] = build_artifact(view, Plan(label, parts),
+                                         {b: backends[b] for b in row["backends"]})
+        except Exception as e:  # a plan that does not build is reported, never kept
+            row["failed"] = f"{type(e).__name__}: {e}".splitlines()[0]
+        rows.append(row)
+    if len(arts) == 1:
+        return {"tried": rows, "best_single": best, "note": "no unit saves anything: no plan"}
+    say(f"headroom: measuring {len(arts) - 1} oracle plan(s) beside single:{best}, each alone")
+    lat = measure_artifacts(arts, repeats=repeats, passes=passes, min_block_s=0.5,
+                            never_cap=tuple(arts))
+    ref = lat["best single"].summary()
+    for row in rows:
+        if row["plan"] in lat:
+            s = lat[row["plan"]].summary()
+            row.update(measured_ms=s["median_ms"], min_ms=s["min_ms"],
+                       vs_best_median=s["median_ms"] / ref["median_ms"] - 1,
+                       vs_best_min=s["min_ms"] / ref["min_ms"] - 1)
+    won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
+    return {"tried": rows, "best_single": best, "best_single_ms": ref["median_ms"],
+            "best_single_min_ms": ref["min_ms"],
+            "captured_by": min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None}
+
+
+def describe(o: dict) -> list[str]:
+    """Lines for bench's report: each oracle plan, predicted vs measured, against best single."""
+    out = []
+    for r in o.get("tried", []):
+        if "failed" in r:
+            out.append(f"{r['plan']}: {r['partitions']} partitions, did not build: {r['failed']}")
+        elif "measured_ms" in r:
+            out.append(f"{r['plan']}: {r['partitions']} partitions ({', '.join(r['backends'])}), "
+                       f"predicted {r['predicted_vs_best']:+.1%}, measured "
+                       f"{r['vs_best_median']:+.1%} by median and {r['vs_best_min']:+.1%} by "
+                       f"minimum vs single:{o['best_single']} ({r['measured_ms']:.2f} vs "
+                       f"{o['best_single_ms']:.2f} ms)")
+    return out
