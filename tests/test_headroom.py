@@ -154,3 +154,45 @@ def test_fused_groups_are_priced_whole():
     assert fused_units([["a", "b"], ["b", "c"]], ["a", "b", "c", "d"]) == [["a", "b", "c"], ["d"]]
     assert saved_oracle(nodes, [["conv", "mul", "sig"]]) == pytest.approx(oracle)
     assert unit_oracle({}, []) == (None, {})
+
+
+def test_the_oracles_own_assignments_by_threshold():
+    """tau 0 is the oracle's assignment; a larger tau moves only units saving more than tau of
+    the best single's whole; a fused unit moves whole; a tau that moves nothing gives no plan."""
+    from provmap.workbench.oracle_plan import assignments
+
+    cal = {"a": {"n1": 4.0, "n2": 3.0, "n3": 3.0, "n4": 2.0},   # whole 12: the best single
+           "b": {"n1": 3.0, "n2": 3.5, "n3": 0.2, "n4": 2.5}}
+    units = [["n1"], ["n2"], ["n3", "n4"]]                      # n3+n4 fused: a 5.0 vs b 2.7
+    got = {a["tau"]: a for a in assignments(cal, units, "a", thresholds=(0.0, 0.15, 0.5))}
+    assert set(got) == {0.0, 0.15}                              # 0.5: nothing saves 6 ms
+    zero = got[0.0]
+    assert zero["choice"] == {"n1": "b", "n2": "a", "n3": "b", "n4": "b"}
+    assert zero["predicted_ms"] == pytest.approx(3.0 + 3.0 + 2.7)
+    assert zero["predicted_vs_best"] == pytest.approx(8.7 / 12 - 1)
+    assert zero["moved_units"] == 2
+    big = got[0.15]                                             # only the fused unit saves > 1.8
+    assert big["choice"] == {"n1": "a", "n2": "a", "n3": "b", "n4": "b"}
+    assert big["moved_units"] == 1
+
+
+def test_the_oracles_own_plan_is_built_and_measured_on_real_backends():
+    """On a real model the oracle's plans build, run alone beside the best single, and carry
+    predicted and measured gains on one scale each (ratios to the best single)."""
+    from provmap.partition.compile import load_view
+    from provmap.runtime_module.registry import get_backend
+    from provmap.workbench.headroom import node_oracle
+    from provmap.workbench.oracle_plan import oracle_plans
+
+    view = load_view(conv_relu(), "conv_relu")
+    every = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+    h = node_oracle(view, every, repeats=3)
+    # a plan is forced: every unit of the slower single is moved by tau 0 when it is cheaper
+    o = oracle_plans(view, h, every, repeats=4, passes=1)
+    assert o["best_single"] == h["best_single"].removeprefix("single:")
+    for r in o["tried"]:
+        assert r["predicted_vs_best"] < 0 and r["partitions"] >= 1
+        assert "failed" in r or (r["measured_ms"] > 0 and r["min_ms"] > 0
+                                 and "vs_best_median" in r and "vs_best_min" in r)
+    if not o["tried"]:
+        assert "no unit saves" in o.get("note", "") or not h["headroom_share"]
