@@ -53,6 +53,10 @@ def test_explain_headroom_shows_the_oracle_and_the_captured_share(tmp_path):
     assert "kept plan" in text.stdout and ("of the headroom" in text.stdout
                                            or "no headroom measured" in text.stdout)
     assert "measuring conditions:" in text.stdout  # the search's record, contended or not
+    # --oracle-plans: the limit's own plans built and measured (or why none)
+    text = provmap("explain", art, "--oracle-plans", "--repeats", "3")
+    assert text.returncode == 0, text.stderr
+    assert "the oracle's own plans, built and measured:" in text.stdout
 
 
 def test_every_backend_takes_part_and_a_low_attribution_is_named():

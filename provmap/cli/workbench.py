@@ -268,7 +268,7 @@ def cmd_explain(args) -> int:
 
     mod = load(args.artifact, runnable=False)
     x = explain_artifact(mod.manifest)
-    if args.headroom:
+    if args.headroom or args.oracle_plans:
         x["headroom"] = _headroom(args, mod)
     if args.json:
         print(json.dumps(x, indent=1))
@@ -290,15 +290,22 @@ def _headroom(args, mod) -> dict:
     names = names or sorted({p["backend"] for p in mod.manifest["partitions"]})
     model = _reference_model(mod, args.model)
     run = load(args.artifact, trust=args.trust)
+    view = load_view(model, os.path.basename(args.artifact))
+    backends = {n: get_backend(n) for n in dict.fromkeys(names)}
     try:
-        return node_oracle(load_view(model, os.path.basename(args.artifact)),
-                           {n: get_backend(n) for n in dict.fromkeys(names)}, kept=run,
-                           inputs=run.random_inputs(0), repeats=args.repeats,
-                           progress=say_progress)
+        h = node_oracle(view, backends, kept=run, inputs=run.random_inputs(0),
+                        repeats=args.repeats, progress=say_progress)
     except ValueError as e:
         raise ProvmapError(str(e)) from None
     finally:
         run.close()
+    if args.oracle_plans:
+        from provmap.workbench.oracle_plan import oracle_plans
+
+        h["oracle_plans"] = (oracle_plans(view, h, backends, say=say_progress)
+                             if h["headroom_share"] else
+                             {"tried": [], "note": "no headroom: nothing to build"})
+    return h
 
 
 def _common(p, inputs=True):
@@ -381,6 +388,10 @@ def add_workbench_commands(sub) -> None:
                    "per-node oracle over the searched backends and variants (each ONNX node on "
                    "its fastest one, from profiling), and the share of the headroom the artifact "
                    "captured")
+    e.add_argument("--oracle-plans", action="store_true", help="with the limit, build the "
+                   "plans it implies (each fused unit on its fastest configuration, and coarser "
+                   "ones) and measure them beside the best single configuration: does its "
+                   "headroom exist? (implies --headroom)")
     e.add_argument("--model", help="the ONNX model, if the artifact does not embed it "
                    "(--headroom)")
     e.add_argument("--repeats", type=positive_int, default=10,
