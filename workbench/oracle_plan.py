@@ -108,10 +108,47 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
             row.update(measured_ms=s["median_ms"], min_ms=s["min_ms"],
                        vs_best_median=s["median_ms"] / ref["median_ms"] - 1,
                        vs_best_min=s["min_ms"] / ref["min_ms"] - 1)
+    for row in rows:  # where the time went: inside the partitions, or between them
+        if row["plan"] in arts and "failed" not in row:
+            row["breakdown"] = breakdown(arts[row["plan"]], cal)
     won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
     return {"tried": rows, "best_single": best, "best_single_ms": ref["median_ms"],
+            "best_single_breakdown": breakdown(arts["best single"], cal),
             "best_single_min_ms": ref["min_ms"],
             "captured_by": min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None}
+
+
+def breakdown(art, cal: dict, runs: int = 10) -> dict:
+    """One plan's hooked runs alone: its end-to-end median, the sum of its partitions' medians,
+    the executor's time between them (the difference), and the partitions' predicted sum (each
+    partition's nodes at its backend's calibrated times; same scale: profile's hooked runs).
+    Measured partitions far above predicted = the nodes cost more apart than inside their
+    library's whole graph (layout reorders, lost fusion, per-call time)."""
+    import statistics
+    import time
+
+    from provmap.runtime_module.module import ArtifactModule
+
+    mod = ArtifactModule(art, trust=True)  # built by this process: its native code is ours
+    feeds = mod.random_inputs(0)
+    per: dict[str, list] = {m.id: [] for m in mod.partitions}
+    whole = []
+    try:
+        mod.load_runners()
+        for _ in range(3):
+            mod.run(feeds)
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            mod.run(feeds, on_partition=lambda m, i, o, dt: per[m.id].append(dt))
+            whole.append(time.perf_counter() - t0)
+    finally:
+        mod.close()
+    predicted = sum(cal.get(p["backend"], {}).get(n, 0.0)
+                    for p in art.manifest["partitions"] for n in p.get("onnx_nodes", ()))
+    parts = sum(statistics.median(v) for v in per.values() if v) * 1e3
+    e2e = statistics.median(whole) * 1e3
+    return {"e2e_ms": e2e, "partitions_ms": parts, "between_ms": e2e - parts,
+            "predicted_partitions_ms": predicted}
 
 
 def describe(o: dict) -> list[str]:
@@ -126,4 +163,11 @@ def describe(o: dict) -> list[str]:
                        f"{r['vs_best_median']:+.1%} by median and {r['vs_best_min']:+.1%} by "
                        f"minimum vs single:{o['best_single']} ({r['measured_ms']:.2f} vs "
                        f"{o['best_single_ms']:.2f} ms)")
+            b, ref = r.get("breakdown"), o.get("best_single_breakdown")
+            if b and ref:
+                out.append(f"  alone: partitions {b['partitions_ms']:.2f} ms (predicted "
+                           f"{b['predicted_partitions_ms']:.2f}), between them "
+                           f"{b['between_ms']:.2f}; single:{o['best_single']} "
+                           f"{ref['e2e_ms']:.2f} (predicted "
+                           f"{ref['predicted_partitions_ms']:.2f})")
     return out
