@@ -198,5 +198,11 @@ def test_the_oracles_own_plan_is_built_and_measured_on_real_backends():
         assert r["predicted_vs_best"] < 0 and r["partitions"] >= 1
         assert "failed" in r or (r["measured_ms"] > 0 and r["min_ms"] > 0
                                  and "vs_best_median" in r and "vs_best_min" in r)
+        if "failed" not in r:  # where its time went, alone: inside partitions or between
+            b = r["breakdown"]
+            assert b["e2e_ms"] > 0 and b["partitions_ms"] > 0 and b["predicted_partitions_ms"] > 0
+            assert b["between_ms"] == pytest.approx(b["e2e_ms"] - b["partitions_ms"])
+    if o["tried"] and any("breakdown" in r for r in o["tried"]):
+        assert o["best_single_breakdown"]["e2e_ms"] > 0
     if not o["tried"]:
         assert "no unit saves" in o.get("note", "") or not h["headroom_share"]
