@@ -133,3 +133,15 @@ def test_non_max_suppression_with_constant_limits_still_runs_on_tvm(tmp_path):
     compile_model(model, "single:tvm", out=str(tmp_path / "a.provmap"))  # trusts its build
     got = load(tmp_path / "a.provmap").run({"boxes": ins[0], "scores": ins[1]})
     compare(outs, [got[o.name] for o in model.graph.output], rtol, atol)
+
+
+def test_a_wrong_line_says_whose_it_is():
+    from provmap.bench.corpus import plain_note
+
+    msg = "output 0: values differ (x)"
+    assert "the same as plain ort" in plain_note(
+        {"message": msg, "plain": {"status": "fail", "message": msg}}, "ort")
+    assert "provmap-made" in plain_note(
+        {"message": msg, "plain": {"status": "pass", "message": ""}}, "ort")
+    assert "provmap-made" in plain_note(
+        {"message": msg, "plain": {"status": "fail", "message": "output 0: shape [1]"}}, "ort")
