@@ -18,7 +18,11 @@ found by the corpus step (bench/corpus.py, issue 32), each with plain TVM wrong 
   run time: TVM selects no boxes ([0, 3] where onnx's test_nonmaxsuppression_* select 1-4);
   with constants it is right, so only the run-time form is refused.
 - ConvTranspose's output_shape attribute is ignored (onnx's test_convtranspose_output_shape:
-  [1, 2, 9, 7] for [1, 2, 10, 8]): refused unless the shape is the one TVM computes anyway.
+  [1, 2, 9, 7] for [1, 2, 10, 8]).  Here the pads come from it as ONNX says (total_padding =
+  stride * (in - 1) + output_padding + (kernel - 1) * dilation + 1 - output_shape, split begin =
+  total - total // 2, end = total // 2, the other way round for SAME_UPPER), a negative end
+  becoming more output_padding (zeros and bias past the last input's reach, as ONNX Runtime
+  computes); a negative begin, or static shapes missing, is refused.
 """
 
 from __future__ import annotations
@@ -79,7 +83,58 @@ def dropout(bb, inputs, attr, convert):
     return relax.Tuple([data, relax.op.full_like(data, relax.const(True, "bool"), "bool")])
 
 
-FIXED = {"Softplus": softplus, "Mish": mish, "Mod": mod, "Dropout": dropout}
+def _conv_transpose_plan(attr: dict, xs, ks) -> tuple[list, list] | None:
+    """(pads, output_padding) that give ConvTranspose's output_shape attribute, or None."""
+    want = list(attr.get("output_shape") or [])
+    n = len(xs)
+    if not n or len(ks) != n or len(want) < n:
+        return None
+    want = want[-n:]
+    s, d = list(attr.get("strides") or [1] * n), list(attr.get("dilations") or [1] * n)
+    op_ = list(attr.get("output_padding") or [0] * n)
+    auto = attr.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER"):
+        return None
+    begin, end = [], []
+    for i in range(n):
+        total = s[i] * (xs[i] - 1) + op_[i] + (ks[i] - 1) * d[i] + 1 - want[i]
+        b, e = total - total // 2, total // 2
+        if auto == "SAME_UPPER":
+            b, e = e, b
+        if b < 0:
+            return None
+        if e < 0:
+            op_[i], e = op_[i] - e, 0
+        if op_[i] >= max(s[i], d[i]):  # TVM's limit on output_padding
+            return None
+        begin.append(b)
+        end.append(e)
+    return begin + end, op_
+
+
+def _static(x, skip: int = 2):
+    try:
+        return [int(v) for v in x.ty.shape.values][skip:]
+    except (AttributeError, TypeError):
+        return None
+
+
+def conv_transpose(bb, inputs, attr, convert):
+    if not attr.get("output_shape"):
+        return None
+    from tvm.relax.frontend.onnx.onnx_frontend import ConvTranspose
+
+    plan = _conv_transpose_plan(attr, _static(inputs[0]) or [], _static(inputs[1]) or [])
+    if plan is None:
+        raise NotImplementedError("ConvTranspose's output_shape cannot be met")  # refused first
+    attr = {k: v for k, v in attr.items() if k not in ("output_shape", "auto_pad")}
+    attr["pads"], attr["output_padding"] = plan
+    return ConvTranspose._impl_v1(bb, inputs, attr, None)
+
+
+FIXED = {"Softplus": softplus, "Mish": mish, "Mod": mod, "Dropout": dropout,
+         "ConvTranspose": conv_transpose}
 
 
 def _const(x):
@@ -118,20 +173,12 @@ def wrong_run_time_inputs(node, inputs) -> str | None:
 
 
 def _conv_transpose_shape(node, inputs) -> str | None:
-    x, w = inputs[0], _input(inputs, 1)
-    want = _ints(node, "output_shape")
-    try:
-        xs = [int(d) for d in x.ty.shape.values][2:]
-        ks = [int(d) for d in w.ty.shape.values][2:]
-    except (AttributeError, TypeError):
-        xs = ks = []
-    if len(xs) == len(ks) == len(want) and not any(a.name == "auto_pad" for a in node.attribute):
-        n = len(xs)
-        s, d = _ints(node, "strides") or [1] * n, _ints(node, "dilations") or [1] * n
-        op_, p = _ints(node, "output_padding") or [0] * n, _ints(node, "pads") or [0] * (2 * n)
-        got = [s[i] * (xs[i] - 1) + op_[i] + (ks[i] - 1) * d[i] + 1 - p[i] - p[n + i]
-               for i in range(n)]
-        if got == want[-n:]:
-            return None
-    return ("TVM's ConvTranspose ignores the output_shape attribute (onnx's "
+    import onnx
+
+    attr = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    xs, ks = _static(inputs[0]), _static(inputs[1]) if _input(inputs, 1) is not None else None
+    if xs is not None and ks is not None and _conv_transpose_plan(attr, xs, ks) is not None:
+        return None
+    return ("TVM's ConvTranspose ignores the output_shape attribute, and provmap's pads for it "
+            "need static shapes and a non-negative start padding (onnx's "
             "test_convtranspose_output_shape came out [1, 2, 9, 7] for [1, 2, 10, 8])")
