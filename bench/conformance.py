@@ -33,6 +33,7 @@ import numpy as np
 from provmap.provenance.util.errors import first_line
 
 from .conformance_exceptions import EXCEPTIONS, exception_for  # noqa: F401  (re-exported)
+from .judge import Mismatch, compare, output_bounds  # noqa: F401  (re-exported)
 
 PLAIN = ["ort", "openvino", "tvm"]
 # provmap pipeline -> the plain library it must not fall behind.
@@ -85,47 +86,7 @@ def select_cases(sample: int | None = None, seed: int = 0, regex: str | None = N
     return names
 
 
-# ---- comparison (onnx.backend.test.runner.Runner.assert_similar_outputs) -------------------------
-class Mismatch(AssertionError):
-    pass
-
-
-def compare(expected: list, actual: list, rtol: float, atol: float, where: str = "output") -> None:
-    if len(actual) != len(expected):
-        raise Mismatch(f"{len(actual)} {where}s, expected {len(expected)}")
-    for i, (ref, out) in enumerate(zip(expected, actual)):
-        w = f"{where} {i}"
-        if isinstance(ref, list) or isinstance(out, (list, tuple)):
-            if not (isinstance(ref, list) and isinstance(out, (list, tuple))):
-                raise Mismatch(f"{w}: {type(out).__name__}, expected {type(ref).__name__}")
-            compare(ref, list(out), rtol, atol, where=f"{w} element")
-            continue
-        if ref is None or out is None:
-            if ref is not out:
-                raise Mismatch(f"{w}: {type(out).__name__}, expected {type(ref).__name__}")
-            continue
-        out = np.asarray(out)
-        if out.shape != ref.shape:
-            raise Mismatch(f"{w}: shape {list(out.shape)}, expected {list(ref.shape)}")
-        if ref.dtype == object:
-            if not np.array_equal(out.astype(object), ref):
-                raise Mismatch(f"{w}: strings differ")
-            continue
-        if out.dtype != ref.dtype:
-            raise Mismatch(f"{w}: dtype {out.dtype}, expected {ref.dtype}")
-        # Two ULPs of a 16-bit float output's type: fp16 rounded after a few operations in another
-        # order lands a rounding or two apart (test_attention_4d_causal_fp16_expanded on TVM:
-        # 2 of 192 values 4.9e-4 off below 0.5); rtol 1e-3 is under two fp16 ULPs (2 ** -9).
-        r = max(rtol, {"bfloat16": 2 ** -6, "float16": 2 ** -9}.get(out.dtype.name, 0))
-        if out.dtype.kind == "V":  # ml_dtypes (bfloat16, float8, int4): no promotion to float
-            out, ref = out.astype(np.float32), ref.astype(np.float32)
-        try:
-            np.testing.assert_allclose(out, ref, rtol=r, atol=atol)  # equal_nan=True
-        except AssertionError as e:
-            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-            detail = [ln for ln in lines if ln.startswith(("Mismatched", "Max abs"))
-                      or "location mismatch" in ln]
-            raise Mismatch(f"{w}: values differ ({'; '.join(detail) or lines[1]})") from None
+# ---- comparison: judge.py (onnx's runner's check, with quantized and transform bounds) ------
 
 
 # ---- pipelines (run inside a worker) --------------------------------------------------------------
@@ -239,7 +200,8 @@ def _execute(case: str, payload, pipeline: str) -> dict:
     status, msg = "pass", ""
     try:  # ProvmapError is provmap refusing cleanly; anything else escaping it is a crash
         for inputs, expected in sets:
-            compare(expected, list(_RUNNERS[pipeline](model, names, inputs)), rtol, atol)
+            compare(expected, list(_RUNNERS[pipeline](model, names, inputs)), rtol, atol,
+                    bounds=output_bounds(model, inputs, expected))
     except Mismatch as e:
         status, msg = "fail", str(e)
     except ProvmapError as e:

@@ -306,6 +306,19 @@ def tally(results: dict) -> dict:
     return out
 
 
+def plain_note(r: dict, library: str) -> str:
+    """Whether a wrong result is the plain library's own (it differs the same way: the same
+    message) or provmap-made (the plain library is right, or wrong otherwise)."""
+    plain = r.get("plain")
+    if not plain:
+        return ""
+    if plain["status"] == "fail" and plain["message"] == r["message"][:160]:
+        return f"; the same as plain {library} (the library's)"
+    if plain["status"] == "pass":
+        return f"; plain {library} right (provmap-made)"
+    return f"; plain {library}: {plain['status']} (provmap-made)"
+
+
 def markdown(results: dict, table: dict, meta: dict) -> str:
     note = (f"; {meta['excluded']} (their outputs come from each library's generator)"
             if meta.get("excluded_cases") else "")
@@ -321,9 +334,7 @@ def markdown(results: dict, table: dict, meta: dict) -> str:
             out += ["", f"## Wrong on {b}", ""]
             for case in t["wrong_cases"]:
                 r = results[case][b]
-                plain = r.get("plain")
-                said = f"; plain {BACKENDS[b][1]}: {plain['status']}" if plain else ""
-                out.append(f"- `{case}`: {r['message'][:200]}{said}")
+                out.append(f"- `{case}`: {r['message'][:200]}{plain_note(r, BACKENDS[b][1])}")
     for b, t in table.items():
         crashed = [c for c in sorted(results) if _COLUMN[results[c][b]["status"]] == "crashed"]
         if crashed:

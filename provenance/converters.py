@@ -20,6 +20,9 @@ test_expand_shape_model1-4 among them):
   where ONNX Runtime gives the masked value.  Here Max / Min fold their inputs pairwise (TVM's
   maximum / minimum keep infinities), and a reduction's result equal to that finite bound
   becomes the infinity unless some element really is the bound.
+
+Softplus, Mish, float Mod, Dropout's mask, and the NonMaxSuppression / ConvTranspose / Dropout
+forms refused: converters_numeric.py.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import numpy as np
 import onnx
 import tvm
 from tvm import relax, tirx
+
+from . import converters_numeric
 
 _FLOATS = ("float16", "float32", "float64")
 
@@ -124,7 +129,8 @@ def _reduction(op_name: str, largest: bool):
 #: conversion returning None defers to TVM's.
 FIXED = {"SequenceInsert": sequence_insert, "Expand": expand,
          "Max": _pairwise(relax.op.maximum), "Min": _pairwise(relax.op.minimum),
-         "ReduceMax": _reduction("relax.max", True), "ReduceMin": _reduction("relax.min", False)}
+         "ReduceMax": _reduction("relax.max", True), "ReduceMin": _reduction("relax.min", False),
+         **converters_numeric.FIXED}
 
 
 def _attr(node, name, default):

@@ -120,7 +120,9 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         if node.op_type not in _supported_ops():
             return "operator not supported by the Relax ONNX importer"
         wrong = converters.wrong_lowering(node) or \
-            converters.wrong_dtype(node, self._onnx_types) or converters.wrong_shift(node, inputs)
+            converters.wrong_dtype(node, self._onnx_types) or \
+            converters.wrong_shift(node, inputs) or \
+            converters.converters_numeric.wrong_run_time_inputs(node, inputs)
         if wrong:
             return wrong
         for x in inputs:

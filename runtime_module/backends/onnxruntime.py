@@ -38,6 +38,7 @@ from ..options import Option, as_bool, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
 from .ort_kernels import map_kernels
+from .shared_refusals import refuse_shared
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -158,14 +159,13 @@ class OnnxRuntimeBackend(Backend):
             if key not in cache:
                 cache[key] = self._support_node(node, opsets, types, ir_version, shapes)
             out[i] = cache[key]
+        refuse_shared(view, out, "ONNX Runtime")  # settings it computes otherwise than ONNX
         return out
 
     @staticmethod
     def _node_types(view: "GraphView", node) -> tuple[list, list]:
-        def dtype(x: str) -> str | None:
-            return view.dtype(x) if x else None
-
-        return [dtype(x) for x in node.input], [dtype(x) for x in node.output]
+        return ([view.dtype(x) if x else None for x in node.input],
+                [view.dtype(x) if x else None for x in node.output])
 
     @staticmethod
     def _node_shapes(view: "GraphView", node) -> dict[str, tuple]:
