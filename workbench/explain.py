@@ -261,4 +261,8 @@ def _measuring_section(x: dict) -> list[str]:
                if x.get("plan_cache_refused") else ""))
     if x.get("headroom"):
         lines += format_headroom(x["headroom"])
+        if x["headroom"].get("oracle_plans") is not None:
+            from .oracle_plan import format_oracle_plans
+
+            lines += format_oracle_plans(x["headroom"]["oracle_plans"])
     return lines

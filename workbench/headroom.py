@@ -337,14 +337,4 @@ def format_headroom(h: dict) -> list[str]:
     cond = h.get("conditions") or {}
     if cond.get("contended"):
         lines.append(f"  measured under contention: {'; '.join(cond.get('reasons') or [])}")
-    if h.get("oracle_plans") is not None:
-        from .oracle_plan import describe
-
-        o = h["oracle_plans"]
-        tried = describe(o)
-        lines.append("  the oracle's own plans, built and measured: "
-                     + ("none (" + o.get("note", "no unit saves anything") + ")" if not tried
-                        else ("faster: " + o["captured_by"] if o.get("captured_by")
-                              else "none faster than the best single by median and minimum")))
-        lines += [f"    {t}" for t in tried]
     return lines

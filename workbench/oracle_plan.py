@@ -171,3 +171,12 @@ def describe(o: dict) -> list[str]:
                            f"{ref['e2e_ms']:.2f} (predicted "
                            f"{ref['predicted_partitions_ms']:.2f})")
     return out
+
+
+def format_oracle_plans(o: dict) -> list[str]:
+    """The lines `provmap explain --oracle-plans` adds under the limit."""
+    tried = describe(o)
+    head = ("none (" + o.get("note", "no unit saves anything") + ")" if not tried
+            else ("faster: " + o["captured_by"] if o.get("captured_by")
+                  else "none faster than the best single by median and minimum"))
+    return ["  the oracle's own plans, built and measured: " + head] + [f"    {t}" for t in tried]
