@@ -226,7 +226,8 @@ def test_a_wrong_dtype_is_still_refused_on_a_graph_output(tmp_path):
 
 def _ddddocr_models() -> list[Path]:
     """ddddocr's own files: from the installed package, or $PROVMAP_DDDDOCR_DIR (a folder the
-    wheel was unpacked into).  Never downloaded by the tests."""
+    wheel was unpacked into: README's test command, tests/run, fetches the pinned wheel and
+    unpacks its two recognisers there).  Never downloaded by the tests themselves."""
     where = os.environ.get("PROVMAP_DDDDOCR_DIR")
     if not where:
         spec = importlib.util.find_spec("ddddocr")
