@@ -379,8 +379,21 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--no-plain-check", action="store_true",
                     help="do not run the plain library on the wrong cases")
-    ap.add_argument("-o", "--out", default="bench/out/corpus.json")
+    ap.add_argument("-o", "--out", default="bench/out/corpus.json",
+                    help="the results' JSON file (its .md beside it); a directory gets "
+                    "corpus.json and corpus.md inside")
     a = ap.parse_args(argv)
+    # checked before the run, not after it: a directory given as -o once lost an 11-minute run
+    out = Path(a.out)
+    if out.is_dir():
+        out = out / "corpus.json"
+    if out.suffix != ".json":
+        ap.error(f"-o {a.out}: expected a .json file (its .md goes beside it) or a directory")
+    for f in (out, out.with_suffix(".md")):
+        if f.exists() and not f.is_file():
+            ap.error(f"-o {a.out}: {f} exists and is not a regular file")
+    if not out.parent.is_dir():
+        ap.error(f"-o {a.out}: no such directory {out.parent}")
     folders, backends = a.folders.split(","), a.backends.split(",")
     for given, known, what in ((folders, FOLDERS, "folder"), (backends, BACKENDS, "backend")):
         bad = sorted(set(given) - set(known))
@@ -414,8 +427,7 @@ def main(argv=None) -> int:
             "excluded": excluded_note(len(randoms)), "excluded_cases": sorted(randoms)}
     from provmap.provenance.util.atomic import write_atomic
 
-    md, out = markdown(results, table, meta), Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    md = markdown(results, table, meta)
     write_atomic(out, lambda tmp: tmp.write_text(json.dumps(
         {"meta": meta, "table": table, "results": results}, indent=1, default=str)))
     write_atomic(out.with_suffix(".md"), lambda tmp: tmp.write_text(md))
