@@ -1,0 +1,68 @@
+"""Issue 36, third new-user check on a fresh clone: outputs through links, option values the
+manifest must accept, native code the host cannot run, the cost cache as an output, and counts
+that must agree; each driven through the real CLI (a fresh process, as a user types it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cli_runner import one_error, provmap
+
+pytestmark = pytest.mark.usefixtures("own_config")
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vendor_day3")
+    art = d / "sq.provmap"
+    r = provmap("compile", "bundled:squeezenet", "-o", art, "--strategy", "single:onnxruntime",
+                env={**os.environ, "PROVMAP_TRUST": str(d / "trusted"),
+                     "PROVMAP_CACHE": str(d / "cost.sqlite")})
+    assert r.returncode == 0, r.stderr
+    return art
+
+
+def test_an_output_through_a_link_replaces_the_target_never_the_link(tmp_path, artifact):
+    """`compile -o lk.provmap` and `run -o lk.npz` replaced the link itself with a regular file
+    (as root, `report -o /dev/stdout > f` replaced the system's /dev/stdout)."""
+    target, link = tmp_path / "target.npz", tmp_path / "lk.npz"
+    target.write_bytes(b"old")
+    link.symlink_to(target.name)
+    r = provmap("run", artifact, "-o", link)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == target.name
+    assert target.read_bytes()[:2] == b"PK"  # the .npz went to the target
+
+    art_target, art_link = tmp_path / "real.provmap", tmp_path / "lk.provmap"
+    art_link.symlink_to(art_target)  # a dangling link: its target is a new path
+    r = provmap("compile", "bundled:squeezenet", "-o", art_link, "--strategy",
+                "single:onnxruntime")
+    assert r.returncode == 0, r.stderr
+    assert art_link.is_symlink() and art_target.is_file()
+
+    report = tmp_path / "report.html"
+    with open(report, "w") as out:  # `report -o /dev/stdout > report.html`
+        r = subprocess.run([sys.executable, "-m", "provmap.cli.main", "report", str(artifact),
+                            "-o", "/dev/stdout"], stdout=out, stderr=subprocess.PIPE, text=True,
+                           timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert os.path.islink("/dev/stdout") and report.read_text().lstrip().startswith("<")
+
+
+def test_a_link_to_a_fifo_or_device_is_refused_and_left_alone(tmp_path, artifact):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target in (fifo, "/dev/null"):
+        link = tmp_path / "lk"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        one_error(provmap("run", artifact, "-o", link), f"{link}: a link to a device or "
+                  "special file")
+        assert link.is_symlink()
+    r = provmap("report", artifact, "-o", "/dev/stdout")  # stdout is a pipe here
+    one_error(r, "/dev/stdout: a link to a device or special file")
+    assert os.path.islink("/dev/stdout")
