@@ -66,3 +66,30 @@ def test_a_link_to_a_fifo_or_device_is_refused_and_left_alone(tmp_path, artifact
     r = provmap("report", artifact, "-o", "/dev/stdout")  # stdout is a pipe here
     one_error(r, "/dev/stdout: a link to a device or special file")
     assert os.path.islink("/dev/stdout")
+
+
+def _small_model(path):
+    """Relu -> Add on a [1, 8] input: enough for a backend to build, quick to compile."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Add", ["y", "y"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_threads_0_compiles_runs_and_inspects(tmp_path, backend):
+    """The option table says 0 = the library's default; the manifest schema said 1..4096, so
+    `run` and `inspect` refused the artifact `compile` had just written."""
+    model, art = _small_model(tmp_path / "m.onnx"), tmp_path / "t0.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", f"single:{backend}",
+                "--backend-option", f"{backend}.threads=0")
+    assert r.returncode == 0, r.stderr
+    for cmd in ("run", "inspect"):
+        r = provmap(cmd, art)
+        assert r.returncode == 0, (cmd, r.stderr)
+    assert "'threads': '0'" in r.stdout
