@@ -93,3 +93,27 @@ def test_threads_0_compiles_runs_and_inspects(tmp_path, backend):
         r = provmap(cmd, art)
         assert r.returncode == 0, (cmd, r.stderr)
     assert "'threads': '0'" in r.stdout
+
+
+def _host_flags():
+    from provmap.runtime_module.host import cpu_flags
+
+    return cpu_flags()
+
+
+@pytest.mark.skipif("avx512f" in _host_flags() or "sse2" not in _host_flags(),
+                    reason="needs an x86 host without AVX-512")
+def test_native_code_for_a_cpu_this_host_is_not_is_refused_not_run(tmp_path):
+    """`tvm.mcpu=skylake-avx512` without AVX-512 here compiled, and `run` died with "Illegal
+    instruction" (exit 132)."""
+    model, art = _small_model(tmp_path / "m.onnx"), tmp_path / "sk.provmap"
+    mcpu = ("--backend-option", "tvm.mcpu=sapphirerapids")
+    r = provmap("compile", model, "-o", art, "--strategy", "single:tvm", *mcpu)
+    one_error(r, "mcpu=sapphirerapids", "avx512f", "tvm.cross=1")
+    assert not art.exists()
+    r = provmap("compile", model, "-o", art, "--strategy", "single:tvm", *mcpu,
+                "--backend-option", "tvm.cross=1")
+    assert r.returncode == 0, r.stderr
+    for args in (("run", art), ("profile", art), ("compare", art, "--model", model)):
+        one_error(provmap(*args), "mcpu=sapphirerapids", "avx512f", "this CPU lacks")
+    assert provmap("inspect", art).returncode == 0  # reading it runs no native code
