@@ -117,3 +117,20 @@ def test_native_code_for_a_cpu_this_host_is_not_is_refused_not_run(tmp_path):
     for args in (("run", art), ("profile", art), ("compare", art, "--model", model)):
         one_error(provmap(*args), "mcpu=sapphirerapids", "avx512f", "this CPU lacks")
     assert provmap("inspect", art).returncode == 0  # reading it runs no native code
+
+
+def test_the_cost_cache_as_the_output_is_refused_by_any_name(tmp_path):
+    """`compile m.onnx -o col.provmap --cache col.provmap`: the artifact replaced the cache and
+    left its -wal/-shm files beside it."""
+    model = _small_model(tmp_path / "m.onnx")
+    cache = tmp_path / "col.sqlite"
+    for out, given in ((tmp_path / "col.provmap", tmp_path / "col.provmap"),  # a new path
+                       (tmp_path / "hard.provmap", cache), (tmp_path / "soft.provmap", cache)):
+        if given == cache:
+            cache.touch()
+            (os.link if out.name == "hard.provmap" else os.symlink)(cache, out)
+        r = provmap("compile", model, "-o", out, "--cache", given, timeout=60)
+        one_error(r, f"-o/--output {out} is this command's --cache file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["col.sqlite", "hard.provmap", "m.onnx",
+                                                          "soft.provmap"]
+    assert cache.read_bytes() == b""
