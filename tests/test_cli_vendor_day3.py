@@ -134,3 +134,44 @@ def test_the_cost_cache_as_the_output_is_refused_by_any_name(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["col.sqlite", "hard.provmap", "m.onnx",
                                                           "soft.provmap"]
     assert cache.read_bytes() == b""
+
+
+def test_inspect_sqlite_with_relax_writes_the_file(tmp_path, artifact):
+    """`inspect --sqlite X --relax` printed the Relax module, said "X existed: replaced" and
+    wrote nothing."""
+    out = tmp_path / "x.sqlite"
+    out.write_bytes(b"old")
+    r = provmap("inspect", artifact, "--sqlite", out, "--relax")
+    assert r.returncode == 0, r.stderr
+    assert "R.function" in r.stdout or "relax" in r.stdout
+    assert out.read_bytes()[:16] == b"SQLite format 3\0"
+
+
+def test_missing_parent_directories_are_refused_not_created(tmp_path, artifact):
+    """`map -o`, `overlays -o` and PROVMAP_TRUST naming a directory that does not exist: one
+    line, nothing created (overlays and the trust list used to create the directories)."""
+    gone = tmp_path / "nonexist"
+    one_error(provmap("map", "bundled:squeezenet", "-o", gone / "m"),
+              f"directory {gone} does not exist")
+    one_error(provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o",
+                      gone / "sub" / "ov"), f"directory {gone / 'sub'} does not exist")
+    env = {**os.environ, "PROVMAP_TRUST": str(gone / "t.sqlite")}
+    model = _small_model(tmp_path / "m.onnx")
+    one_error(provmap("compile", model, "-o", tmp_path / "t.provmap", "--strategy",
+                      "single:tvm", env=env), f"PROVMAP_TRUST={gone / 't.sqlite'}",
+              f"directory {gone} does not exist")
+    one_error(provmap("trust", artifact, env=env), "PROVMAP_TRUST=", "does not exist")
+    assert not gone.exists() and not (tmp_path / "t.provmap").exists()
+
+
+def test_choice_options_are_stored_in_their_canonical_spelling(tmp_path):
+    """The up-front check was case-insensitive, the backend exact: `openvino.precision=F32`
+    was refused late, `onnxruntime.optimization=ALL` stored as given."""
+    model, art = _small_model(tmp_path / "m.onnx"), tmp_path / "e.provmap"
+    for backend, option, stored in (("openvino", "precision=F32", "'precision': 'f32'"),
+                                    ("onnxruntime", "optimization=ALL", "'optimization': 'all'")):
+        r = provmap("compile", model, "-o", art, "--strategy", f"single:{backend}",
+                    "--backend-option", f"{backend}.{option}")
+        assert r.returncode == 0, r.stderr
+        r = provmap("inspect", art)
+        assert r.returncode == 0 and stored in r.stdout, r.stdout

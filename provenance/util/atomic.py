@@ -121,8 +121,8 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
 
     `path` is a regular file to create or replace (or, with `directory`, a directory to create
     or fill).  A device, FIFO or socket is refused, and so is a file whose directory does not
-    exist (a typo in it used to create directories silently); a directory output may create its
-    parents.  Raises ProvmapError naming the path.
+    exist (a typo in it used to create directories silently); a directory output is created,
+    its parent must exist.  Raises ProvmapError naming the path.
     """
     from .errors import ProvmapError
 
@@ -145,7 +145,9 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
         # `-o /dev/full` turned /dev/full into a 120 KB file: issue 36).
         raise ProvmapError(f"{p}: is a device or special file; provmap writes only regular "
                            "files")
-    if not directory and not p.parent.exists():
+    if not p.exists() and not p.parent.exists():
+        # A directory output is created, but not its parents: `overlays -o /nonexist/x`
+        # used to create /nonexist as well (issue 36).
         raise ProvmapError(f"{p}: directory {p.parent} does not exist; create it first")
     base = p if directory else p.parent
     while not base.exists():

@@ -182,16 +182,7 @@ def cmd_inspect(args) -> int:
     from provmap.workbench.inspect import inspect_artifact
 
     info = inspect_artifact(args.artifact, args.model)
-    if args.relax:
-        from provmap.runtime_module.module import load
-        relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
-                 .decode(errors="replace"))
-        if args.json:  # --json was ignored here: the text is a field of the usual object
-            print(json.dumps({**info, "relax": relax}, indent=2))
-        else:
-            _say(relax)
-        return 0
-    if args.sqlite:
+    if args.sqlite:  # before --relax, which returns early: it skipped the file (issue 36)
         from provmap.runtime_module.module import load
         from provmap.workbench.placement import write_sqlite
 
@@ -203,6 +194,15 @@ def cmd_inspect(args) -> int:
                                f"({e}); nothing written to {args.sqlite}") from None
         say_progress(f"wrote {args.sqlite}: the map with its placement table "
                   f"({len(info['placement']['nodes'])} ONNX nodes)")
+    if args.relax:
+        from provmap.runtime_module.module import load
+        relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
+                 .decode(errors="replace"))
+        if args.json:  # --json was ignored here: the text is a field of the usual object
+            print(json.dumps({**info, "relax": relax}, indent=2))
+        else:
+            _say(relax)
+        return 0
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
