@@ -45,13 +45,19 @@ def main(argv=None) -> int:
     """Parse and run.  Start-up (imports and parsing) comes before dispatch's own handler is in
     place: Ctrl-C there is one line, and so is a broken installation (a library failing to
     import while the parser is built)."""
-    from .parser import UsageError
+    from provmap.provenance.util import interrupt
 
+    interrupt.install()  # before the imports below: Ctrl-C there is one line too
     try:
         from .common import dispatch
         from .native_log import native_log_filtered
-
+        from .parser import UsageError
+    except KeyboardInterrupt:
+        print("provmap: interrupted", file=sys.stderr)
+        return 130
+    try:
         args = build_parser().parse_args(argv)
+        interrupt.raise_if_interrupted()  # a Ctrl-C an import's callback could not raise
     except UsageError:  # already one line (and the JSON object under --json)
         return 2
     except KeyboardInterrupt:
@@ -65,8 +71,12 @@ def main(argv=None) -> int:
         print(f"provmap: error: cannot start: {one_line(first_line(e, with_type=True))} "
               "(is the installation complete?)", file=sys.stderr)
         return 2
-    with native_log_filtered(enabled=not args.verbose):
-        return dispatch(args)
+    try:
+        with native_log_filtered(enabled=not args.verbose):
+            return dispatch(args)
+    except KeyboardInterrupt:  # between parsing and dispatch's own handler
+        print("provmap: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
