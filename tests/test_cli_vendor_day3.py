@@ -234,3 +234,16 @@ def test_ctrl_c_inside_a_weakref_callback_is_not_an_exception_ignored_block():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "True", (r.stdout, r.stderr)
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_annotate_never_writes_over_the_model_the_artifact_came_from(tmp_path):
+    """`annotate ART -o <the user's model>` replaced the model the manifest records."""
+    model, art = _small_model(tmp_path / "m.onnx"), tmp_path / "emb.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", "single:onnxruntime", "--embed-model")
+    assert r.returncode == 0, r.stderr
+    before = model.read_bytes()
+    one_error(provmap("annotate", art, "-o", model), f"-o/--output {model} is the model this "
+              "artifact was compiled from")
+    assert model.read_bytes() == before
+    r = provmap("annotate", art, "-o", tmp_path / "annotated.onnx")
+    assert r.returncode == 0, r.stderr
