@@ -247,3 +247,67 @@ def test_annotate_never_writes_over_the_model_the_artifact_came_from(tmp_path):
     assert model.read_bytes() == before
     r = provmap("annotate", art, "-o", tmp_path / "annotated.onnx")
     assert r.returncode == 0, r.stderr
+
+
+def _chain_model(path):
+    """Relu -> Reshape (its shape from a Shape -> Gather -> Unsqueeze -> Concat chain, folded
+    before import) -> MatMul -> Identity -> Sigmoid: 9 nodes, 4 that compute."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "m1"),
+             numpy_helper.from_array(np.random.RandomState(0).rand(4, 6).astype(np.float32), "w")]
+    n = helper.make_node
+    nodes = [n("Relu", ["x"], ["r"], name="relu"), n("Shape", ["r"], ["s"], name="shape"),
+             n("Gather", ["s", "zero"], ["g"], name="gather", axis=0),
+             n("Unsqueeze", ["g", "axes"], ["u"], name="unsqueeze"),
+             n("Concat", ["u", "m1"], ["c"], name="concat", axis=0),
+             n("Reshape", ["r", "c"], ["rs"], name="reshape"),
+             n("MatMul", ["rs", "w"], ["mm"], name="matmul"),
+             n("Identity", ["mm"], ["id"], name="identity"),
+             n("Sigmoid", ["id"], ["y"], name="sigmoid")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         [2, 2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])],
+                          initializer=inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_node_counts_agree_across_compile_inspect_annotate_and_lookup(tmp_path):
+    """On a folded Shape chain plus an Identity, coverage said every node mapped while the node
+    states said 3 ran, 7 folded, 1 elided; partition counts included the elided Identity; and
+    lookup named p0 for the Identity whose value a kernel of p1 carries."""
+    import json
+
+    model, art = _chain_model(tmp_path / "chain.onnx"), tmp_path / "ch.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", "greedy:onnxruntime,tvm",
+                "--backend-option", "onnxruntime.exclude_ops=Sigmoid", "--json")
+    assert r.returncode == 0, r.stderr
+    built = json.loads(r.stdout)
+    info = json.loads(provmap("inspect", art, "--model", model, "--json").stdout)
+    states = info["placement"]["states"]
+    assert states["ran"] == 4 and states["folded_before_import"] == 4 and states["elided"] == 1
+    assert sum(states.values()) == 9
+    for cov in (built["coverage"], info["coverage"]):
+        assert cov["onnx_nodes_mapped"] == states["ran"]
+        assert cov["onnx_nodes_elided"] == 9 - states["ran"]
+    rows = {row["name"]: row for row in info["placement"]["nodes"]}
+    per_partition = {p["id"]: sum(1 for row in rows.values() if p["id"] in row["partitions"])
+                     for p in info["partitions"]}
+    assert {p["id"]: p["op_nodes"] for p in built["partitions"]} == per_partition
+    assert {p["id"]: sum(1 for n in p["onnx_nodes"] if not n["helper"] and n["ran"])
+            for p in info["partitions"]} == per_partition == {"p0": 3, "p1": 1}
+    r = provmap("annotate", art, "--model", model, "-o", tmp_path / "a.onnx", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["states"] == states
+    for name, row in rows.items():
+        answer = json.loads(provmap("lookup", art, "--onnx-node", name, "--json").stdout)
+        found = answer["results"][0] if "results" in answer else answer
+        assert found["partitions"] == row["partitions"], (name, found, row)
+    assert rows["identity"]["state"] == "elided" and rows["identity"]["partitions"] == []
+    p1 = next(p for p in info["partitions"] if p["id"] == "p1")
+    assert [k.split(":", 1)[1] for k in p1["kernels"]] == ["tir_sigmoid"]  # not p0's work again

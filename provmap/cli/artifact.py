@@ -53,8 +53,12 @@ def cmd_compile(args) -> int:
     unrecorded = unrecorded_warning(art, args.output)
     if unrecorded:
         warn([unrecorded])
+    from provmap.runtime_module.lookup import Lookup
+
+    ran = Lookup(art.manifest, art.provenance_map()).ops_run_by  # as inspect counts op nodes
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
-               "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
+               "partitions": [{"id": p["id"], "backend": p["backend"],
+                               "op_nodes": len(set(p["ops"]) & ran(p["id"])),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
                "coverage": art.manifest["coverage"], "compile_s": round(t2 - t1, 3),
                "size_bytes": os.path.getsize(args.output),
@@ -223,7 +227,7 @@ def cmd_inspect(args) -> int:
 
     _say(f"  schedule: {describe(info['schedule'])}")
     for p in info["partitions"]:
-        ops = [n for n in p["onnx_nodes"] if not n["helper"]]
+        ops = [n for n in p["onnx_nodes"] if not n["helper"] and n.get("ran", True)]
         nk = len(p["kernels"])
         _say(f"\n{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
               f"{nk} kernel{'s' if nk != 1 else ''}  [{p.get('why', '')}]")
