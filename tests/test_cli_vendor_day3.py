@@ -311,3 +311,27 @@ def test_node_counts_agree_across_compile_inspect_annotate_and_lookup(tmp_path):
     assert rows["identity"]["state"] == "elided" and rows["identity"]["partitions"] == []
     p1 = next(p for p in info["partitions"] if p["id"] == "p1")
     assert [k.split(":", 1)[1] for k in p1["kernels"]] == ["tir_sigmoid"]  # not p0's work again
+
+
+def test_repeated_single_valued_options_and_empty_backends_are_refused(tmp_path, artifact):
+    """`-o a -o b` kept the last value without a word; `--backends ""` searched the default
+    backends."""
+    one_error = _usage_error
+    one_error(provmap("run", artifact, "-o", tmp_path / "a.npz", "-o", tmp_path / "b.npz"),
+              "-o/--output: given twice")
+    one_error(provmap("run", artifact, "--repeats", "2", "--repeats=3"), "--repeats: given twice")
+    for value in ("", "onnxruntime,,tvm"):
+        one_error(provmap("compile", "m.onnx", "-o", tmp_path / "x.provmap", "--backends", value),
+                  "--backends", "comma-separated list of backends")
+    assert not list(tmp_path.iterdir())
+    help_text = provmap("compile", "--help").stdout
+    assert "precision=bf16" not in help_text  # refused on hosts without bf16
+
+
+def _usage_error(r, *words):
+    """argparse's refusals: one `provmap COMMAND: error:` line, exit 2, no traceback."""
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and ": error:" in lines[0], r.stderr
+    for w in words:
+        assert w in lines[0], (w, r.stderr)

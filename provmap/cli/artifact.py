@@ -17,7 +17,7 @@ from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
-                     budget, check_inputs_choice, count, load_inputs, output_stats,
+                     backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
                      parse_backend_options, positive_int, say_progress, warn)
 from .common import print_safe as _say
 from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
@@ -290,7 +290,8 @@ def add_artifact_commands(sub) -> None:
     c.add_argument("--strategy", default=DEFAULT_STRATEGY,
                    help="collage[:<b1>,...] | single:<backend> | greedy:<b1>,<b2>,... "
                    "(default %(default)s)")
-    c.add_argument("--backends", help="collage: backends to search over (default "
+    c.add_argument("--backends", type=backend_list,
+                   help="collage: backends to search over (default "
                    "onnxruntime,openvino; add tvm with --backends tvm,onnxruntime,openvino: "
                    "untuned TVM candidates make a cold search 5-20 minutes longer)")
     c.add_argument("--cache", help="collage: measurement cache (default $PROVMAP_CACHE or "
@@ -337,7 +338,7 @@ def add_artifact_commands(sub) -> None:
                    "with that tracker (provmap rpc-server), in parallel; prices are keyed by "
                    "that device (docs/remote.md)")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
-                   help="e.g. openvino.precision=bf16 (recorded in the manifest); "
+                   help="e.g. onnxruntime.threads=2 (recorded in the manifest); "
                    "tvm.tune=metaschedule tunes each TVM region (tvm.trials=N per task, "
                    "tvm.tune_budget=N in all; docs/tuning.md)")
     c.add_argument("--tuning-db", metavar="DIR",
