@@ -27,7 +27,7 @@ from provmap.provenance.salvage import failing_nodes
 from ..options import Option, as_bool
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 from .empty_tensors import refuse_reductions_over_nothing
-from .tvm_host import missing_features
+from .tvm_host import missing_features, refuse_foreign_cpu
 from .tvm_tuning import (TuningDatabase, default_db_dir, llvm_cpu_problem, make_target,
                          stderr_log, tune_regions, tuned_pipeline)
 
@@ -426,13 +426,7 @@ class TVMBackend(Backend):
         return {k: v / n for k, v in totals.items()}
 
     def load(self, blob: Blob) -> Runner:
-        # Before the library is loaded: code for a CPU this one is not dies with SIGILL (exit
-        # 132, no message) at its first kernel, whichever command ran it (issue 36).
-        missing = missing_features(blob.meta.get("target") or "")
-        if missing:
-            raise BackendError(f"tvm: the partition's code was built for {_cpu_of(blob)} and "
-                               f"needs {', '.join(missing)}, which this CPU lacks; rebuild it "
-                               "here (without tvm.mcpu, or tvm.mcpu=native)")
+        refuse_foreign_cpu(blob.meta)  # before the library is loaded (issue 36)
         try:
             return TVMRunner(blob.files["lib.so"], blob.meta["input_names"],
                              blob.meta["output_names"])
@@ -441,15 +435,3 @@ class TVMBackend(Backend):
         except Exception as e:
             first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
             raise BackendError(f"tvm: load failed: {first}") from None
-
-
-def _cpu_of(blob: Blob) -> str:
-    """The CPU a partition was built for, as its recorded target names it."""
-    import json
-
-    try:
-        t = json.loads(blob.meta.get("target") or "{}")
-    except ValueError:
-        t = {}
-    cpu = t.get("mcpu") if isinstance(t, dict) else None
-    return f"mcpu={cpu}" if cpu else "another CPU"

@@ -51,3 +51,23 @@ def missing_features(target) -> list[str]:
     except Exception:  # noqa: BLE001 - a target LLVM cannot read: its load says so
         return []
     return sorted(f for f in features if f in _X86_FEATURES and _X86_FEATURES[f] not in flags)
+
+
+def refuse_foreign_cpu(meta: dict) -> None:
+    """BackendError naming what a partition's recorded target needs that this CPU lacks; to be
+    asked before its library is loaded, since such code dies with SIGILL (exit 132, no message)
+    at its first kernel, whichever command ran it."""
+    from ..backend import BackendError
+
+    missing = missing_features(meta.get("target") or "")
+    if not missing:
+        return
+    try:
+        t = json.loads(meta.get("target") or "{}")
+    except ValueError:
+        t = {}
+    cpu = t.get("mcpu") if isinstance(t, dict) else None
+    raise BackendError(f"tvm: the partition's code was built for "
+                       f"{f'mcpu={cpu}' if cpu else 'another CPU'} and needs "
+                       f"{', '.join(missing)}, which this CPU lacks; rebuild it here (without "
+                       "tvm.mcpu, or tvm.mcpu=native)")
