@@ -335,3 +335,11 @@ def _usage_error(r, *words):
     assert len(lines) == 1 and ": error:" in lines[0], r.stderr
     for w in words:
         assert w in lines[0], (w, r.stderr)
+
+
+def test_overlays_over_an_existing_directory_says_so(tmp_path, artifact):
+    out = tmp_path / "ov"
+    r = provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o", out)
+    assert r.returncode == 0 and "existed: replaced" not in r.stderr, r.stderr
+    r = provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o", out)
+    assert r.returncode == 0 and f"provmap: {out} existed: replaced" in r.stderr, r.stderr

@@ -108,4 +108,7 @@ def _check_outputs(args) -> list[str]:
         check_writable(value, directory=directory)
         if not directory and os.path.isfile(value):
             replaced.append(value)
+        elif directory and getattr(args, "command", None) == "overlays" and \
+                os.path.isdir(value) and os.listdir(value):
+            replaced.append(value)  # its model.onnx and overlays are rewritten, said as for a file
     return replaced
