@@ -12,6 +12,7 @@ import difflib
 
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
+from provmap.runtime_module.options import canonical
 from provmap.runtime_module.registry import available_backends, backend_class, parse_variant
 
 from .strategy import Strategy
@@ -30,6 +31,7 @@ def _option_problem(cls, opts: dict):
     kind "name" (no such option; detail: the known names), "value" (detail: what it expects)
     or "host" (this machine cannot honour them; option ""); None when nothing is."""
     names = list(cls.option_names()) + list(Backend.COMMON_OPTIONS)
+    specs = cls.option_specs()
     for k, v in opts.items():
         if k not in names:
             return "name", k, names
@@ -37,6 +39,7 @@ def _option_problem(cls, opts: dict):
         why = None if k in OP_LIST_OPTIONS else cls.option_problem(k, v)
         if why:
             return "value", k, why
+        opts[k] = canonical(specs.get(k), v)  # stored in the table's spelling from here on
     why = cls.host_problem(opts)
     return ("host", "", why) if why else None
 

@@ -104,8 +104,10 @@ def _check_option(v: _V, val, path: str, key: str) -> None:
             n = int(str(val))
         except ValueError:
             v.fail(path, f"{_short(val)} is not a thread count")
-        if not 1 <= n <= MAX_THREADS or isinstance(val, bool) or isinstance(val, float):
-            v.fail(path, f"{_short(val)} is not a thread count (1..{MAX_THREADS})")
+        # 0 is the backends' "library default" (options.threads_option), as compile accepts
+        # it: a range starting at 1 made run and inspect refuse such an artifact (issue 36).
+        if not 0 <= n <= MAX_THREADS or isinstance(val, bool) or isinstance(val, float):
+            v.fail(path, f"{_short(val)} is not a thread count (0..{MAX_THREADS})")
 
 
 def _check_model(v: _V, model, members: dict) -> None:

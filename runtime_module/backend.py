@@ -26,7 +26,7 @@ import numpy as np
 
 from provmap.provenance.util.errors import ProvmapError
 
-from .options import Option
+from .options import Option, canonical
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph_view import GraphView
@@ -194,7 +194,8 @@ class Backend(ABC):
             why = self.option_problem(k, v)
             if why:
                 raise BackendError(f"backend {self.name!r}: option {k}={v!r}: expected {why}")
-        self._options = dict(options)
+        specs = self.option_specs()
+        self._options = {k: canonical(specs.get(k), v) for k, v in options.items()}
 
     #: The options this backend declares, with types and ranges (runtime_module/options.py),
     #: checked by __init__.  A plugin may override `option_names` instead: its values are then

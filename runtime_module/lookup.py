@@ -50,9 +50,16 @@ class Lookup:
             if role == "compute":
                 entry["role"] = "compute"
         d = self._node_dict(n.id)
-        d.update({"elided": n.elided, "partitions": self._partition_of_node.get(n.id, []),
-                  "backends": sorted({self._partition_backend[p]
-                                      for p in self._partition_of_node.get(n.id, [])}),
+        assigned = self._partition_of_node.get(n.id, [])
+        # The partitions that run the node are those whose kernels compute it: an Identity the
+        # plan gave p0, aliased into a kernel of p1, was named "partition p0" while placement
+        # said it ran nowhere (issue 36).  A node no kernel carries at all keeps the plan's
+        # word, unless a pass elided it.
+        computing = {e["partition"] for e in per_kernel.values() if e["role"] == "compute"}
+        parts = ([p for p in assigned if p in computing] + sorted(computing - set(assigned))
+                 if computing else [] if n.elided or per_kernel else assigned)
+        d.update({"elided": n.elided, "partitions": parts, "assigned": assigned,
+                  "backends": sorted({self._partition_backend[p] for p in parts}),
                   "exprs": [e for e, _ in self._index.exprs_for_node(n.id)],
                   "kernels": sorted(per_kernel.values(), key=lambda e: e["kernel"])})
         return d
@@ -95,6 +102,11 @@ class Lookup:
             nodes.append(d)
         return {"expr": e.id, "function": e.function, "var": e.var, "op": e.op, "shape": e.shape,
                 "dtype": e.dtype, "onnx_nodes": nodes, "kernels": kernels}
+
+    def ops_run_by(self, partition: str) -> set[str]:
+        """The ONNX nodes a kernel of `partition` computes: what its op-node count counts, so
+        that an Identity the plan gave it but no kernel computes is not counted as run."""
+        return {nid for nid, a in self._node_answers.items() if partition in a["partitions"]}
 
     def backend_of(self, name_or_id: str) -> list[str]:
         """The cheapest dispatch question: which backend(s) run this ONNX node."""

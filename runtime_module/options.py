@@ -6,7 +6,8 @@ exit 0, and `onnxruntime.optimization=foo` failed only during the build.  Each b
 declares its options as a table (`Backend.OPTIONS`); `Backend.__init__` checks every value
 against it, so the CLI, `NAME[OPTION=VALUE]` variants, the Python API and a manifest read by
 `run` all refuse the same values with the same line.  Values are kept as given (the artifact
-and the cost cache record them as written); backends convert them where they use them.
+and the cost cache record them as written), except a choice's, which is stored in the table's
+spelling (`canonical`); backends convert them where they use them.
 """
 
 from __future__ import annotations
@@ -63,6 +64,19 @@ class Option:
         else:
             ok = isinstance(value, str) and bool(value.strip())
         return None if ok else self.expected()
+
+
+def canonical(spec: Option | None, value):
+    """A choice's value in the table's own spelling (`F32` -> `f32`, `ALL` -> `all`): the check
+    is case-insensitive, the libraries are not, so `openvino.precision=F32` passed the check and
+    failed in the build, and `onnxruntime.optimization=ALL` was stored as given (issue 36).
+    Every other value is returned as it is."""
+    if spec is None or spec.kind != "choice" or not isinstance(value, str):
+        return value
+    for c in spec.choices:
+        if str(c).lower() == value.strip().lower():
+            return c
+    return value
 
 
 def as_int(value) -> int | None:

@@ -184,6 +184,15 @@ class Subgraph:
         ix = _relax_index(v)
         defining, name_of = ix.defining, ix.name_of
         input_names = {t.name for t in self.inputs}
+        # An input that is an alias (an Identity's output, elided at import) is the Relax var of
+        # the tensor it renames, whose own name is not an input: without this, the walk below
+        # went on through it and recomputed the model up to the graph inputs inside the region
+        # (issue 36: a TVM partition after an Identity rebuilt its predecessor's work).
+        alias_input = {}
+        for n in sorted(input_names):
+            val = imp.tensor_values.get(n)
+            if isinstance(val, relax.Var) and name_of.get(val) not in input_names:
+                alias_input.setdefault(val, n)
         chosen = {x for e in self.exprs for x in ix.var_of.get(e, ())}
         # A converter may read another node's intermediate Relax value (not an ONNX tensor at
         # all); recompute such values inside the region instead of refusing it.
@@ -193,7 +202,7 @@ class Subgraph:
             for x in _value_vars(b.value):
                 if x in chosen or x not in defining:
                     continue
-                if name_of.get(x) in input_names:
+                if name_of.get(x) in input_names or x in alias_input:
                     continue
                 chosen.add(x)
                 stack.append(x)
@@ -210,7 +219,7 @@ class Subgraph:
                 free.setdefault(val)
         params, param_names, mapping = [], [], {}
         for x in free:
-            name = name_of.get(x)
+            name = alias_input.get(x, name_of.get(x))
             if name is None:
                 raise ProvmapError(f"{imp.label}: region reads Relax var {x.name} that is not an "
                                    "ONNX tensor; cannot outline it")

@@ -148,6 +148,13 @@ def check_store(path: Path | None = None) -> None:
     file or an old text list."""
     path = path or trust_file()
     if not os.path.lexists(path):
+        env = os.environ.get("PROVMAP_TRUST")
+        if env and path == trust_file() and not path.parent.is_dir():
+            # A typo in the variable used to create the directories it named (issue 36); the
+            # default location's are created, as every configuration directory is.
+            raise TrustStoreError(f"PROVMAP_TRUST={env}: directory {path.parent} does not "
+                                  "exist; create it first (the list itself is created on "
+                                  "first use)")
         return
     if path.is_dir():
         raise TrustStoreError(f"{path}: the trust list is a directory; set PROVMAP_TRUST to a "

@@ -24,10 +24,12 @@ def inspect_artifact(path: str, model=None) -> dict:
             producer[t["name"]] = p["id"]
     parts = []
     for p in man["partitions"]:
+        ran = mod.lookup.ops_run_by(p["id"])  # "ran": as placement's state, so counts agree
         parts.append({
             "id": p["id"], "backend": p["backend"], "type_key": p["type_key"], "why": p.get("why", ""),
             "onnx_nodes": [{"id": nid, "name": nodes[nid].name, "op_type": nodes[nid].op_type,
-                            "helper": nid not in p["ops"]} for nid in p["onnx_nodes"]],
+                            "helper": nid not in p["ops"], "ran": nid in ran}
+                           for nid in p["onnx_nodes"]],
             "kernels": p["kernels"],
             "inputs": [dict(t, producer=producer.get(t["name"], "graph input")) for t in p["inputs"]],
             "outputs": p["outputs"],

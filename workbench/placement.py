@@ -98,13 +98,15 @@ def explorer_node_ids(model: onnx.ModelProto) -> list[str]:
     return out
 
 
-def _reason(answer: dict) -> str:
+def _reason(answer: dict, backend_of: dict) -> str:
     """Why a node runs in no partition, in the map's own words."""
     if answer["elided"]:
         return answer["elided"]  # folded before import, not compilable by TVM, alias, ...
-    if answer["partitions"]:  # given to a backend whose compiled code has no kernel for it
-        return (f"given to {','.join(answer['partitions'])} "
-                f"({','.join(answer['backends'])}), which compiled no kernel computing it")
+    assigned = answer.get("assigned", answer["partitions"])
+    if assigned:  # given to a backend whose compiled code has no kernel for it
+        return (f"given to {','.join(assigned)} "
+                f"({','.join(sorted({backend_of[p] for p in assigned}))}), which compiled no "
+                "kernel computing it")
     if answer["exprs"]:
         return ("its Relax bindings were folded into constants of the compiled module "
                 f"({','.join(answer['exprs'])})")
@@ -130,7 +132,7 @@ def _row(index: int, node, explorer_id: str, pnode, lookup, backend_of: dict) ->
         row.update(partitions=parts, backends=sorted({backend_of[p] for p in parts}),
                    kernels=[k["kernel"] for k in answer["kernels"] if k["role"] == "compute"])
     else:
-        row.update(carried_by=[p for p in backend_of if p in carrying], reason=_reason(answer))
+        row.update(carried_by=[p for p in backend_of if p in carrying], reason=_reason(answer, backend_of))
     return row
 
 

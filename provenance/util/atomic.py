@@ -53,9 +53,21 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
+def resolve_output(path: str | os.PathLike) -> Path:
+    """The file an output path names: a symbolic link is followed to its target, which is what
+    gets replaced; the link itself never is (issue 36: as root, `report -o /dev/stdout > f`
+    replaced the system link /dev/stdout with a regular file).  A dangling link names its
+    target as a new path."""
+    p = Path(path)
+    if not p.is_symlink():
+        return p
+    return Path(os.path.realpath(p))
+
+
 def stage_file(dest: Path, write) -> Path:
-    """`write(tmp)` into a fresh temp file next to `dest`; the temp never outlives a failure."""
-    tmp = _new_temp(dest)
+    """`write(tmp)` into a fresh temp file next to `dest` (next to its target if `dest` is a
+    symbolic link, so the rename stays on one filesystem); the temp never outlives a failure."""
+    tmp = _new_temp(resolve_output(dest))
     try:
         write(tmp)
         _fsync_path(tmp)
@@ -65,11 +77,27 @@ def stage_file(dest: Path, write) -> Path:
     return tmp
 
 
+def _refuse_special(dest: Path) -> None:
+    """The last word before a rename: a device, FIFO or socket is never replaced by a regular
+    file, whichever name (a map's OUT.sqlite, a link's target) led here."""
+    from .errors import ProvmapError
+
+    try:
+        mode = os.stat(dest).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ProvmapError(f"{dest}: is a device or special file; provmap writes only regular "
+                           "files")
+
+
 def commit_temp(tmp: Path, dest: Path) -> None:
     from .interrupt import raise_if_interrupted
 
     try:
         raise_if_interrupted()  # work a library let go on after Ctrl-C is not written
+        dest = resolve_output(dest)  # the link's target is replaced, never the link
+        _refuse_special(dest)
         os.replace(tmp, dest)
     except BaseException:
         discard_temp(tmp)
@@ -82,7 +110,7 @@ def write_atomic(path: str | os.PathLike, write) -> Path:
     directory), which is fsynced and renamed over `path`.  Every provmap output goes through
     this (maps, artifacts, reports, reproducers, bench results), so an interrupted or failing
     command never leaves a half-written file."""
-    dest = Path(path)
+    dest = resolve_output(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     commit_temp(stage_file(dest, write), dest)
     return dest
@@ -93,12 +121,21 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
 
     `path` is a regular file to create or replace (or, with `directory`, a directory to create
     or fill).  A device, FIFO or socket is refused, and so is a file whose directory does not
-    exist (a typo in it used to create directories silently); a directory output may create its
-    parents.  Raises ProvmapError naming the path.
+    exist (a typo in it used to create directories silently); a directory output is created,
+    its parent must exist.  Raises ProvmapError naming the path.
     """
     from .errors import ProvmapError
 
-    p = Path(path)
+    given = Path(path)
+    if not directory and given.is_symlink():
+        # What the link leads to decides (/dev/stdout -> /proc/self/fd/1 -> a pipe or a tty is
+        # a special file, refused below by its own name); a regular file or a new path is then
+        # checked as if it had been named itself.
+        with contextlib.suppress(OSError):
+            if not stat.S_ISREG(os.stat(given).st_mode) and not given.is_dir():
+                raise ProvmapError(f"{given}: a link to a device or special file; provmap "
+                                   "writes only regular files")
+    p = given if directory else resolve_output(given)
     if not directory and p.is_dir():
         raise ProvmapError(f"{p}: is a directory; give a file name to write")
     if directory and p.exists() and not p.is_dir():
@@ -108,7 +145,9 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
         # `-o /dev/full` turned /dev/full into a 120 KB file: issue 36).
         raise ProvmapError(f"{p}: is a device or special file; provmap writes only regular "
                            "files")
-    if not directory and not p.parent.exists():
+    if not p.exists() and not p.parent.exists():
+        # A directory output is created, but not its parents: `overlays -o /nonexist/x`
+        # used to create /nonexist as well (issue 36).
         raise ProvmapError(f"{p}: directory {p.parent} does not exist; create it first")
     base = p if directory else p.parent
     while not base.exists():

@@ -11,6 +11,7 @@ ask `raise_if_interrupted`.  Without `install` (the Python API) nothing changes.
 from __future__ import annotations
 
 import signal
+import sys
 
 _interrupted = False
 
@@ -21,14 +22,32 @@ def _handler(signum, frame):
     raise KeyboardInterrupt
 
 
+def _quiet_unraisable(hook):
+    """`hook`, except for a KeyboardInterrupt: Python cannot raise one that lands in a weakref
+    callback, a finalizer or __del__ (some run during imports), and printed a 5-line
+    "Exception ignored in ..." block instead (issue 36).  The signal is recorded, so the
+    command still stops, at its next `raise_if_interrupted`, with its one line."""
+    if getattr(hook, "_provmap", False):
+        return hook
+
+    def quiet(unraisable):
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            return
+        hook(unraisable)
+
+    quiet._provmap = True
+    return quiet
+
+
 def install() -> None:
-    """Record SIGINT as well as raising KeyboardInterrupt (the CLI calls this)."""
+    """Record SIGINT as well as raising KeyboardInterrupt (the CLI calls this, first thing)."""
     global _interrupted
     _interrupted = False
     try:
         signal.signal(signal.SIGINT, _handler)
     except ValueError:  # not the main thread (e.g. main() called from a worker thread)
-        pass
+        return
+    sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
 
 
 def interrupted() -> bool:

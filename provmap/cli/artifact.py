@@ -17,7 +17,7 @@ from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
-                     budget, check_inputs_choice, count, load_inputs, output_stats,
+                     backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
                      parse_backend_options, positive_int, say_progress, warn)
 from .common import print_safe as _say
 from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
@@ -53,8 +53,12 @@ def cmd_compile(args) -> int:
     unrecorded = unrecorded_warning(art, args.output)
     if unrecorded:
         warn([unrecorded])
+    from provmap.runtime_module.lookup import Lookup
+
+    ran = Lookup(art.manifest, art.provenance_map()).ops_run_by  # as inspect counts op nodes
     summary = {"artifact": str(args.output), "strategy": art.manifest["strategy"],
-               "partitions": [{"id": p["id"], "backend": p["backend"], "op_nodes": len(p["ops"]),
+               "partitions": [{"id": p["id"], "backend": p["backend"],
+                               "op_nodes": len(set(p["ops"]) & ran(p["id"])),
                                "kernels": len(p["kernels"])} for p in art.manifest["partitions"]],
                "coverage": art.manifest["coverage"], "compile_s": round(t2 - t1, 3),
                "size_bytes": os.path.getsize(args.output),
@@ -182,16 +186,7 @@ def cmd_inspect(args) -> int:
     from provmap.workbench.inspect import inspect_artifact
 
     info = inspect_artifact(args.artifact, args.model)
-    if args.relax:
-        from provmap.runtime_module.module import load
-        relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
-                 .decode(errors="replace"))
-        if args.json:  # --json was ignored here: the text is a field of the usual object
-            print(json.dumps({**info, "relax": relax}, indent=2))
-        else:
-            _say(relax)
-        return 0
-    if args.sqlite:
+    if args.sqlite:  # before --relax, which returns early: it skipped the file (issue 36)
         from provmap.runtime_module.module import load
         from provmap.workbench.placement import write_sqlite
 
@@ -203,6 +198,15 @@ def cmd_inspect(args) -> int:
                                f"({e}); nothing written to {args.sqlite}") from None
         say_progress(f"wrote {args.sqlite}: the map with its placement table "
                   f"({len(info['placement']['nodes'])} ONNX nodes)")
+    if args.relax:
+        from provmap.runtime_module.module import load
+        relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
+                 .decode(errors="replace"))
+        if args.json:  # --json was ignored here: the text is a field of the usual object
+            print(json.dumps({**info, "relax": relax}, indent=2))
+        else:
+            _say(relax)
+        return 0
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -223,7 +227,7 @@ def cmd_inspect(args) -> int:
 
     _say(f"  schedule: {describe(info['schedule'])}")
     for p in info["partitions"]:
-        ops = [n for n in p["onnx_nodes"] if not n["helper"]]
+        ops = [n for n in p["onnx_nodes"] if not n["helper"] and n.get("ran", True)]
         nk = len(p["kernels"])
         _say(f"\n{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
               f"{nk} kernel{'s' if nk != 1 else ''}  [{p.get('why', '')}]")
@@ -286,7 +290,8 @@ def add_artifact_commands(sub) -> None:
     c.add_argument("--strategy", default=DEFAULT_STRATEGY,
                    help="collage[:<b1>,...] | single:<backend> | greedy:<b1>,<b2>,... "
                    "(default %(default)s)")
-    c.add_argument("--backends", help="collage: backends to search over (default "
+    c.add_argument("--backends", type=backend_list,
+                   help="collage: backends to search over (default "
                    "onnxruntime,openvino; add tvm with --backends tvm,onnxruntime,openvino: "
                    "untuned TVM candidates make a cold search 5-20 minutes longer)")
     c.add_argument("--cache", help="collage: measurement cache (default $PROVMAP_CACHE or "
@@ -333,7 +338,7 @@ def add_artifact_commands(sub) -> None:
                    "with that tracker (provmap rpc-server), in parallel; prices are keyed by "
                    "that device (docs/remote.md)")
     c.add_argument("--backend-option", action="append", metavar="BACKEND.OPTION=VALUE",
-                   help="e.g. openvino.precision=bf16 (recorded in the manifest); "
+                   help="e.g. onnxruntime.threads=2 (recorded in the manifest); "
                    "tvm.tune=metaschedule tunes each TVM region (tvm.trials=N per task, "
                    "tvm.tune_budget=N in all; docs/tuning.md)")
     c.add_argument("--tuning-db", metavar="DIR",

@@ -8,7 +8,7 @@ import sys
 
 from provmap.provenance.util.errors import ProvmapError
 
-from .common import say_progress, count, positive_int, seconds
+from .common import backend_list, say_progress, count, positive_int, seconds
 
 
 def cmd_bench(args) -> int:
@@ -96,7 +96,7 @@ def add_bench_command(sub) -> None:
                    "ORT allow_spinning=0, OpenVINO performance_hint=THROUGHPUT, alone and "
                    "crossed; best single is the fastest of them; then greedy over --backends, "
                    "collage over --search-backends)")
-    b.add_argument("--backends", help="default onnxruntime,openvino,tvm")
+    b.add_argument("--backends", type=backend_list, help="default onnxruntime,openvino,tvm")
     b.add_argument("--search-backends", help="collage's backends (default onnxruntime,openvino:"
                    " a cold search of untuned TVM candidates alone takes 5-20 min per model here)")
     b.add_argument("--cache", help="collage cost cache to use (default: a fresh one per model, "

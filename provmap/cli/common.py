@@ -80,6 +80,17 @@ def budget(text):
 budget.__name__ = "a number of seconds >= 0 or none"
 
 
+def backend_list(text):
+    """--backends: `--backends ""` searched the default backends without a word, and
+    `a,,b` named an empty one (issue 36)."""
+    if not text.strip() or any(not part.strip() for part in text.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of backends")
+    return text
+
+
+backend_list.__name__ = "a comma-separated list of backends"
+
+
 def add_random_options(parser, what="random inputs") -> None:
     """--seed, and --random as an accepted no-op: random inputs are what every command uses
     when --inputs is not given (run used to require --random, compare and profile refused it)."""
@@ -109,7 +120,7 @@ def parse_backend_options(items) -> dict:
         backend, dot, name = key.partition(".")
         if not eq or not dot:
             raise ProvmapError(f"--backend-option {item!r}: expected BACKEND.OPTION=VALUE "
-                               "(e.g. openvino.precision=bf16)")
+                               "(e.g. onnxruntime.threads=2)")
         opts.setdefault(backend, {})[name] = value
     return opts
 

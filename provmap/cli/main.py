@@ -7,6 +7,7 @@ and rpc-server."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -45,18 +46,24 @@ def main(argv=None) -> int:
     """Parse and run.  Start-up (imports and parsing) comes before dispatch's own handler is in
     place: Ctrl-C there is one line, and so is a broken installation (a library failing to
     import while the parser is built)."""
-    from .parser import UsageError
+    from provmap.provenance.util import interrupt
 
+    interrupt.install()  # before the imports below: Ctrl-C there is one line too
     try:
         from .common import dispatch
         from .native_log import native_log_filtered
-
+        from .parser import UsageError
+    except KeyboardInterrupt:
+        print("provmap: interrupted", file=sys.stderr)
+        return _interrupted_exit(argv)
+    try:
         args = build_parser().parse_args(argv)
+        interrupt.raise_if_interrupted()  # a Ctrl-C an import's callback could not raise
     except UsageError:  # already one line (and the JSON object under --json)
         return 2
     except KeyboardInterrupt:
         print("provmap: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted_exit(argv)
     except Exception as e:  # noqa: BLE001 - argparse's own errors are SystemExit, not this
         from provmap.provenance.util.errors import first_line
 
@@ -65,8 +72,33 @@ def main(argv=None) -> int:
         print(f"provmap: error: cannot start: {one_line(first_line(e, with_type=True))} "
               "(is the installation complete?)", file=sys.stderr)
         return 2
-    with native_log_filtered(enabled=not args.verbose):
-        return dispatch(args)
+    try:
+        with native_log_filtered(enabled=not args.verbose):
+            rc = dispatch(args)
+    except KeyboardInterrupt:  # between parsing and dispatch's own handler
+        print("provmap: interrupted", file=sys.stderr)
+        rc = 130
+    return _interrupted_exit(argv) if rc == 130 else rc
+
+
+def _interrupted_exit(argv) -> int:
+    """Exit status 130 for an interrupted command.  A KeyboardInterrupt that reached code a
+    library ran through Python's C API (during an import) marks the interpreter, which then
+    ends the process by SIGINT (status -2) whatever main returns: seen once in five Ctrl-Cs
+    during start-up.  So the command-line process (argv None) runs its exit handlers (the
+    measuring workers' finalizers) and leaves with 130 itself; a caller of main([...]) just
+    gets 130 back."""
+    if argv is not None:
+        return 130
+    import atexit
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    atexit._run_exitfuncs()
+    os._exit(130)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,36 @@ def _close(word: str, known) -> str:
     return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
+class _StoreOnce(argparse._StoreAction):
+    """A single-valued option given twice (`-o a.provmap -o b.provmap`) kept the last value
+    without a word (issue 36): refused, naming both."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = Parser.seen.setdefault(id(namespace), {})
+        if option_string and self.dest in seen:
+            parser.error(f"argument {'/'.join(self.option_strings)}: given twice ({seen[self.dest]}"
+                         f" and {values}); give it once")
+        seen[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
 class Parser(argparse.ArgumentParser):
     """The `provmap` parser and, through add_subparsers, each subcommand's."""
 
     #: The command line being parsed, for every parser of the tree: a subcommand's error
     #: still needs to know whether --json was asked for.
     argv: list[str] = []
+    #: The single-valued options given so far, by namespace (argparse keeps only the value).
+    seen: dict[int, dict] = {}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def parse_args(self, args=None, namespace=None):
         Parser.argv = list(sys.argv[1:] if args is None else args)
+        Parser.seen = {}
         return super().parse_args(args, namespace)
 
     def error(self, message):

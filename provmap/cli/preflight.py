@@ -19,7 +19,7 @@ _DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
 
 #: What a command reads, by the argument that names it: an output may never be one of them.
 _INPUTS = {"artifact": "artifact", "model": "model", "inputs": "--inputs file",
-           "profile": "--profile file"}
+           "profile": "--profile file", "cache": "--cache file (the cost cache)"}
 
 #: Every file argument a command reads (the artifact is checked by its own reader, whose
 #: refusal names it as an artifact); `models` is bench's list.
@@ -65,10 +65,10 @@ def _check_no_clobbered_input(args) -> None:
     outs = [(n, getattr(args, n, None)) for n in _OUTPUTS]
     outs = [(n, v) for n, v in outs if isinstance(v, str) and v]
     ins = [(n, getattr(args, n, None)) for n in _INPUTS]
-    ins = [(n, v) for n, v in ins if isinstance(v, str) and v and os.path.isfile(v)]
+    ins = [(n, v) for n, v in ins if isinstance(v, str) and v and not v.startswith("bundled:")]
     for name, value in outs:
         for iname, ivalue in ins:
-            if os.path.exists(value) and os.path.samefile(value, ivalue):
+            if _same_file(value, ivalue):
                 raise ProvmapError(f"{_flag(name)} {value} is this command's {_INPUTS[iname]}: "
                                    "it would be replaced; write the output elsewhere")
     seen: dict[str, str] = {}
@@ -78,6 +78,15 @@ def _check_no_clobbered_input(args) -> None:
             raise ProvmapError(f"{_flag(name)} and {_flag(seen[key])} name the same file "
                                f"{value}: one would replace the other; give each its own path")
         seen[key] = name
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two names are one file: by inode when both exist (a hard link or a symbolic
+    link is the same file), else by resolved path (a cost cache `--cache` that does not exist
+    yet, given again as `-o`, is still the artifact's path: issue 36)."""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _check_outputs(args) -> list[str]:
@@ -99,4 +108,7 @@ def _check_outputs(args) -> list[str]:
         check_writable(value, directory=directory)
         if not directory and os.path.isfile(value):
             replaced.append(value)
+        elif directory and getattr(args, "command", None) == "overlays" and \
+                os.path.isdir(value) and os.listdir(value):
+            replaced.append(value)  # its model.onnx and overlays are rewritten, said as for a file
     return replaced

@@ -242,12 +242,30 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _refuse_source_model(mod, output) -> None:
+    """`annotate ART -o m.onnx` over the model ART was compiled from replaced the user's model
+    (issue 36): the manifest keeps only its file name, so the file is known by its hash."""
+    import hashlib
+
+    if not os.path.isfile(output):
+        return
+    info = mod.manifest.get("model") or {}
+    digest = hashlib.sha256()
+    with open(output, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    if digest.hexdigest() in (info.get("sha256"), info.get("derived_sha256")):
+        raise ProvmapError(f"-o/--output {output} is the model this artifact was compiled from: "
+                           "it would be replaced; write the annotated model elsewhere")
+
+
 def cmd_annotate(args) -> int:
     from provmap.workbench.annotate import annotate_model, coverage
     from provmap.workbench.placement import describe_states
     from provmap.runtime_module.module import load
 
     mod = load(args.artifact, runnable=False)
+    _refuse_source_model(mod, args.output)
     model = annotate_model(_reference_model(mod, args.model), mod)
     write_bytes_atomic(args.output, model.SerializeToString())
     cov = coverage(model)

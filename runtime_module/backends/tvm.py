@@ -24,9 +24,10 @@ from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 from provmap.provenance.salvage import failing_nodes
 
-from ..options import Option
+from ..options import Option, as_bool
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 from .empty_tensors import refuse_reductions_over_nothing
+from .tvm_host import missing_features, refuse_foreign_cpu
 from .tvm_tuning import (TuningDatabase, default_db_dir, llvm_cpu_problem, make_target,
                          stderr_log, tune_regions, tuned_pipeline)
 
@@ -189,7 +190,7 @@ class TVMBackend(Backend):
     name = "tvm"
     TUNERS = ("none", "metaschedule")
     #: Where records live changes no price: not part of cost-cache keys (Backend.priced_options).
-    UNPRICED_OPTIONS = ("tuning_db",)
+    UNPRICED_OPTIONS = ("tuning_db", "cross")
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -214,7 +215,23 @@ class TVMBackend(Backend):
         Option("tune_budget", "int", "MetaSchedule trials this backend may spend in all", minimum=0),
         Option("tuning_db", "str", "directory of the tuning database"),
         Option("mcpu", "str", "LLVM -mcpu (default: this CPU)"),
+        Option("cross", "bool", "1: the code is for another machine; an mcpu this CPU cannot "
+               "run is built, not refused (run refuses it here)"),
     )
+
+    @classmethod
+    def host_problem(cls, options: dict) -> str | None:
+        """An mcpu whose instructions this CPU lacks built fine, and `run` then died with
+        "Illegal instruction" (issue 36): refused unless the build is declared a cross-build."""
+        mcpu = str(options.get("mcpu", "")).strip()
+        if mcpu in ("", "native") or as_bool(options.get("cross", False)):
+            return None
+        missing = missing_features(make_target(mcpu))
+        if not missing:
+            return None
+        return (f"option mcpu={mcpu}: this CPU lacks {', '.join(missing)}, so its code would "
+                "stop with an illegal instruction here; to build for another machine add "
+                "--backend-option tvm.cross=1")
 
     @classmethod
     def option_problem(cls, name: str, value) -> str | None:
@@ -409,6 +426,7 @@ class TVMBackend(Backend):
         return {k: v / n for k, v in totals.items()}
 
     def load(self, blob: Blob) -> Runner:
+        refuse_foreign_cpu(blob.meta)  # before the library is loaded (issue 36)
         try:
             return TVMRunner(blob.files["lib.so"], blob.meta["input_names"],
                              blob.meta["output_names"])
