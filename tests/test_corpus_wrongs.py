@@ -2,7 +2,8 @@
 own cases through the real backends: the bench's judge (bench/judge.py: quantized outputs in
 steps, DFT/STFT against a transform-scaled bound), ONNX Runtime / OpenVINO refusals
 (runtime_module/backends/shared_refusals.py, ov_refusals.py) and TVM's conversions and refusals
-(provenance/converters_numeric.py)."""
+(provenance/converters_numeric.py); the full corpus step's (2022 cases) in ort_refusals.py and
+ov_numeric.py."""
 
 from __future__ import annotations
 
@@ -31,6 +32,24 @@ REFUSED = [
     ("test_nonmaxsuppression_two_classes", "provmap-map", "selects no boxes"),
     ("test_training_dropout_zero_ratio_mask", "provmap-tvm", "never drops"),
     ("test_training_dropout_zero_ratio_mask", "provmap-map", "never drops"),
+    # the full corpus step's (2022 cases)
+    ("test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_causal", "provmap-ort",
+     "qk_matmul_output (output 3)"),
+    ("test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal", "provmap-ort",
+     "qk_matmul_output (output 3)"),
+    ("test_maxunpool_export_with_output_shape", "provmap-ort", "MaxUnpool with the output_shape"),
+    ("test_dft_axis", "provmap-openvino", "ignores it and transforms axis 1"),
+    ("test_nonmaxsuppression_iou_threshold_boundary", "provmap-openvino", "equals iou_threshold"),
+    ("test_resize_downsample_scales_cubic_antialias", "provmap-openvino", "antialias=1"),
+    ("test_resize_downsample_scales_linear_antialias", "provmap-openvino", "antialias=1"),
+    ("test_resize_downsample_sizes_cubic_antialias", "provmap-openvino", "antialias=1"),
+    ("test_resize_downsample_sizes_linear_antialias", "provmap-openvino", "antialias=1"),
+    ("test_roialign_mode_max", "provmap-openvino", "RoiAlign with mode=max"),
+    ("test_roialign_mode_max", "provmap-tvm", "RoiAlign with mode=max"),
+    ("test_roialign_mode_max", "provmap-map", "RoiAlign with mode=max"),
+    ("test_tile", "provmap-openvino", "Tile of 4 or more dimensions"),
+    ("test_batchnorm_epsilon_training_mode", "provmap-tvm", "running_mean and running_var"),
+    ("test_batchnorm_example_training_mode", "provmap-map", "running_mean and running_var"),
 ]
 
 
@@ -46,7 +65,13 @@ RIGHT = [("test_mish", "provmap-tvm"), ("test_mish_expanded", "provmap-map"),
          ("test_dropout_default_mask", "provmap-tvm"),
          ("test_convtranspose_output_shape", "provmap-tvm"),
          ("test_convtranspose_output_shape", "provmap-map"),
-         ("test_dft", "provmap-ort"), ("test_dft_inverse", "provmap-openvino"),
+         ("test_dft", "provmap-ort"), ("test_dft_inverse_opset19", "provmap-openvino"),
+         ("test_dft_axis_opset19", "provmap-openvino"), ("test_tile", "provmap-tvm"),
+         ("test_tile_precomputed", "provmap-openvino"),
+         ("test_maxunpool_export_without_output_shape", "provmap-ort"),
+         ("test_batchnorm_example_training_mode", "provmap-ort"),
+         ("test_batchnorm_epsilon_training_mode", "provmap-openvino"),
+         ("test_resize_downsample_sizes_linear_antialias", "provmap-ort"),
          ("test_stft", "provmap-ort"), ("test_dynamicquantizelinear", "provmap-openvino")]
 
 
@@ -174,3 +199,52 @@ def test_conv_transpose_output_shape_it_cannot_meet_is_refused_on_tvm():
 
     with pytest.raises(ProvmapError, match="ignores the output_shape attribute"):
         compile_model(_conv_transpose([10, 10]), "single:tvm")
+
+
+def _case(name):
+    import onnx
+
+    model_bytes, sets, rtol, atol = conf._cases()[name]
+    return onnx.ModelProto.FromString(model_bytes), sets[0], rtol, atol
+
+
+def _greedy(model, strategy, tmp_path, ins):
+    compile_model(model, strategy).save(tmp_path / "a.provmap")
+    mod = load(tmp_path / "a.provmap")
+    got = mod.run({i.name: x for i, x in zip(model.graph.input, ins)})
+    return {p["backend"] for p in mod.manifest["partitions"]}, \
+        [got[o.name] for o in model.graph.output]
+
+
+@pytest.mark.parametrize("case,strategy,backend", [
+    ("test_dft_axis", "greedy:openvino,onnxruntime", "onnxruntime"),
+    ("test_nonmaxsuppression_iou_threshold_boundary", "greedy:openvino,onnxruntime",
+     "onnxruntime"),
+    ("test_resize_downsample_sizes_cubic_antialias", "greedy:openvino,onnxruntime", "onnxruntime"),
+    ("test_tile", "greedy:openvino,onnxruntime", "onnxruntime"),
+    ("test_batchnorm_example_training_mode", "greedy:tvm,onnxruntime", "onnxruntime")])
+def test_greedy_places_the_refused_node_where_it_is_right(case, strategy, backend, tmp_path):
+    model, (ins, outs), rtol, atol = _case(case)
+    used, got = _greedy(model, strategy, tmp_path, ins)
+    assert used == {backend}
+    compare(outs, got, rtol, atol, bounds=output_bounds(model, ins, outs))
+
+
+def test_dft_by_a_constant_axis_one_still_runs_on_openvino(tmp_path):
+    """Narrow: OpenVINO transforms axis 1, so an axis known to be 1 keeps the node."""
+    model, (ins, outs), rtol, atol = _case("test_dft")
+    model.graph.initializer.append(numpy_helper.from_array(ins[1], "axis"))
+    del model.graph.input[1]
+    compile_model(model, "single:openvino").save(tmp_path / "a.provmap")
+    got = load(tmp_path / "a.provmap").run({"x": ins[0]})["y"]
+    compare(outs, [got], rtol, atol, bounds=output_bounds(model, ins[:1], outs))
+
+
+def test_batchnorm_training_without_running_statistics_still_runs_on_tvm(tmp_path):
+    """Narrow: only the running statistics are wrong on TVM; y alone keeps it."""
+    model, (ins, outs), rtol, atol = _case("test_batchnorm_example_training_mode")
+    del model.graph.node[0].output[1:]
+    del model.graph.output[1:]
+    compile_model(model, "single:tvm", out=str(tmp_path / "a.provmap"))  # trusts its build
+    got = load(tmp_path / "a.provmap").run({i.name: x for i, x in zip(model.graph.input, ins)})
+    compare(outs[:1], [got[o.name] for o in model.graph.output], rtol, atol)

@@ -38,7 +38,7 @@ from ..options import Option, as_bool, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
 from .ort_kernels import map_kernels
-from .shared_refusals import refuse_shared
+from .ort_refusals import refuse_ort
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -159,7 +159,7 @@ class OnnxRuntimeBackend(Backend):
             if key not in cache:
                 cache[key] = self._support_node(node, opsets, types, ir_version, shapes)
             out[i] = cache[key]
-        refuse_shared(view, out, "ONNX Runtime")  # settings it computes otherwise than ONNX
+        refuse_ort(view, out)  # settings it computes otherwise than ONNX
         return out
 
     @staticmethod

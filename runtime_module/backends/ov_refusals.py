@@ -14,6 +14,8 @@ Both rules keep provmap's promise that a backend computes what the model says or
   empty_tensors.py.
 - Attention's window, causal-with-cache-and-mask and bfloat16 padded settings, and ReduceMax /
   ReduceMin over infinities from the model's constants: see ov_attention.py.
+- DFT's axis input, antialiased Resize, NonMaxSuppression at the IoU boundary, RoiAlign's max
+  mode and Tile by run-time repeats: see ov_numeric.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from ..backend import Support
 from .empty_tensors import refuse_reductions_over_nothing
 from .shared_refusals import refuse_shared
+from .ov_numeric import wrong_numbers
 from .ov_attention import infinite_tensors, wrong_attention, wrong_reduction, wrong_shift
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +48,7 @@ def refuse_wrong_numbers(view: "GraphView", verdicts: dict[int, Support], device
                                          "instead of saturating (wrong numbers)")
             continue
         attr_wrong = _wrong_by_attributes(node, view) or wrong_attention(node, view) or \
-            wrong_shift(node, view)
+            wrong_shift(node, view) or wrong_numbers(node, view)
         if not attr_wrong and node.op_type in ("ReduceMax", "ReduceMin"):
             infinite = infinite_tensors(view) if infinite is None else infinite
             attr_wrong = wrong_reduction(node, infinite)
