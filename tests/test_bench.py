@@ -120,6 +120,9 @@ def test_bench_artifacts_container_provenance(small_run):
     assert {c["backend"] for c in res["container"]} == {"onnxruntime", "openvino"}
     for c in res["container"]:
         assert c["overhead"] == pytest.approx(c["container_ms"] / c["direct_ms"] - 1)
+        # paired blocks of the two alone: a ratio per pass, their median, and by minimum
+        assert c["paired_passes"] == 8
+        assert -0.9 < c["paired_overhead"] < 10 and -0.9 < c["paired_overhead_min"] < 10
     (p,) = res["provenance"]
     assert p["plain_s"] > 0 and p["tracked_s"] > 0
     assert p["ratio"] == pytest.approx(p["tracked_s"] / p["plain_s"])
@@ -248,6 +251,7 @@ def test_bench_model_latency_step_with_a_direct_call_and_a_same_plan(tmp_path):
     assert all(r["max_abs_err_vs_ort"] == 0 and "load" in r for r in rows.values())
     (c,) = out["container"]
     assert c["backend"] == "onnxruntime" and c["direct_ms"] > 0 and c["container_ms"] > 0
+    assert c["paired_passes"] == 8 and c["paired_overhead"] is not None
     assert any("latency: 2 alternatives" in m for m in said), said  # single + direct
 
 
