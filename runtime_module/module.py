@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, with numpy)
 import numpy as np
 
-from provmap.provenance.util.errors import ProvmapError, ProvmapWarning
+from provmap.provenance.util.errors import ProvmapError, ProvmapWarning, did_you_mean
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
@@ -400,12 +400,15 @@ def lookup(path, onnx_node=None, kernel=None, expr=None) -> dict:
     if onnx_node is not None:
         res = lk.onnx_node(onnx_node)
         if not res:
-            raise ProvmapError(f"{path}: no ONNX node named or with ID {onnx_node!r}")
+            names = {n.name for n in lk.map.nodes if n.name} | set(lk.node_ids())
+            raise ProvmapError(f"{path}: no ONNX node named or with ID {onnx_node!r}"
+                               + did_you_mean(onnx_node, names))
         return {"query": {"onnx_node": onnx_node}, "results": res}
     if kernel is not None:
         res = lk.kernel(kernel)
         if not res:
-            raise ProvmapError(f"{path}: no kernel {kernel!r}")
+            names = set(lk.kernel_names()) | {k.split(":", 1)[-1] for k in lk.kernel_names()}
+            raise ProvmapError(f"{path}: no kernel {kernel!r}" + did_you_mean(kernel, names))
         return {"query": {"kernel": kernel}, "results": res}
     res = lk.expr(expr)
     if res is None:

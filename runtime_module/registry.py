@@ -11,6 +11,7 @@ import importlib
 from importlib.metadata import entry_points
 
 from .backend import ENTRY_POINT_GROUP, Backend, BackendError
+from provmap.provenance.util.errors import did_you_mean
 
 BUILTIN = {
     "tvm": "provmap.runtime_module.backends.tvm:TVMBackend",
@@ -114,7 +115,9 @@ def backend_class(name: str) -> type[Backend]:
             raise BackendError(f"plugin backend {name!r} ({ep.value}) calls itself "
                                f"{cls.name!r}; the entry-point name and Backend.name must match")
         return cls
-    raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
+    known = available_backends()
+    raise BackendError(f"unknown backend {name!r}{did_you_mean(name, known) or ';'} available: "
+                       f"{', '.join(known)}")
 
 
 def get_backend(name: str, **options) -> Backend:

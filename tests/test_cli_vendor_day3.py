@@ -343,3 +343,25 @@ def test_overlays_over_an_existing_directory_says_so(tmp_path, artifact):
     assert r.returncode == 0 and "existed: replaced" not in r.stderr, r.stderr
     r = provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o", out)
     assert r.returncode == 0 and f"provmap: {out} existed: replaced" in r.stderr, r.stderr
+
+
+def test_a_typo_in_a_name_gets_did_you_mean(tmp_path, artifact):
+    """Bundled model, backend (bisect --backend, strategies) and lookup names: a close name is
+    suggested in the one error line (issue 36's third afternoon found none for these)."""
+    one_error(provmap("compile", "bundled:squeezenat", "-o", tmp_path / "x.provmap"),
+              "unknown bundled model 'squeezenat'", "did you mean 'squeezenet'?",
+              "expected one of")
+    one_error(provmap("bisect", "bundled:squeezenet", "--backend", "openvno", "-o",
+                      tmp_path / "repro"), "unknown backend 'openvno'",
+              "did you mean 'openvino'?")
+    from provmap.runtime_module.module import load
+
+    lk = load(artifact, runnable=False).lookup
+    kernel = lk.kernel_names()[0]
+    one_error(provmap("lookup", artifact, "--kernel", kernel[:-1]), "no kernel",
+              f"did you mean {kernel!r}")
+    node = lk.node_ids()[0]
+    one_error(provmap("lookup", artifact, "--onnx-node", node[:-1] + "z"),
+              "no ONNX node named or with ID", f"{node!r}")
+    far = one_error(provmap("lookup", artifact, "--onnx-node", "nothing-like-it"), "no ONNX node")
+    assert "did you mean" not in far

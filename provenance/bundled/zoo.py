@@ -112,7 +112,7 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
     ProvmapError naming it (importer.read_model), like every other user-input error.
     """
     if spec.startswith(_BUNDLED_PREFIX):
-        from ..util.errors import ProvmapError
+        from ..util.errors import ProvmapError, did_you_mean
 
         name = spec[len(_BUNDLED_PREFIX):]
         original = name.endswith(ORIGINAL_SUFFIX)
@@ -124,7 +124,8 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
             if original:
                 return load_light(name), f"{name}-original"
             return with_random_weights(load_light(name), seed=bundled_seed(name)), name
-        raise ProvmapError(f"{spec}: unknown bundled model {name!r}; expected one of "
+        raise ProvmapError(f"{spec}: unknown bundled model {name!r}{did_you_mean(name, BUNDLED) or ';'}"
+                           f" expected one of "
                            f"{', '.join(BUNDLED)} (a light model with {ORIGINAL_SUFFIX} appended "
                            "for its constant weights)")
     from ..importer import read_model  # the importer needs TVM: only when a file is given

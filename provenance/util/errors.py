@@ -43,3 +43,12 @@ def first_line(e: BaseException, with_type: bool = False, limit: int = 400) -> s
     if with_type:
         msg = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
     return (msg or type(e).__name__)[:limit]
+
+
+def did_you_mean(word: str, known, n: int = 3) -> str:
+    """`; did you mean 'a' or 'b'?` for the names in `known` close to `word`, else "": a typo
+    in a model, backend, node or kernel name should cost one glance, not a list read through."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=n, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
