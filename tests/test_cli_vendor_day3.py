@@ -365,3 +365,15 @@ def test_a_typo_in_a_name_gets_did_you_mean(tmp_path, artifact):
               "no ONNX node named or with ID", f"{node!r}")
     far = one_error(provmap("lookup", artifact, "--onnx-node", "nothing-like-it"), "no ONNX node")
     assert "did you mean" not in far
+
+
+def test_a_compile_refused_after_the_import_is_one_line(tmp_path):
+    """The "imported ..." progress line is held until the build goes on: a refusal right after
+    the import was two lines, the progress first (issue 36)."""
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "x.provmap", "--strategy",
+                "single:openvino", "--backend-option", "openvino.only_ops=Relu")
+    one_error(r, "is not supported by openvino")
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    ok = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "y.provmap", "--strategy",
+                 "single:onnxruntime")
+    assert ok.returncode == 0 and "provmap: imported squeezenet:" in ok.stderr

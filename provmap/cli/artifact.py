@@ -49,6 +49,7 @@ def cmd_compile(args) -> int:
                         progress=said, collage_options=search_options,
                         embed_model=args.embed_model, input_shapes=input_shapes)
     t2 = time.perf_counter()
+    said.flush()
     t1 = said.model_read_at or t0  # the build alone: reading the model never counted
     unrecorded = unrecorded_warning(art, args.output)
     if unrecorded:

@@ -75,14 +75,28 @@ def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
 
 class CompileProgress:
     """compile_model's progress lines on stderr, noting when the model had been read: the
-    summary's build time ("built in N s", compile_s) never counted the import."""
+    summary's build time ("built in N s", compile_s) never counted the import.
+
+    The "imported ..." line is held until the next line or the end of a successful compile
+    (`flush`): a compile refused right after the import (an op a backend's only_ops leaves out)
+    was a two-line failure, the progress line first, where an error is one line (issue 36)."""
 
     def __init__(self):
         self.model_read_at: float | None = None
+        self._held: str | None = None
 
     def __call__(self, line: str) -> None:
         from provmap.partition.model_source import ModelRead
 
-        say_progress(line)
         if isinstance(line, ModelRead):
             self.model_read_at = time.perf_counter()
+            self.flush()
+            self._held = line
+            return
+        self.flush()
+        say_progress(line)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            say_progress(self._held)
+            self._held = None
