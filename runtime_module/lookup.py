@@ -55,11 +55,14 @@ class Lookup:
         # plan gave p0, aliased into a kernel of p1, was named "partition p0" while placement
         # said it ran nowhere (issue 36).  A node no kernel carries at all keeps the plan's
         # word, unless a pass elided it.
-        computing = {e["partition"] for e in per_kernel.values() if e["role"] == "compute"}
+        # A kernel naming no partition of the manifest (a map from someone else) names none.
+        computing = {e["partition"] for e in per_kernel.values()
+                     if e["role"] == "compute" and e["partition"] in self._partition_backend}
         parts = ([p for p in assigned if p in computing] + sorted(computing - set(assigned))
                  if computing else [] if n.elided or per_kernel else assigned)
         d.update({"elided": n.elided, "partitions": parts, "assigned": assigned,
-                  "backends": sorted({self._partition_backend[p] for p in parts}),
+                  "backends": sorted({self._partition_backend[p] for p in parts
+                                      if p in self._partition_backend}),
                   "exprs": [e for e, _ in self._index.exprs_for_node(n.id)],
                   "kernels": sorted(per_kernel.values(), key=lambda e: e["kernel"])})
         return d

@@ -309,7 +309,11 @@ def test_bench_times_openvino_directly_the_way_provmap_calls_it(art):
     compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU",
                                   {"INFERENCE_PRECISION_HINT": "f32"})
     want = np.maximum(np.log(x["x"]), 0)
-    for call in (direct_openvino_call(compiled), _direct("openvino", model)):
+    d = _direct("openvino", model)  # opened for its own blocks (rooms), closed after
+    d.open()
+    for call in (direct_openvino_call(compiled), d.call):
         (y,) = [np.asarray(v) for v in call(x).values()]
         np.testing.assert_allclose(y, want, rtol=1e-6)
-    assert _direct("openvino", model).__qualname__.startswith("direct_openvino_call")
+    assert d.call.__qualname__.startswith("direct_openvino_call")
+    d.close()
+    assert d.call is None
