@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from provmap.provenance.util.attrs import node_attr as _attr
+
 #: Ops whose 8-bit integer outputs are quantized values (judged in steps).
 QUANT_OPS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "QLinearConv", "QLinearMatMul",
                        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
@@ -40,15 +42,6 @@ _QUANTIZED = ("int8", "uint8")
 
 class Mismatch(AssertionError):
     pass
-
-
-def _attr(node, name, default):
-    import onnx
-
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
 
 
 def _value(name, values):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import onnx
+from provmap.provenance.util.attrs import node_attr as _attr
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -27,13 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def _present(seq, k: int) -> bool:
     return len(seq) > k and bool(seq[k])
-
-
-def _attr(node, name, default):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
 
 
 def wrong_in_ort(node, view: "GraphView") -> str | None:

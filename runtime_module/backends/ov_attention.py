@@ -28,15 +28,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from provmap.provenance.util.attrs import node_attr as _attr
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
-
-
-def _attr(node, name, default):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
 
 
 def _present(node, k: int) -> bool:
