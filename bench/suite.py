@@ -288,7 +288,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
     import onnxruntime as ort
 
     from provmap.partition.compile import compile_model, load_view
-    from provmap.runtime_module.module import load
+    from provmap.runtime_module.module import ArtifactModule, read_artifact
 
     model, name = _load_model(spec, opts.keep_weights)
     log = lambda m: say(f"[{name}] {m}")  # noqa: E731
@@ -316,10 +316,9 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
             paths[strategy] = path
             out["artifacts"].append({"model": name, "strategy": strategy, "build_s": build_s,
                                      **artifact_stats(path, log)})
-        mods = {}
-        for s, p in paths.items():  # loaded (verified) one at a time, then closed: see rooms
-            mods[s] = load(p)
-            mods[s].close()
+        # Verified, not loaded: artifact_stats above already loaded each one's code, and each
+        # loads it again only for its own blocks (rooms).
+        mods = {s: ArtifactModule(read_artifact(p), p) for s, p in paths.items()}
         feeds = next(iter(mods.values())).random_inputs(0)
         same = _same_plans(mods)
         fns = {s: (lambda m=m: m.run(feeds)) for s, m in mods.items() if s not in same}
