@@ -27,6 +27,21 @@ os.environ["PROVMAP_CONTENTION"] = "ignore"
 # one file loads nothing it does not use, and keep the scope the files gave them: a
 # module-scoped model is built once per file, as before, so no file sees another's leftovers.
 
+@pytest.fixture(scope="module")
+def squeezenet_cli_artifact(tmp_path_factory):
+    """bundled:squeezenet on single:onnxruntime, built by the real CLI with its own trust list
+    and cost cache (the vendor-day CLI tests)."""
+    from cli_runner import provmap
+
+    d = tmp_path_factory.mktemp("cli_artifact")
+    art = d / "sq.provmap"
+    r = provmap("compile", "bundled:squeezenet", "-o", art, "--strategy", "single:onnxruntime",
+                env={**os.environ, "PROVMAP_TRUST": str(d / "trusted"),
+                     "PROVMAP_CACHE": str(d / "cost.sqlite")})
+    assert r.returncode == 0, r.stderr
+    return art
+
+
 @pytest.fixture
 def own_config(tmp_path, monkeypatch):
     """A trust list and a cost cache of this test's own, for tests whose builds record a digest

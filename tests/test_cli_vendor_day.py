@@ -32,14 +32,8 @@ def fifo(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def artifact(tmp_path_factory):
-    d = tmp_path_factory.mktemp("vendor_day")
-    art = d / "sq.provmap"
-    r = provmap("compile", "bundled:squeezenet", "-o", art, "--strategy", "single:onnxruntime",
-                env={**os.environ, "PROVMAP_TRUST": str(d / "trusted"),
-                     "PROVMAP_CACHE": str(d / "cost.sqlite")})
-    assert r.returncode == 0, r.stderr
-    return art
+def artifact(squeezenet_cli_artifact):
+    return squeezenet_cli_artifact
 
 
 def test_a_fifo_or_device_as_an_input_is_refused_not_read(fifo, tmp_path, artifact):

@@ -16,14 +16,8 @@ pytestmark = pytest.mark.usefixtures("own_config")
 
 
 @pytest.fixture(scope="module")
-def artifact(tmp_path_factory):
-    d = tmp_path_factory.mktemp("vendor_day3")
-    art = d / "sq.provmap"
-    r = provmap("compile", "bundled:squeezenet", "-o", art, "--strategy", "single:onnxruntime",
-                env={**os.environ, "PROVMAP_TRUST": str(d / "trusted"),
-                     "PROVMAP_CACHE": str(d / "cost.sqlite")})
-    assert r.returncode == 0, r.stderr
-    return art
+def artifact(squeezenet_cli_artifact):
+    return squeezenet_cli_artifact
 
 
 def test_an_output_through_a_link_replaces_the_target_never_the_link(tmp_path, artifact):
