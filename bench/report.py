@@ -32,6 +32,34 @@ def _table(intro: str, header: list[str], rows: list[list]) -> list[str]:
     return ["", intro, "", line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
+
+def priced_table(limits: list[dict]) -> list[str]:
+    """The limit again with each cut priced at what this run's oracle plans measured
+    (workbench/cut_price.py): the room left once boundaries cost something."""
+    rows = []
+    for h in limits:
+        p = (h.get("oracle_plans") or {}).get("priced")
+        if not p or p.get("headroom_share") is None:
+            continue
+        src = p.get("kappa_from") or {}
+        be = p.get("break_even_ms")
+        rows.append([h["model"], f"{p['kappa_ms']:.3f}" + (
+            f" ({src['plan']}, {src['by']})" if p.get("priced") else " (not priced)"),
+                     f"{p['whole_ms']:.3f}", f"{p['priced_ms']:.3f}", p["cuts"],
+                     f"{p['headroom_share']:.1%}", verdict(p["headroom_share"]),
+                     f"{be:.3f}" if be is not None else "- (under 5% even free)"])
+    if not rows:
+        return []
+    return _table(
+        "The limit with cuts priced: each change of backend along the run order costs kappa, "
+        "the smallest average excess per cut over additivity that this run's oracle plans "
+        "measured (by median or by minimum); the cheapest path over the fused units then "
+        "leaves this headroom over the best single's calibrated whole; break-even = the "
+        "largest price per cut that would still leave 5% of room.  Assumes run-order "
+        "partitions and cuts costing at least kappa on average (docs/bench.md).",
+        ["model", "kappa ms/cut (from)", "best single ms", "priced limit ms", "cuts",
+         "headroom", "verdict", "break-even ms/cut"], rows)
+
 def _load(r: dict) -> str:
     """A row's load cell: other processes' CPUs / CPUs, and the noisy mark (bench/limits.py)."""
     ld = r.get("load")
@@ -192,6 +220,7 @@ def markdown(res: dict) -> str:
                   (_f(r.get("vs_best_median"), "{:+.1%}") if "failed" not in r
                    else "did not build: " + r["failed"].replace("|", "/")),
                   _f(r.get("vs_best_min"), "{:+.1%}")] for m, r, _o in tried])
+        lines += priced_table(res["headroom"])
     if res["search"]:
         lines += _table(
             "Collage search: first compile (cold when the cache is fresh; includes the "

@@ -190,6 +190,10 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
             assert "failed" in r or (r["measured_ms"] > 0 and "vs_best_min" in r)
         if plans["tried"]:
             assert "The oracle's own plans, built and measured" in md
+        if plans.get("priced"):               # the limit again, each cut at its measured price
+            p = plans["priced"]
+            assert p["kappa_ms"] >= 0 and p["priced_ms"] <= p["whole_ms"] + 1e-9
+            assert "The limit with cuts priced" in md
 
 
 def test_a_contended_window_or_a_wide_spread_marks_a_row_noisy():

@@ -195,7 +195,7 @@ def test_the_oracles_own_plan_is_built_and_measured_on_real_backends():
          "per_backend": {"onnxruntime": {"calibrated_nodes": {conv: 1.0, relu: 1.0}},
                          "openvino": {"calibrated_nodes": {conv: 0.5, relu: 2.0}}}}
     o = oracle_plans(view, h, every, repeats=4, passes=1)
-    (r,) = o["tried"]                       # tau 0 moves the Conv; 0.5% and 2% the same plan
+    (r,) = [t for t in o["tried"] if t["plan"].startswith("oracle")]  # 0.5%, 2%: the same plan
     assert r["plan"] == "oracle tau=0" and r["moved_units"] == 1
     assert r["partitions"] == 2 and r["backends"] == ["onnxruntime", "openvino"]
     assert r["predicted_ms"] == pytest.approx(1.5) and r["predicted_vs_best"] == pytest.approx(-0.25)
@@ -208,3 +208,14 @@ def test_the_oracles_own_plan_is_built_and_measured_on_real_backends():
     assert lines[0].startswith("oracle tau=0: 2 partitions (onnxruntime, openvino), "
                                "predicted -25.0%, measured ")
     assert "between them" in lines[1]
+    p = o["priced"]                         # the cut priced from the same measured plan
+    (price_med, price_min) = p["prices"]
+    assert {price_med["by"], price_min["by"]} == {"median", "minimum"}
+    assert p["kappa_ms"] == pytest.approx(max(0.0, min(price_med["kappa_ms"],
+                                                       price_min["kappa_ms"])))
+    assert p["whole_ms"] == pytest.approx(2.0) and p["priced_ms"] <= 2.0 + 1e-9
+    assert p["priced_ms"] == pytest.approx(1.5 + p["kappa_ms"]) or p["cuts"] == 0
+    if p["cuts"]:                           # a priced plan that still moves is measured too
+        (pr,) = [t for t in o["tried"] if t["plan"] == "priced limit"]
+        assert "measured_ms" in pr or "failed" in pr
+    assert any(t.startswith("limit with cuts priced at") for t in describe(o))

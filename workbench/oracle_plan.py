@@ -63,6 +63,7 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     from provmap.runtime_module.artifact import build_artifact
     from provmap.runtime_module.plan import PartitionSpec, Plan
 
+    from .cut_price import priced_limit
     from .headroom import fused_units
 
     say = say or (lambda m: None)
@@ -111,11 +112,51 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     for row in rows:  # where the time went: inside the partitions, or between them
         if row["plan"] in arts and "failed" not in row:
             row["breakdown"] = breakdown(arts[row["plan"]], cal)
+    out = {"tried": rows, "best_single": best, "best_single_ms": ref["median_ms"],
+           "best_single_breakdown": breakdown(arts["best single"], cal),
+           "best_single_min_ms": ref["min_ms"]}
+    out["priced"] = priced = priced_limit(out, cal, units, {n: k for k, n in
+                                                            enumerate(view.node_ids)})
+    if priced["cuts"] and priced["priced"]:  # the priced limit's own plan, measured too
+        rows.append(_priced_plan(view, priced, arts["best single"], best, order, backends,
+                                 say, repeats, passes))
     won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
-    return {"tried": rows, "best_single": best, "best_single_ms": ref["median_ms"],
-            "best_single_breakdown": breakdown(arts["best single"], cal),
-            "best_single_min_ms": ref["min_ms"],
-            "captured_by": min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None}
+    out["captured_by"] = min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None
+    return out
+
+
+def _priced_plan(view, priced: dict, single, best: str, order: list[str], backends: dict,
+                 say, repeats: int, passes: int) -> dict:
+    """Build the priced limit's plan and measure it beside the best single configuration: its
+    predicted gain is the priced one, so a loss here says the price was still too low."""
+    from provmap.partition.measure.interleave import measure_artifacts
+    from provmap.partition.strategies import plan_from_choice
+    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.plan import Plan
+
+    label = "priced limit"
+    index = {nid: i for i, nid in enumerate(view.node_ids)}
+    choice = {index[n]: b for n, b in priced["choice"].items() if n in index}
+    choice.update({i: best for i in view.op_nodes if i not in choice})
+    parts = plan_from_choice(view, choice, order, label)
+    row = {"plan": label, "tau": None, "moved_units": None, "partitions": len(parts),
+           "predicted_ms": priced["priced_ms"] - priced["kappa_ms"] * priced["cuts"],
+           "predicted_vs_best": priced["priced_ms"] / priced["whole_ms"] - 1,
+           "backends": sorted({p.backend for p in parts})}
+    say(f"headroom: building and measuring the priced limit's plan ({len(parts)} partitions)")
+    try:
+        art = build_artifact(view, Plan(label, parts), {b: backends[b] for b in row["backends"]})
+        lat = measure_artifacts({"best single": single, label: art}, repeats=repeats,
+                                passes=passes, min_block_s=0.5,
+                                never_cap=("best single", label))
+    except Exception as e:  # reported, never kept
+        row["failed"] = f"{type(e).__name__}: {e}".splitlines()[0]
+        return row
+    ref, s = lat["best single"].summary(), lat[label].summary()
+    row.update(measured_ms=s["median_ms"], min_ms=s["min_ms"],
+               vs_best_median=s["median_ms"] / ref["median_ms"] - 1,
+               vs_best_min=s["min_ms"] / ref["min_ms"] - 1)
+    return row
 
 
 def breakdown(art, cal: dict, runs: int = 10) -> dict:
@@ -159,7 +200,9 @@ def describe(o: dict) -> list[str]:
             out.append(f"{r['plan']}: {r['partitions']} partitions, did not build: {r['failed']}")
         elif "measured_ms" in r:
             out.append(f"{r['plan']}: {r['partitions']} partitions ({', '.join(r['backends'])}), "
-                       f"predicted {r['predicted_vs_best']:+.1%}, measured "
+                       f"predicted {r['predicted_vs_best']:+.1%}"
+                       + (" (cuts priced)" if r["plan"] == "priced limit" else "")
+                       + ", measured "
                        f"{r['vs_best_median']:+.1%} by median and {r['vs_best_min']:+.1%} by "
                        f"minimum vs single:{o['best_single']} ({r['measured_ms']:.2f} vs "
                        f"{o['best_single_ms']:.2f} ms)")
@@ -170,7 +213,9 @@ def describe(o: dict) -> list[str]:
                            f"{b['between_ms']:.2f}; single:{o['best_single']} "
                            f"{ref['e2e_ms']:.2f} (predicted "
                            f"{ref['predicted_partitions_ms']:.2f})")
-    return out
+    from .cut_price import format_priced
+
+    return out + format_priced(o.get("priced"))
 
 
 def format_oracle_plans(o: dict) -> list[str]:

@@ -1,0 +1,77 @@
+"""The limit with cuts priced (workbench/cut_price.py): the price of a cut from measured plans,
+the cheapest path with that price, and the break-even price."""
+
+import pytest
+
+from provmap.workbench.cut_price import (break_even, cut_prices, format_priced, priced_limit,
+                                         priced_path)
+
+# the best single "a": 12 ms (b: 12.7).  Free cuts: n1 on b (-1), n3+n4 on b (-2.3): 8.7 ms.
+CAL = {"a": {"n1": 4.0, "n2": 3.0, "n3": 3.0, "n4": 2.0},
+       "b": {"n1": 3.0, "n2": 7.0, "n3": 0.2, "n4": 2.5}}
+UNITS = [["n1"], ["n2"], ["n3", "n4"]]
+ORDER = {"n1": 0, "n2": 1, "n3": 2, "n4": 3}
+
+
+def test_free_cuts_give_the_unit_oracle_and_a_high_price_the_best_single():
+    ms, choice, cuts = priced_path(CAL, UNITS, ORDER, 0.0)
+    assert ms == pytest.approx(3.0 + 3.0 + 2.7) and cuts == 2   # b | a | b
+    assert choice == {"n1": "b", "n2": "a", "n3": "b", "n4": "b"}
+    ms, choice, cuts = priced_path(CAL, UNITS, ORDER, 100.0)
+    assert ms == pytest.approx(12.0) and cuts == 0 and set(choice.values()) == {"a"}
+
+
+def test_the_price_chooses_which_units_still_move():
+    # at 1.5 ms a cut, n1's 1 ms saving no longer pays for its cut: a, a, b = 9.7 + 1.5
+    ms, choice, cuts = priced_path(CAL, UNITS, ORDER, 1.5)
+    assert cuts == 1 and ms == pytest.approx(11.2)
+    assert choice == {"n1": "a", "n2": "a", "n3": "b", "n4": "b"}
+    assert priced_path(CAL, UNITS, ORDER, 3.0)[2] == 0       # 2.3 saved < 3: nothing moves
+    # the limit never falls as the price rises
+    seq = [priced_path(CAL, UNITS, ORDER, k)[0] for k in (0, 0.1, 0.2, 0.3, 0.5, 1, 2)]
+    assert seq == sorted(seq)
+
+
+def test_cut_prices_from_measured_plans_and_the_lowest_is_kept():
+    o = {"best_single": "a", "best_single_ms": 10.0, "best_single_min_ms": 9.0,
+         "tried": [{"plan": "oracle tau=0", "partitions": 4, "predicted_ms": 8.7,
+                    "measured_ms": 12.0, "min_ms": 9.9},
+                   {"plan": "one partition", "partitions": 1, "predicted_ms": 12,
+                    "measured_ms": 10.0, "min_ms": 9.0},
+                   {"plan": "did not build", "partitions": 3, "failed": "x"}]}
+    prices = cut_prices(o, CAL)
+    assert [(p["plan"], p["by"]) for p in prices] == [("oracle tau=0", "median"),
+                                                       ("oracle tau=0", "minimum")]
+    # by median: (1.2 - 8.7/12) * 12 / 3 = 1.9 ms a cut; by minimum: (1.1 - 0.725) * 4 = 1.5
+    assert prices[0]["kappa_ms"] == pytest.approx(1.9)
+    assert prices[1]["kappa_ms"] == pytest.approx(1.5)
+    p = priced_limit(o, CAL, UNITS, ORDER)
+    assert p["priced"] and p["kappa_ms"] == pytest.approx(1.5)
+    assert p["kappa_from"]["by"] == "minimum"
+    assert p["cuts"] == 1 and p["priced_ms"] == pytest.approx(11.2)
+    assert p["choice"] == {"n1": "a", "n2": "a", "n3": "b", "n4": "b"}
+    assert p["headroom_share"] == pytest.approx(1 - 11.2 / 12)
+    lines = format_priced(p)
+    assert lines[0].startswith("limit with cuts priced at 1.500 ms a cut")
+
+
+def test_a_plan_faster_than_predicted_leaves_the_cut_unpriced():
+    o = {"best_single": "a", "best_single_ms": 10.0, "best_single_min_ms": 10.0,
+         "tried": [{"plan": "oracle tau=0", "partitions": 3, "predicted_ms": 8.7,
+                    "measured_ms": 7.0, "min_ms": 7.0}]}
+    p = priced_limit(o, CAL, UNITS, ORDER)
+    assert not p["priced"] and p["kappa_ms"] == 0.0
+    assert p["priced_ms"] == pytest.approx(8.7)
+    assert "cuts free" in format_priced(p)[0]
+
+
+def test_break_even_is_the_largest_price_leaving_five_percent():
+    whole = 12.0
+    k = break_even(CAL, UNITS, ORDER, whole)
+    assert k is not None
+    at = priced_path(CAL, UNITS, ORDER, k)[0]
+    above = priced_path(CAL, UNITS, ORDER, k * 1.01 + 1e-6)[0]
+    assert (whole - at) / whole >= 0.05 - 1e-9 > (whole - above) / whole - 1e-3
+    # a model whose free-cut room is already under 5% has no break-even
+    flat = {"a": {"n1": 1.0}, "b": {"n1": 0.99}}
+    assert break_even(flat, [["n1"]], {"n1": 0}, 1.0) is None
