@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError, did_you_mean
 from provmap.runtime_module.backend import Support
 from provmap.runtime_module.graph_view import GraphView
 
@@ -127,7 +127,8 @@ def _split_assignment(text: str, flag: str) -> tuple[str, str]:
 def _check_backend(backend: str, backends: list[str], flag: str) -> None:
     if backend not in backends:
         raise ProvmapError(f"{flag}: unknown backend {backend!r} (the search uses "
-                           f"{', '.join(backends) or 'no backend'})")
+                           f"{', '.join(backends) or 'no backend'})"
+                           + did_you_mean(backend, backends))
 
 
 def parse_constraints(view: GraphView, pins: Iterable[str] = (), forbids: Iterable[str] = (),

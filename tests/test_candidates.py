@@ -450,6 +450,8 @@ def test_constraint_node_naming(views):
                                     r"matches no ONNX node name"),
     (dict(pins=["re:(=tvm"]), r"bad regular expression"),
     (dict(pins=["layer1/relu=tensorrt"]), r"unknown backend 'tensorrt'"),
+    (dict(forbids=["layer1/relu=openvno"]), r"--forbid layer1/relu=openvno: unknown backend "
+                                            r"'openvno' .*; did you mean 'openvino'\?"),
     (dict(pins=["layer1/relu"]), r"expected NODE=BACKEND"),
     (dict(pins=["layer1/relu=tvm", "re:layer1/.*=openvino"]),
      r"ONNX node #0 'layer1/relu' \(Relu\) is pinned to two backends: tvm \(--pin "
