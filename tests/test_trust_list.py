@@ -196,3 +196,28 @@ def test_json_without_list_is_refused_not_ignored(work):
     r = _cli("trust", "--prune", "--json")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "provmap: error: trust: --json goes with --list (got --prune)"], r.stderr
+
+
+def test_a_native_build_the_list_could_not_record_ends_with_a_warning(work, tmp_path,
+                                                                       monkeypatch):
+    """compile refuses a named native strategy while the list is unusable; a build whose
+    artifact still holds unrecorded native code is said after the build, naming the list and
+    the way out (cli/compile_trust.py), and nothing is said once it is recorded."""
+    from provmap.cli.compile_trust import unrecorded_warning
+    from provmap.runtime_module import trust
+    from provmap.runtime_module.artifact import read_artifact
+
+    d, _lst = work
+    _ok("compile", d / "a.onnx", "-o", d / "t.provmap", "--strategy", "single:tvm")
+    art = read_artifact(d / "t.provmap")
+    assert unrecorded_warning(art, d / "t.provmap") is None          # recorded by compile
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    monkeypatch.setenv("PROVMAP_TRUST", str(notes))                   # the user's text file
+    line = unrecorded_warning(art, d / "t.provmap")
+    assert line.startswith(f"{d / 't.provmap'} holds native code (tvm) but could not be "
+                           f"recorded in the trust list {notes}: ")
+    assert "--trust or `provmap trust" in line and notes.read_text() == "my notes\n"
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "fresh"))     # usable, this build absent
+    line = unrecorded_warning(art, d / "t.provmap")
+    assert "could not be recorded in the trust list" in line and not trust.is_trusted(art.digest)
