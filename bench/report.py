@@ -47,7 +47,11 @@ def priced_table(limits: list[dict]) -> list[str]:
             f" ({src['plan']}, {src['by']})" if p.get("priced") else " (not priced)"),
                      f"{p['whole_ms']:.3f}", f"{p['priced_ms']:.3f}", p["cuts"],
                      f"{p['headroom_share']:.1%}", verdict(p["headroom_share"]),
-                     f"{be:.3f}" if be is not None else "- (under 5% even free)"])
+                     f"{be:.3f}" if be is not None else "- (under 5% even free)",
+                     _f(p.get("tightened_share"), "{:.1%}", "- (no plan to measure)")
+                     + (f" after {len(p.get('rounds') or [])} measured plan(s): "
+                        f"{p['stopped']}" if p.get("stopped") else ""),
+                     verdict(p.get("tightened_share", p["headroom_share"]))])
     if not rows:
         return []
     return _table(
@@ -55,10 +59,14 @@ def priced_table(limits: list[dict]) -> list[str]:
         "the smallest average excess per cut over additivity that this run's oracle plans "
         "measured (by median or by minimum); the cheapest path over the fused units then "
         "leaves this headroom over the best single's calibrated whole; break-even = the "
-        "largest price per cut that would still leave 5% of room.  Assumes run-order "
-        "partitions and cuts costing at least kappa on average (docs/bench.md).",
+        "largest price per cut that would still leave 5% of room.  Tightened = the same "
+        "path after its plans were built and measured, each moved region's cost replaced by "
+        "its time measured in the plan (workbench/tighten.py), until the path stays on the "
+        "best single, repeats, or a plan wins.  Assumes run-order partitions and cuts costing "
+        "at least kappa on average (docs/collage.md).",
         ["model", "kappa ms/cut (from)", "best single ms", "priced limit ms", "cuts",
-         "headroom", "verdict", "break-even ms/cut"], rows)
+         "headroom", "verdict", "break-even ms/cut", "tightened headroom", "final verdict"],
+        rows)
 
 def _load(r: dict) -> str:
     """A row's load cell: other processes' CPUs / CPUs, and the noisy mark (bench/limits.py)."""

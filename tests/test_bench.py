@@ -344,3 +344,26 @@ def test_bench_gains_from_the_same_run(small_run):
     md = (out / "results.md").read_text()
     assert md.index("| model | best default single | best single configuration | kept plan |"
                     " variant gain | partitioning gain |") < md.index("| model | strategy |")
+
+
+def test_the_limit_alone_in_one_command(tmp_path):
+    """`python -m provmap.bench.limit_run`: the limit rows without a search, as JSON and
+    markdown, dated with the host; bad input is one line."""
+    out = tmp_path / "lim"
+    r = subprocess.run([sys.executable, "-m", "provmap.bench.limit_run", "bundled:squeezenet",
+                        "-o", str(out), "--repeats", "2"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "limits.json").read_text())
+    (row,) = res["limits"]
+    assert row["model"] == "squeezenet" and res["host"]["cpus"] and res["date"]
+    assert row["oracle_ms"] <= row["best_single_ms"] + 1e-9
+    md = (out / "limits.md").read_text()
+    assert "| squeezenet | single:" in md and "The unpriced limit" in md
+    p = (row.get("oracle_plans") or {}).get("priced")
+    if p:                                          # room unpriced: priced, then tightened
+        assert "The limit with cuts priced" in md and p["priced_ms"] <= p["whole_ms"] + 1e-9
+    r = subprocess.run([sys.executable, "-m", "provmap.bench.limit_run", "no/such.onnx",
+                        "-o", str(tmp_path / "x")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no/such.onnx" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x").exists()

@@ -219,3 +219,44 @@ def test_the_oracles_own_plan_is_built_and_measured_on_real_backends():
         (pr,) = [t for t in o["tried"] if t["plan"] == "priced limit"]
         assert "measured_ms" in pr or "failed" in pr
     assert any(t.startswith("limit with cuts priced at") for t in describe(o))
+
+
+def test_the_priced_limit_is_tightened_by_timing_its_plans_regions_in_context():
+    """Free cuts and a profile saying the Conv is 4x cheaper on OpenVINO: the path moves it;
+    its plan is built and measured on the real libraries, the moved region's cost becomes its
+    time measured in the plan, and the rounds stop for one of the stated reasons with the limit
+    recomputed from the costs measured so far (never above the best single's whole)."""
+    from provmap.partition.compile import load_view
+    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+    from provmap.runtime_module.registry import get_backend
+    from provmap.workbench.cut_price import format_priced
+    from provmap.workbench.tighten import tighten
+
+    view = load_view(conv_relu(), "conv_relu")
+    conv, relu = (view.node_ids[i] for i in view.op_nodes)
+    every = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+    cal = {"onnxruntime": {conv: 1.0, relu: 1.0}, "openvino": {conv: 0.25, relu: 2.0}}
+    single = build_artifact(view, Plan("single:onnxruntime", [PartitionSpec(
+        "onnxruntime", list(view.op_nodes), why="best single")]), {"onnxruntime":
+                                                                     every["onnxruntime"]})
+    o = {"best_single": "onnxruntime", "best_single_breakdown": {},
+         "priced": {"kappa_ms": 0.0, "whole_ms": 2.0, "priced": False}}
+    rows = tighten(view, o, cal, [[conv], [relu]], single, ["onnxruntime", "openvino"], every,
+                   lambda m: None, repeats=3, passes=1, rounds=2)
+    p = o["priced"]
+    first = p["rounds"][0]
+    assert rows[0]["plan"] == "priced limit" and rows[0]["partitions"] == 2
+    assert first["cuts"] == 1 and first["predicted_vs_best"] == pytest.approx(-0.375)
+    assert rows[0]["measured_ms"] > 0 and "vs_best_min" in rows[0]
+    won = rows[0]["vs_best_median"] < 0 and rows[0]["vs_best_min"] < 0
+    if won:
+        assert p["stopped"] == "the priced limit plan measured faster than the best single"
+    else:                        # the Conv's measured time replaced its profiled 0.25 ms
+        (t,) = first["timed"]
+        assert t["backend"] == "openvino" and t["nodes"] == 1
+        assert t["profiled_ms"] == pytest.approx(0.25) and t["measured_ms"] >= 0
+    assert 0 <= p["tightened_ms"] <= 2.0 + 1e-9 and p["tightened_share"] is not None
+    assert any(line.startswith("  tightened by measuring its plans:")
+               for line in format_priced({**p, "headroom_share": 0.375, "priced_ms": 1.25,
+                                          "cuts": 1, "break_even_ms": None}))

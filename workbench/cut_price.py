@@ -136,4 +136,27 @@ def format_priced(p: dict) -> list[str]:
             f"{p['whole_ms']:.3f}, {p['cuts']} cut(s), headroom {share:.1%}: {verdict}",
             "  5% of room needs cuts under "
             + (f"{be:.3f} ms each" if be is not None else "0 ms: none even with free cuts")
-            + "; assumes run-order partitions and cuts costing at least that on average"]
+            + "; assumes run-order partitions and cuts costing at least that on average"
+            ] + format_rounds(p)
+
+
+def format_rounds(p: dict) -> list[str]:
+    """The tightening's lines (workbench/tighten.py): each round's plan and the final limit."""
+    if p.get("tightened_share") is None:
+        return []
+    out = []
+    for r in p.get("rounds", []):
+        got = (f"measured {r['vs_best_median']:+.1%} by median, {r['vs_best_min']:+.1%} by "
+               f"minimum" if r.get("vs_best_median") is not None else "not measured")
+        timed = "; ".join(f"{t['nodes']} nodes on {t['backend']}: profiled "
+                          f"{t['profiled_ms']:.3f} ms, measured {t['measured_ms']:.3f}"
+                          for t in r.get("timed", []))
+        out.append(f"  round {r['round']}: {r['cuts']} cut(s), predicted "
+                   f"{r['predicted_vs_best']:+.1%}, {got}" + (f"; timed in context: {timed}"
+                                                              if timed else ""))
+    share = p["tightened_share"]
+    out.append(f"  tightened by measuring its plans: {p['tightened_ms']:.3f} ms, "
+               f"{p['tightened_cuts']} cut(s), headroom {share:.1%}: "
+               + ("no room (<5%)" if share < NO_ROOM else f"room {share:.0%}")
+               + f" (stopped: {p['stopped']})")
+    return out

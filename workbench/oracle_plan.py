@@ -117,46 +117,47 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
            "best_single_min_ms": ref["min_ms"]}
     out["priced"] = priced = priced_limit(out, cal, units, {n: k for k, n in
                                                             enumerate(view.node_ids)})
-    if priced["cuts"] and priced["priced"]:  # the priced limit's own plan, measured too
-        rows.append(_priced_plan(view, priced, arts["best single"], best, order, backends,
-                                 say, repeats, passes))
+    if priced["cuts"]:  # the priced limit's own plans, measured until they agree with it
+        from .tighten import tighten
+
+        rows += tighten(view, out, cal, units, arts["best single"], order, backends, say,
+                        repeats, passes)
     won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
     out["captured_by"] = min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None
     return out
 
 
-def _priced_plan(view, priced: dict, single, best: str, order: list[str], backends: dict,
-                 say, repeats: int, passes: int) -> dict:
-    """Build the priced limit's plan and measure it beside the best single configuration: its
-    predicted gain is the priced one, so a loss here says the price was still too low."""
+def measure_choice(view, choice_by_id: dict, label: str, single, best: str, order: list[str],
+                   backends: dict, cal: dict, say, repeats: int, passes: int) -> tuple[dict, object]:
+    """Build the plan of `choice_by_id` (node id -> backend; others on `best`) and measure it
+    beside the best single configuration's artifact `single`, each alone; its hooked runs say
+    what each partition took.  (the row, the artifact or None if it did not build)."""
     from provmap.partition.measure.interleave import measure_artifacts
     from provmap.partition.strategies import plan_from_choice
     from provmap.runtime_module.artifact import build_artifact
     from provmap.runtime_module.plan import Plan
 
-    label = "priced limit"
     index = {nid: i for i, nid in enumerate(view.node_ids)}
-    choice = {index[n]: b for n, b in priced["choice"].items() if n in index}
+    choice = {index[n]: b for n, b in choice_by_id.items() if n in index}
     choice.update({i: best for i in view.op_nodes if i not in choice})
     parts = plan_from_choice(view, choice, order, label)
     row = {"plan": label, "tau": None, "moved_units": None, "partitions": len(parts),
-           "predicted_ms": priced["priced_ms"] - priced["kappa_ms"] * priced["cuts"],
-           "predicted_vs_best": priced["priced_ms"] / priced["whole_ms"] - 1,
            "backends": sorted({p.backend for p in parts})}
-    say(f"headroom: building and measuring the priced limit's plan ({len(parts)} partitions)")
+    say(f"headroom: building and measuring the {label} plan ({len(parts)} partitions)")
     try:
         art = build_artifact(view, Plan(label, parts), {b: backends[b] for b in row["backends"]})
         lat = measure_artifacts({"best single": single, label: art}, repeats=repeats,
                                 passes=passes, min_block_s=0.5,
                                 never_cap=("best single", label))
+        ref, s = lat["best single"].summary(), lat[label].summary()
+        row.update(measured_ms=s["median_ms"], min_ms=s["min_ms"],
+                   vs_best_median=s["median_ms"] / ref["median_ms"] - 1,
+                   vs_best_min=s["min_ms"] / ref["min_ms"] - 1,
+                   breakdown=breakdown(art, cal))
     except Exception as e:  # reported, never kept
         row["failed"] = f"{type(e).__name__}: {e}".splitlines()[0]
-        return row
-    ref, s = lat["best single"].summary(), lat[label].summary()
-    row.update(measured_ms=s["median_ms"], min_ms=s["min_ms"],
-               vs_best_median=s["median_ms"] / ref["median_ms"] - 1,
-               vs_best_min=s["min_ms"] / ref["min_ms"] - 1)
-    return row
+        return row, None
+    return row, art
 
 
 def breakdown(art, cal: dict, runs: int = 10) -> dict:
@@ -184,12 +185,16 @@ def breakdown(art, cal: dict, runs: int = 10) -> dict:
             whole.append(time.perf_counter() - t0)
     finally:
         mod.close()
-    predicted = sum(cal.get(p["backend"], {}).get(n, 0.0)
-                    for p in art.manifest["partitions"] for n in p.get("onnx_nodes", ()))
+    each = [{"id": p["id"], "backend": p["backend"], "nodes": len(p.get("onnx_nodes", ())),
+             "measured_ms": statistics.median(per[p["id"]]) * 1e3 if per.get(p["id"]) else None,
+             "predicted_ms": sum(cal.get(p["backend"], {}).get(n, 0.0)
+                                 for n in p.get("onnx_nodes", ()))}
+            for p in art.manifest["partitions"]]
+    predicted = sum(p["predicted_ms"] for p in each)
     parts = sum(statistics.median(v) for v in per.values() if v) * 1e3
     e2e = statistics.median(whole) * 1e3
     return {"e2e_ms": e2e, "partitions_ms": parts, "between_ms": e2e - parts,
-            "predicted_partitions_ms": predicted}
+            "predicted_partitions_ms": predicted, "partitions": each}
 
 
 def describe(o: dict) -> list[str]:
@@ -201,7 +206,7 @@ def describe(o: dict) -> list[str]:
         elif "measured_ms" in r:
             out.append(f"{r['plan']}: {r['partitions']} partitions ({', '.join(r['backends'])}), "
                        f"predicted {r['predicted_vs_best']:+.1%}"
-                       + (" (cuts priced)" if r["plan"] == "priced limit" else "")
+                       + (" (cuts priced)" if r["plan"].startswith("priced limit") else "")
                        + ", measured "
                        f"{r['vs_best_median']:+.1%} by median and {r['vs_best_min']:+.1%} by "
                        f"minimum vs single:{o['best_single']} ({r['measured_ms']:.2f} vs "

@@ -1,0 +1,100 @@
+"""The priced limit tightened by measuring its own plans: regions timed in context.
+
+The priced limit (cut_price.py) still takes each unit's time from a profile of the whole model
+on one backend.  Where a region's profile shares are wrong (SqueezeNet, 2026-11-26: a 1-cut plan
+predicted 36% faster measured 23% slower, far more than any cut costs), pricing cuts cannot fix
+it; only timing the region where it runs can.  So, round by round:
+
+1. the cheapest priced path over the current unit costs; if it stays on the best single
+   configuration, the limit is that configuration and there is no room;
+2. its plan is built and measured beside the best single, each alone, and hooked runs time each
+   partition in the plan (in context: after its neighbours, with its own call and copies);
+3. each partition that left the best single configuration gets its measured time: its nodes'
+   costs on that backend are scaled so they add up to the measured time (on the profile's scale,
+   less one cut's price, which the path charges anyway).  The best single configuration's costs
+   stay as profiled: they are the plan being compared against.
+
+It stops when the path stays on one configuration, returns a plan already measured, a plan
+measures faster than the best single by median and minimum (a win: room that exists), or after
+`ROUNDS` rounds.  The limit it reports is the last path's cost over the costs measured so far:
+every region it moves has either been timed in context or is still on the profile's word, and
+the rounds say which.
+"""
+
+from __future__ import annotations
+
+from .cut_price import priced_path
+
+#: At most this many plans are built and measured (each one: a build and a measuring run).
+ROUNDS = 4
+
+
+def tighten(view, o: dict, cal: dict, units: list[list[str]], single, order: list[str],
+            backends: dict, say, repeats: int, passes: int, rounds: int = ROUNDS) -> list[dict]:
+    """Measure the priced limit's plans (see the module doc); updates o["priced"] with
+    `rounds` and the tightened limit, returns the measured rows."""
+    from .oracle_plan import measure_choice
+
+    p = o["priced"]
+    best, kappa, whole = o["best_single"], p["kappa_ms"], p["whole_ms"]
+    ref = o.get("best_single_breakdown") or {}
+    # hooked runs are on their own scale: the best single's measured / predicted converts
+    scale = (ref["e2e_ms"] / ref["predicted_partitions_ms"]
+             if ref.get("e2e_ms") and ref.get("predicted_partitions_ms") else 1.0)
+    position = {n: k for k, n in enumerate(view.node_ids)}
+    costs = {b: dict(ns) for b, ns in cal.items()}
+    rows, log, seen = [], [], set()
+    stopped = f"after {rounds} rounds"
+    for k in range(1, rounds + 1):
+        ms, choice, cuts = priced_path(costs, units, position, kappa)
+        if not cuts:
+            stopped = "the path stays on the best single configuration"
+            break
+        key = tuple(sorted(choice.items()))
+        if key in seen:
+            stopped = "the path returned a plan already measured"
+            break
+        seen.add(key)
+        label = "priced limit" if k == 1 else f"priced limit, round {k}"
+        row, art = measure_choice(view, choice, label, single, best, order, backends, cal,
+                                  say, repeats, passes)
+        row["predicted_ms"] = ms
+        row["predicted_vs_best"] = ms / whole - 1 if whole > 0 else None
+        rows.append(row)
+        step = {"round": k, "plan": label, "cuts": cuts, "predicted_vs_best":
+                row["predicted_vs_best"], "vs_best_median": row.get("vs_best_median"),
+                "vs_best_min": row.get("vs_best_min"), "timed": []}
+        log.append(step)
+        if art is None:
+            stopped = f"the {label} plan did not build"
+            break
+        if row["vs_best_median"] < 0 and row["vs_best_min"] < 0:
+            stopped = f"the {label} plan measured faster than the best single"
+            break
+        step["timed"] = _time_regions(art, row["breakdown"], costs, best, kappa, scale)
+    final_ms, _c, final_cuts = priced_path(costs, units, position, kappa)
+    final_ms = min(final_ms, whole) if whole > 0 else final_ms
+    p.update(rounds=log, stopped=stopped, tightened_ms=final_ms, tightened_cuts=final_cuts,
+             tightened_share=(whole - final_ms) / whole if whole > 0 else None)
+    return rows
+
+
+def _time_regions(art, bd: dict, costs: dict, best: str, kappa: float, scale: float
+                  ) -> list[dict]:
+    """Scale each moved partition's node costs to its measured time (see the module doc)."""
+    nodes = {q["id"]: list(q.get("onnx_nodes", ())) for q in art.manifest["partitions"]}
+    timed = []
+    for part in bd.get("partitions", []):
+        b = part["backend"]
+        if b == best or part.get("measured_ms") is None or b not in costs:
+            continue
+        ids = nodes.get(part["id"], [])
+        before = sum(costs[b].get(n, 0.0) for n in ids)
+        after = max(part["measured_ms"] / scale - kappa, 0.0)
+        if before > 0:
+            for n in ids:
+                if n in costs[b]:
+                    costs[b][n] *= after / before
+        timed.append({"backend": b, "nodes": len(ids), "profiled_ms": before,
+                      "measured_ms": after})
+    return timed
