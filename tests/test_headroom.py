@@ -231,6 +231,7 @@ def test_the_priced_limit_is_tightened_by_timing_its_plans_regions_in_context():
     from provmap.runtime_module.plan import PartitionSpec, Plan
     from provmap.runtime_module.registry import get_backend
     from provmap.workbench.cut_price import format_priced
+    from provmap.workbench.oracle_plan import measure_choice
     from provmap.workbench.tighten import tighten
 
     view = load_view(conv_relu(), "conv_relu")
@@ -242,8 +243,9 @@ def test_the_priced_limit_is_tightened_by_timing_its_plans_regions_in_context():
                                                                      every["onnxruntime"]})
     o = {"best_single": "onnxruntime", "best_single_breakdown": {},
          "priced": {"kappa_ms": 0.0, "whole_ms": 2.0, "priced": False}}
-    rows = tighten(view, o, cal, [[conv], [relu]], single, ["onnxruntime", "openvino"], every,
-                   lambda m: None, repeats=3, passes=1, rounds=2)
+    rows = tighten(view, o, cal, [[conv], [relu]], lambda choice, label: measure_choice(
+        view, choice, label, single, "onnxruntime", ["onnxruntime", "openvino"], every, cal,
+        lambda m: None, repeats=3, passes=1), rounds=2)
     p = o["priced"]
     first = p["rounds"][0]
     assert rows[0]["plan"] == "priced limit" and rows[0]["partitions"] == 2

@@ -120,8 +120,9 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     if priced["cuts"]:  # the priced limit's own plans, measured until they agree with it
         from .tighten import tighten
 
-        rows += tighten(view, out, cal, units, arts["best single"], order, backends, say,
-                        repeats, passes)
+        rows += tighten(view, out, cal, units, lambda choice, label: measure_choice(
+            view, choice, label, arts["best single"], best, order, backends, cal, say, repeats,
+            passes))
     won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
     out["captured_by"] = min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None
     return out

@@ -29,12 +29,12 @@ from .cut_price import priced_path
 ROUNDS = 4
 
 
-def tighten(view, o: dict, cal: dict, units: list[list[str]], single, order: list[str],
-            backends: dict, say, repeats: int, passes: int, rounds: int = ROUNDS) -> list[dict]:
+def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
+            rounds: int = ROUNDS) -> list[dict]:
     """Measure the priced limit's plans (see the module doc); updates o["priced"] with
-    `rounds` and the tightened limit, returns the measured rows."""
-    from .oracle_plan import measure_choice
-
+    `rounds` and the tightened limit, returns the measured rows.  `measure(choice, label)`
+    builds and measures a plan beside the best single: (its row with a per-partition
+    `breakdown`, its artifact or None), as oracle_plan.measure_choice does."""
     p = o["priced"]
     best, kappa, whole = o["best_single"], p["kappa_ms"], p["whole_ms"]
     ref = o.get("best_single_breakdown") or {}
@@ -56,8 +56,7 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], single, order: lis
             break
         seen.add(key)
         label = "priced limit" if k == 1 else f"priced limit, round {k}"
-        row, art = measure_choice(view, choice, label, single, best, order, backends, cal,
-                                  say, repeats, passes)
+        row, art = measure(choice, label)
         row["predicted_ms"] = ms
         row["predicted_vs_best"] = ms / whole - 1 if whole > 0 else None
         rows.append(row)
