@@ -158,5 +158,6 @@ def format_rounds(p: dict) -> list[str]:
     out.append(f"  tightened by measuring its plans: {p['tightened_ms']:.3f} ms, "
                f"{p['tightened_cuts']} cut(s), headroom {share:.1%}: "
                + ("no room (<5%)" if share < NO_ROOM else f"room {share:.0%}")
-               + f" (stopped: {p['stopped']})")
+               + f" (stopped: {p['stopped']})"
+               + ("; measured under contention: not a result" if p.get("noisy") else ""))
     return out

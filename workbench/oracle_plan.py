@@ -58,6 +58,7 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     """Build each of `assignments`' plans for `view` from node_oracle's result `h` (its saved
     calibrated nodes and units) with `backends` ({name: Backend}, variants included), measure
     them with the best single configuration, each alone, and say how each did."""
+    from provmap.partition.measure.contention import Window
     from provmap.partition.measure.interleave import measure_artifacts
     from provmap.partition.strategies import plan_from_choice
     from provmap.runtime_module.artifact import build_artifact
@@ -100,8 +101,10 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     if len(arts) == 1:
         return {"tried": rows, "best_single": best, "note": "no unit saves anything: no plan"}
     say(f"headroom: measuring {len(arts) - 1} oracle plan(s) beside single:{best}, each alone")
+    win = Window()
     lat = measure_artifacts(arts, repeats=repeats, passes=passes, min_block_s=0.5,
                             never_cap=tuple(arts))
+    cond = win.stop()
     ref = lat["best single"].summary()
     for row in rows:
         if row["plan"] in lat:
@@ -114,7 +117,9 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
             row["breakdown"] = breakdown(arts[row["plan"]], cal)
     out = {"tried": rows, "best_single": best, "best_single_ms": ref["median_ms"],
            "best_single_breakdown": breakdown(arts["best single"], cal),
-           "best_single_min_ms": ref["min_ms"]}
+           "best_single_min_ms": ref["min_ms"],
+           # a price taken from a contended run is the machine's, not the cut's
+           "contended": "; ".join(cond.reasons) if cond.contended else None}
     out["priced"] = priced = priced_limit(out, cal, units, {n: k for k, n in
                                                             enumerate(view.node_ids)})
     if priced["cuts"]:  # the priced limit's own plans, measured until they agree with it
@@ -133,6 +138,7 @@ def measure_choice(view, choice_by_id: dict, label: str, single, best: str, orde
     """Build the plan of `choice_by_id` (node id -> backend; others on `best`) and measure it
     beside the best single configuration's artifact `single`, each alone; its hooked runs say
     what each partition took.  (the row, the artifact or None if it did not build)."""
+    from provmap.partition.measure.contention import Window
     from provmap.partition.measure.interleave import measure_artifacts
     from provmap.partition.strategies import plan_from_choice
     from provmap.runtime_module.artifact import build_artifact
@@ -147,9 +153,12 @@ def measure_choice(view, choice_by_id: dict, label: str, single, best: str, orde
     say(f"headroom: building and measuring the {label} plan ({len(parts)} partitions)")
     try:
         art = build_artifact(view, Plan(label, parts), {b: backends[b] for b in row["backends"]})
+        win = Window()
         lat = measure_artifacts({"best single": single, label: art}, repeats=repeats,
                                 passes=passes, min_block_s=0.5,
                                 never_cap=("best single", label))
+        cond = win.stop()
+        row["contended"] = "; ".join(cond.reasons) if cond.contended else None
         ref, s = lat["best single"].summary(), lat[label].summary()
         row.update(measured_ms=s["median_ms"], min_ms=s["min_ms"],
                    vs_best_median=s["median_ms"] / ref["median_ms"] - 1,

@@ -68,12 +68,20 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
             stopped = f"the {label} plan did not build"
             break
         if row["vs_best_median"] < 0 and row["vs_best_min"] < 0:
-            stopped = f"the {label} plan measured faster than the best single"
+            if row.get("contended"):  # not a result: the rounds end without a verdict
+                stopped = (f"the {label} plan measured faster under contention "
+                           f"({row['contended']}): not a win")
+            else:
+                stopped = f"the {label} plan measured faster than the best single"
+            break
+        if row.get("contended"):
+            stopped = f"contention while measuring the {label} plan ({row['contended']})"
             break
         step["timed"] = _time_regions(art, row["breakdown"], costs, best, kappa, scale)
     final_ms, _c, final_cuts = priced_path(costs, units, position, kappa)
     final_ms = min(final_ms, whole) if whole > 0 else final_ms
     p.update(rounds=log, stopped=stopped, tightened_ms=final_ms, tightened_cuts=final_cuts,
+             noisy=bool(o.get("contended") or any(r.get("contended") for r in rows)),
              tightened_share=(whole - final_ms) / whole if whole > 0 else None)
     return rows
 
