@@ -61,7 +61,8 @@ def markdown(res: dict) -> str:
          "seconds"],
         [[r["model"], r["best_single"], _f(r["best_single_ms"], "{:.3f}"),
           _f(r["oracle_ms"], "{:.3f}"), _f(r["headroom_share"], "{:.1%}"),
-          verdict(r["headroom_share"]), r.get("seconds")] for r in res["limits"]])
+          verdict(r["headroom_share"]) + (" **noisy**" if r.get("noisy") else ""),
+          r.get("seconds")] for r in res["limits"]])
     lines += priced_table(res["limits"])
     for r in res["limits"]:
         if r.get("oracle_plans"):
