@@ -91,6 +91,37 @@ def _refuse_special(dest: Path) -> None:
                            "files")
 
 
+#: (device, inode) of the files the running command reads (protect_inputs): never replaced.
+_PROTECTED: dict[tuple[int, int], str] = {}
+
+
+def protect_inputs(paths) -> None:
+    """Name the files this process reads, so that no output of it can replace one, whatever
+    path, link or directory leads there (the CLI's preflight checks the names it knows of;
+    this catches the rest at the moment of writing).  Each call replaces the previous set: one
+    command at a time (an empty list ends the protection)."""
+    _PROTECTED.clear()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        _PROTECTED[(st.st_dev, st.st_ino)] = os.fspath(p)
+
+
+def _refuse_protected(dest: Path) -> None:
+    try:
+        st = os.stat(dest)
+    except OSError:
+        return
+    hit = _PROTECTED.get((st.st_dev, st.st_ino))
+    if hit is not None:
+        from .errors import ProvmapError
+
+        raise ProvmapError(f"{dest} is this command's input {hit}: not replaced; write the "
+                           "output elsewhere")
+
+
 def commit_temp(tmp: Path, dest: Path) -> None:
     from .interrupt import raise_if_interrupted
 
@@ -98,6 +129,7 @@ def commit_temp(tmp: Path, dest: Path) -> None:
         raise_if_interrupted()  # work a library let go on after Ctrl-C is not written
         dest = resolve_output(dest)  # the link's target is replaced, never the link
         _refuse_special(dest)
+        _refuse_protected(dest)
         os.replace(tmp, dest)
     except BaseException:
         discard_temp(tmp)

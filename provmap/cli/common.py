@@ -249,6 +249,17 @@ def dispatch(args) -> int:
     interrupt.install()
     _one_line_warnings()
     try:
+        return _dispatch(args, check_before_work, say_replaced)
+    finally:
+        from provmap.provenance.util.atomic import protect_inputs
+
+        protect_inputs([])  # the next command in this process (tests, API) reads other files
+
+
+def _dispatch(args, check_before_work, say_replaced) -> int:
+    from provmap.provenance.util import interrupt
+
+    try:
         replaced = check_before_work(args)
         rc = args.func(args)
         interrupt.raise_if_interrupted()

@@ -19,7 +19,8 @@ _DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
 
 #: What a command reads, by the argument that names it: an output may never be one of them.
 _INPUTS = {"artifact": "artifact", "model": "model", "inputs": "--inputs file",
-           "profile": "--profile file", "cache": "--cache file (the cost cache)"}
+           "profile": "--profile file", "errors": "--errors file",
+           "cache": "--cache file (the cost cache)"}
 
 #: Every file argument a command reads (the artifact is checked by its own reader, whose
 #: refusal names it as an artifact); `models` is bench's list.
@@ -30,22 +31,62 @@ def _flag(name: str) -> str:
     return "-o/--output" if name == "output" else "--" + name.replace("_", "-")
 
 
+#: Files a command writes under its -o (a directory or, for map, a prefix), beside the name
+#: itself: each is checked as an output of its own (issue 36: `overlays -o DIR --model
+#: DIR/model.onnx` replaced the user's model; a `bisect -o DIR` whose reproducer.onnx was the
+#: model bisected, and a `map -o P` whose P.json linked to the model, overwrote it).
+_WRITTEN_UNDER = {
+    "map": ("{}.json", "{}.sqlite"),
+    "bisect": ("{}/reproducer.onnx", "{}/reproducer_inputs.npz", "{}/reproducer_expected.npz"),
+    "overlays": ("{}/model.onnx", "{}/partition.json", "{}/time.json", "{}/error.json"),
+}
+
+
+def written_files(args) -> list[str]:
+    """The files `-o` stands for: itself, or what the command writes under it."""
+    value = getattr(args, "output", None)
+    if not isinstance(value, str) or not value.strip():
+        return []
+    under = _WRITTEN_UNDER.get(getattr(args, "command", None))
+    return [f.format(value.rstrip("/") or "/") for f in under] if under else [value]
+
+
 def check_before_work(args) -> list[str]:
     """Refuse, in one line, any input that would hang and any output that could not be written;
     returns the existing files the command will replace, named once it succeeds."""
+    from provmap.provenance.util.atomic import protect_inputs
+
     _check_inputs_readable(args)
     _check_no_clobbered_input(args)
-    return _check_outputs(args)
+    replaced = [(f, _identity(f)) for f in _check_outputs(args)]
+    # the last line of defence: no write of this process replaces one of its inputs
+    protect_inputs([v for _n, v in _inputs(args)])
+    return replaced
+
+
+def _identity(path: str):
+    st = os.stat(path)
+    return (st.st_ino, st.st_mtime_ns)
+
+
+def _inputs(args) -> list[tuple[str, str]]:
+    """(argument name, path) of every file the command reads."""
+    ins = [(n, getattr(args, n, None)) for n in _INPUTS]
+    return [(n, v) for n, v in ins if isinstance(v, str) and v and not v.startswith("bundled:")]
 
 
 def say_replaced(replaced: list[str], rc: int) -> None:
     """The documented rule (docs/cli.md): an existing file is replaced, atomically, only when
     the command succeeds, and never without a word; said after the work, so a refused command
     line does not claim a replacement first."""
-    if rc == 0:  # common.say_progress's line, written here: common imports this module
-        for value in replaced:
-            print(f"provmap: {value} existed: replaced",
-                  file=sys.stderr, flush=True)
+    for value, before in replaced:  # those the command did replace, whatever its exit status
+        try:  # (bisect exits 1 on a divergence it wrote a reproducer for)
+            st = os.stat(value)
+            now = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            now = None
+        if now is not None and now != before:  # common.say_progress's line, written here
+            print(f"provmap: {value} existed: replaced", file=sys.stderr, flush=True)
 
 
 def _check_inputs_readable(args) -> None:
@@ -62,14 +103,16 @@ def _check_no_clobbered_input(args) -> None:
     """An output that is the command's own input, or another output of the same command, would
     destroy what the command reads or writes (a new user's `run A -o A` turned the artifact into
     an .npz, exit 0): refused before any work, naming both."""
-    outs = [(n, getattr(args, n, None)) for n in _OUTPUTS]
+    outs = [(n, getattr(args, n, None)) for n in _OUTPUTS if n != "output"]
     outs = [(n, v) for n, v in outs if isinstance(v, str) and v]
-    ins = [(n, getattr(args, n, None)) for n in _INPUTS]
-    ins = [(n, v) for n, v in ins if isinstance(v, str) and v and not v.startswith("bundled:")]
+    outs += [("output", f) for f in written_files(args)]
+    ins = _inputs(args)
     for name, value in outs:
         for iname, ivalue in ins:
             if _same_file(value, ivalue):
-                raise ProvmapError(f"{_flag(name)} {value} is this command's {_INPUTS[iname]}: "
+                shown = value if value == getattr(args, "output", None) else \
+                    f"{getattr(args, 'output', value)} (it writes {value})"
+                raise ProvmapError(f"{_flag(name)} {shown} is this command's {_INPUTS[iname]}: "
                                    "it would be replaced; write the output elsewhere")
     seen: dict[str, str] = {}
     for name, value in outs:
@@ -105,10 +148,15 @@ def _check_outputs(args) -> list[str]:
         if not value.strip():
             raise ProvmapError(f"{_flag(name)}: an empty name; give a "
                                f"{'directory' if directory else 'file'} to write")
+        if name == "output" and getattr(args, "command", None) == "map":
+            for f in written_files(args):  # a prefix: the two files are the outputs
+                check_writable(f)
+                if os.path.isfile(f):
+                    replaced.append(f)
+            continue
         check_writable(value, directory=directory)
         if not directory and os.path.isfile(value):
             replaced.append(value)
-        elif directory and getattr(args, "command", None) == "overlays" and \
-                os.path.isdir(value) and os.listdir(value):
-            replaced.append(value)  # its model.onnx and overlays are rewritten, said as for a file
+        elif directory and name == "output":  # each file it rewrites is said, as for a file
+            replaced += [f for f in written_files(args) if f != value and os.path.isfile(f)]
     return replaced

@@ -1,0 +1,98 @@
+"""Issue 36's fourth new-user afternoon (2026-11-26): commands writing several files under one
+`-o` (overlays and bisect: a directory; map: a prefix) checked only the name given, so an input
+model was overwritten.  Each case through the real CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import onnx
+import pytest
+
+from cli_runner import provmap
+from small_models import conv_relu
+
+pytestmark = pytest.mark.usefixtures("own_config")
+
+
+def _digest(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _refused(r, *words):
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("provmap: error:"), r.stderr
+    for w in words:
+        assert w in lines[0], (w, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def artifact(squeezenet_cli_artifact):
+    return squeezenet_cli_artifact
+
+
+def test_overlays_never_replaces_the_model_it_annotates(tmp_path, artifact):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    model = proj / "model.onnx"
+    onnx.save(conv_relu(), model)                   # refused before the model is read
+    before = _digest(model)
+    r = provmap("overlays", artifact, "-o", proj, "--model", model)
+    _refused(r, f"{proj} (it writes {model})", "this command's model")
+    assert _digest(model) == before and sorted(os.listdir(proj)) == ["model.onnx"]
+
+
+def test_map_never_writes_through_a_link_onto_its_model(tmp_path):
+    m = tmp_path / "victim.onnx"
+    onnx.save(conv_relu(), m)
+    before = _digest(m)
+    os.symlink("victim.onnx", tmp_path / "evil.json")
+    r = provmap("map", m, "-o", tmp_path / "evil")
+    _refused(r, "evil.json", "this command's model")
+    assert _digest(m) == before and not (tmp_path / "evil.sqlite").exists()
+    # a prefix named like the model writes m.onnx.json and m.onnx.sqlite: not the model
+    r = provmap("map", m, "-o", m)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "victim.onnx.json").is_file() and _digest(m) == before
+    r = provmap("map", m, "-o", m)             # again: both files are named as replaced
+    assert r.returncode == 0, r.stderr
+    for f in ("victim.onnx.json", "victim.onnx.sqlite"):
+        assert f"provmap: {tmp_path / f} existed: replaced" in r.stderr, r.stderr
+
+
+def test_bisect_never_replaces_its_own_reproducer_input(tmp_path):
+    d = tmp_path / "bis"
+    d.mkdir()
+    onnx.save(conv_relu(), d / "reproducer.onnx")
+    before = _digest(d / "reproducer.onnx")
+    r = provmap("bisect", d / "reproducer.onnx", "--backend", "tvm", "-o", d)
+    _refused(r, f"{d} (it writes {d / 'reproducer.onnx'})", "this command's model")
+    assert _digest(d / "reproducer.onnx") == before
+    link = tmp_path / "out"
+    link.mkdir()
+    os.symlink(d / "reproducer.onnx", link / "reproducer.onnx")
+    r = provmap("bisect", d / "reproducer.onnx", "--backend", "tvm", "-o", link)
+    _refused(r, "this command's model")
+    assert _digest(d / "reproducer.onnx") == before
+
+
+def test_the_write_itself_refuses_a_file_the_command_reads(tmp_path):
+    """The last line of defence (provenance/util/atomic.protect_inputs): whatever path leads to
+    an input, an atomic write onto it is refused, and nothing else is touched."""
+    from provmap.provenance.util.atomic import protect_inputs, write_bytes_atomic
+    from provmap.provenance.util.errors import ProvmapError
+
+    src = tmp_path / "in.onnx"
+    src.write_bytes(b"model")
+    os.link(src, tmp_path / "hard.onnx")
+    protect_inputs([src])
+    try:
+        with pytest.raises(ProvmapError, match="this command's input"):
+            write_bytes_atomic(tmp_path / "hard.onnx", b"x")
+        write_bytes_atomic(tmp_path / "other.onnx", b"x")
+    finally:
+        protect_inputs([])
+    assert src.read_bytes() == b"model" and (tmp_path / "other.onnx").read_bytes() == b"x"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
