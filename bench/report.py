@@ -51,7 +51,9 @@ def priced_table(limits: list[dict]) -> list[str]:
                      _f(p.get("tightened_share"), "{:.1%}", "- (no plan to measure)")
                      + (f" after {len(p.get('rounds') or [])} measured plan(s): "
                         f"{p['stopped']}" if p.get("stopped") else ""),
-                     verdict(p.get("tightened_share", p["headroom_share"]))
+                     (f"**win**: {h['oracle_plans']['captured_by']} faster in two runs"
+                      if h["oracle_plans"].get("captured_by") else
+                      verdict(p.get("tightened_share", p["headroom_share"])))
                      + (" **noisy**" if p.get("noisy") or h["oracle_plans"].get("contended")
                         else "")])
     if not rows:

@@ -118,7 +118,16 @@ def _is_expr_id(view: GraphView, token: str) -> bool:
 
 
 def _split_assignment(text: str, flag: str) -> tuple[str, str]:
-    node, sep, backend = text.rpartition("=")
+    """NODE=BACKEND at the last '=' outside brackets: a backend variant carries its own
+    (`relu=openvino[threads=1]` split at the last '=' named the backend '1]')."""
+    depth, at = 0, -1
+    for k in range(len(text) - 1, -1, -1):
+        c = text[k]
+        depth += (c == "]") - (c == "[")
+        if c == "=" and depth == 0:
+            at = k
+            break
+    node, sep, backend = (text[:at], "=", text[at + 1:]) if at >= 0 else ("", "", text)
     if not sep or not node.strip() or not backend.strip():
         raise ProvmapError(f"{flag} {text!r}: expected NODE=BACKEND")
     return node.strip(), backend.strip()

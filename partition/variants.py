@@ -26,6 +26,14 @@ def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Ba
         except BackendError:
             raise ProvmapError(f"variant {spec!r}: expected OPTION=VALUE[;OPTION=VALUE...], "
                                "e.g. threads=1") from None
+        known = sorted({o for be in backends.values() for o in be.option_names()})
+        unknown = [k for k in extra if k not in known]
+        if unknown and backends:  # `--variant thred=1` dropped the default variants silently
+            from provmap.provenance.util.errors import did_you_mean
+
+            raise ProvmapError(f"variant {spec!r}: no searched backend takes option "
+                               f"{unknown[0]!r} (they take {', '.join(known)})"
+                               + did_you_mean(unknown[0], known))
         for name, be in backends.items():
             if (any(k not in be.option_names() for k in extra)
                     or any(k in be.options() for k in extra)):

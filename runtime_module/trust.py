@@ -169,6 +169,25 @@ def check_store(path: Path | None = None) -> None:
     if head and head != _SQLITE_MAGIC and not _is_legacy(path):
         raise TrustStoreError(f"{path}: not a trust list (neither provmap's SQLite list nor its "
                               "old text list); left untouched: point PROVMAP_TRUST elsewhere")
+    if head == _SQLITE_MAGIC and _foreign_tables(path):
+        # someone's own database: `trust --list` used to add provmap's table to it (issue 36)
+        raise TrustStoreError(f"{path}: an SQLite database that is not a trust list (tables: "
+                              f"{', '.join(_foreign_tables(path)[:5])}); left untouched: point "
+                              "PROVMAP_TRUST elsewhere")
+
+
+def _foreign_tables(path: Path) -> list[str]:
+    """The tables of an SQLite file holding no `trusted` table (none: it is a list, or empty)."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            names = [r[0] for r in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return []  # unreadable: the connection that follows says so in its own words
+    return [] if "trusted" in names else names
 
 
 def _legacy_rows(path: Path):

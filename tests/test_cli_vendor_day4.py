@@ -96,3 +96,75 @@ def test_the_write_itself_refuses_a_file_the_command_reads(tmp_path):
         protect_inputs([])
     assert src.read_bytes() == b"model" and (tmp_path / "other.onnx").read_bytes() == b"x"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_models_external_data_is_an_input_too(tmp_path):
+    """`compile m/ext.onnx -o m/ext.bin`, ext.bin being the model's weights, lost the model."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    m = conv_relu()
+    convert_model_to_external_data(m, all_tensors_to_one_file=True, location="ext.bin",
+                                   size_threshold=0)
+    onnx.save(m, tmp_path / "ext.onnx")
+    before = _digest(tmp_path / "ext.bin")
+    r = provmap("compile", tmp_path / "ext.onnx", "-o", tmp_path / "ext.bin", "--strategy",
+                "single:onnxruntime")
+    _refused(r, "ext.bin is this command's model's external data")
+    assert _digest(tmp_path / "ext.bin") == before
+
+
+def test_a_loop_of_links_is_refused_not_replaced(tmp_path, artifact):
+    os.symlink("loop2", tmp_path / "loop1")
+    os.symlink("loop1", tmp_path / "loop2")
+    r = provmap("run", artifact, "--random", "-o", tmp_path / "loop1")
+    _refused(r, "loop1", "a loop of symbolic links")
+    assert os.path.islink(tmp_path / "loop1") and os.path.islink(tmp_path / "loop2")
+
+
+def test_a_fifo_among_a_directory_outputs_files_is_refused_before_any_is_written(tmp_path):
+    d = tmp_path / "bis"
+    d.mkdir()
+    os.mkfifo(d / "reproducer_expected.npz")
+    m = tmp_path / "m.onnx"
+    onnx.save(conv_relu(), m)
+    r = provmap("bisect", m, "--backend", "tvm", "-o", d)
+    _refused(r, "reproducer_expected.npz", "special file")
+    assert sorted(os.listdir(d)) == ["reproducer_expected.npz"]
+
+
+def test_someone_elses_sqlite_database_is_not_made_a_trust_list(tmp_path, monkeypatch):
+    import sqlite3
+
+    db = tmp_path / "user.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE notes (t TEXT)")
+    con.commit()
+    con.close()
+    before = _digest(db)
+    monkeypatch.setenv("PROVMAP_TRUST", str(db))
+    r = provmap("trust", "--list")
+    _refused(r, str(db), "not a trust list", "notes")
+    assert _digest(db) == before
+
+
+def test_overlays_refuses_a_compare_of_another_artifact(tmp_path, artifact):
+    import json
+
+    m = tmp_path / "m.onnx"
+    onnx.save(conv_relu(), m)
+    other = tmp_path / "other.provmap"
+    assert provmap("compile", m, "-o", other, "--strategy", "single:onnxruntime").returncode == 0
+    r = provmap("compare", other, "--json", "--model", m)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["artifact_digest"]
+    (tmp_path / "cmp.json").write_text(r.stdout)
+    r = provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o", tmp_path / "ov",
+                "--errors", tmp_path / "cmp.json")
+    _refused(r, "a compare of another artifact")
+    del res["artifact_digest"]                     # an older compare: judged by its tensors
+    (tmp_path / "old.json").write_text(json.dumps(res))
+    r = provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o", tmp_path / "ov",
+                "--errors", tmp_path / "old.json")
+    _refused(r, "none of its", "a compare of another model")
+    assert not (tmp_path / "ov").exists()

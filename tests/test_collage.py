@@ -147,6 +147,9 @@ def test_e2e_variants_derive_from_the_searched_backends():
     assert be.options() == {"threads": "1", "optimization": "basic"}  # the searched one's options kept
     assert got["openvino[precision=f32;threads=1]"][1].options() == {"precision": "f32", "threads": "1"}
     assert e2e_variants(backends, ()) == {}
+    with pytest.raises(ProvmapError, match=r"variant 'thred=1': no searched backend takes "
+                                           r"option 'thred' .*did you mean 'threads'"):
+        e2e_variants(backends, ("thred=1",))
 
 
 def test_a_thread_variant_that_wins_end_to_end_is_kept_saved_and_reused(transformer_model,

@@ -125,12 +125,41 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     if priced["cuts"]:  # the priced limit's own plans, measured until they agree with it
         from .tighten import tighten
 
-        rows += tighten(view, out, cal, units, lambda choice, label: measure_choice(
-            view, choice, label, arts["best single"], best, order, backends, cal, say, repeats,
-            passes))
+        def measure(choice, label):
+            row, art = measure_choice(view, choice, label, arts["best single"], best, order,
+                                      backends, cal, say, repeats, passes)
+            if art is not None:
+                arts[label] = art
+            return row, art
+
+        rows += tighten(view, out, cal, units, measure)
     won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
+    for r in won:  # once is not enough: the same two plans again, in a measuring run of its own
+        say(f"headroom: the {r['plan']} plan measured faster: measuring it again")
+        r["again"] = _again(r["plan"], arts[r["plan"]], arts["best single"], repeats, passes)
+        if r["plan"].startswith("priced limit") and not r["again"]["faster"]:
+            out["priced"]["stopped"] += " once; a second run did not confirm it"
+    won = [r for r in won if r["again"]["faster"]]
     out["captured_by"] = min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None
     return out
+
+
+def _again(label: str, art, single, repeats: int, passes: int) -> dict:
+    """A second measuring run of a plan that beat the best single: a win is one that holds by
+    median and minimum in both runs, neither contended (EfficientNet-B0, 2026-11-26: a 3-partition
+    plan measured 14% faster once while the best single ran 40% above its own profile)."""
+    from provmap.partition.measure.contention import Window
+    from provmap.partition.measure.interleave import measure_artifacts
+
+    win = Window()
+    lat = measure_artifacts({"best single": single, label: art}, repeats=repeats, passes=passes,
+                            min_block_s=0.5, never_cap=("best single", label))
+    cond = win.stop()
+    ref, s = lat["best single"].summary(), lat[label].summary()
+    med, low = s["median_ms"] / ref["median_ms"] - 1, s["min_ms"] / ref["min_ms"] - 1
+    return {"vs_best_median": med, "vs_best_min": low,
+            "contended": "; ".join(cond.reasons) if cond.contended else None,
+            "faster": med < 0 and low < 0 and not cond.contended}
 
 
 def measure_choice(view, choice_by_id: dict, label: str, single, best: str, order: list[str],
@@ -220,7 +249,11 @@ def describe(o: dict) -> list[str]:
                        + ", measured "
                        f"{r['vs_best_median']:+.1%} by median and {r['vs_best_min']:+.1%} by "
                        f"minimum vs single:{o['best_single']} ({r['measured_ms']:.2f} vs "
-                       f"{o['best_single_ms']:.2f} ms)")
+                       f"{o['best_single_ms']:.2f} ms)"
+                       + (f"; again: {r['again']['vs_best_median']:+.1%} by median, "
+                          f"{r['again']['vs_best_min']:+.1%} by minimum"
+                          + ("" if r["again"]["faster"] else ", not a win")
+                          if r.get("again") else ""))
             b, ref = r.get("breakdown"), o.get("best_single_breakdown")
             if b and ref:
                 out.append(f"  alone: partitions {b['partitions_ms']:.2f} ms (predicted "

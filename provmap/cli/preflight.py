@@ -18,7 +18,8 @@ _DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
 
 
 #: What a command reads, by the argument that names it: an output may never be one of them.
-_INPUTS = {"artifact": "artifact", "model": "model", "inputs": "--inputs file",
+_INPUTS = {"artifact": "artifact", "model": "model", "model_data": "model's external data",
+           "inputs": "--inputs file",
            "profile": "--profile file", "errors": "--errors file",
            "cache": "--cache file (the cost cache)"}
 
@@ -70,9 +71,39 @@ def _identity(path: str):
 
 
 def _inputs(args) -> list[tuple[str, str]]:
-    """(argument name, path) of every file the command reads."""
+    """(argument name, path) of every file the command reads, a model's external data
+    files included (`compile m.onnx -o m.bin`, m.bin being its weights, lost the model)."""
     ins = [(n, getattr(args, n, None)) for n in _INPUTS]
-    return [(n, v) for n, v in ins if isinstance(v, str) and v and not v.startswith("bundled:")]
+    ins = [(n, v) for n, v in ins if isinstance(v, str) and v and not v.startswith("bundled:")]
+    return ins + [("model_data", f) for n, v in ins if n == "model" for f in _external_data(v)]
+
+
+#: A model file larger than this holds its weights itself (external data is for the rest):
+#: not parsed twice just to look for external files.
+_EXTERNAL_SCAN_MAX = 64 << 20
+
+
+def _external_data(model: str) -> list[str]:
+    """The external data files an ONNX model names (resolved beside it); [] for anything
+    that is not a readable ONNX file (its reader refuses it later in its own words)."""
+    try:
+        if not os.path.isfile(model) or os.path.getsize(model) > _EXTERNAL_SCAN_MAX:
+            return []
+        import onnx
+        from onnx.external_data_helper import _get_all_tensors
+
+        m = onnx.load(model, load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model this check can read: nothing to protect
+        return []
+    base, out = os.path.dirname(os.path.abspath(model)), []
+    for t in _get_all_tensors(m):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            loc = next((e.value for e in t.external_data if e.key == "location"), None)
+            if loc:
+                f = os.path.join(base, loc)
+                if f not in out and os.path.exists(f):
+                    out.append(f)
+    return out
 
 
 def say_replaced(replaced: list[str], rc: int) -> None:
@@ -158,5 +189,9 @@ def _check_outputs(args) -> list[str]:
         if not directory and os.path.isfile(value):
             replaced.append(value)
         elif directory and name == "output":  # each file it rewrites is said, as for a file
-            replaced += [f for f in written_files(args) if f != value and os.path.isfile(f)]
+            for f in written_files(args):
+                if f != value and os.path.lexists(f):
+                    check_writable(f)  # a FIFO among them: refused before any file is written
+                    if os.path.isfile(f):
+                        replaced.append(f)
     return replaced

@@ -29,6 +29,24 @@ def _read_json(path: str, what: str, key: str) -> dict:
     return data
 
 
+def _check_errors_are_of(errors: dict, path: str, mod, model, artifact: str) -> None:
+    """A compare of another artifact painted an empty error overlay, exit 0 (issue 36).
+    Compare results carry the artifact's digest; older ones must name this model's tensors."""
+    digest = errors.get("artifact_digest")
+    names = [t.get("tensor") for t in errors["tensors"] if isinstance(t, dict)]
+    if digest is not None and digest != mod.artifact.digest:
+        raise ProvmapError(f"{path}: a compare of another artifact (digest {str(digest)[:12]}), "
+                           f"not of {artifact} (digest {mod.artifact.digest[:12]}); compare "
+                           "this artifact with --json")
+    if digest is None and names:
+        mine = {o for n in model.graph.node for o in n.output} | \
+            {o.name for o in model.graph.output}
+        if not mine.intersection(names):
+            raise ProvmapError(f"{path}: none of its {len(names)} tensor(s) is a tensor of "
+                               f"{artifact}'s model (e.g. {names[0]!r}): a compare of another "
+                               "model")
+
+
 def cmd_overlays(args) -> int:
     from provmap.runtime_module.module import load
     from provmap.workbench.overlays import explorer_command, write_overlays
@@ -40,7 +58,10 @@ def cmd_overlays(args) -> int:
     mod = load(args.artifact, runnable=False)
     if profile is not None:
         _check_profile_is_of(profile, args.profile, mod, args.artifact)
-    files = write_overlays(args.output, _reference_model(mod, args.model), mod, profile, errors)
+    model = _reference_model(mod, args.model)
+    if errors is not None:
+        _check_errors_are_of(errors, args.errors, mod, model, args.artifact)
+    files = write_overlays(args.output, model, mod, profile, errors)
     command = explorer_command(files, args.port)
     if args.json:
         print(json.dumps({"files": files, "command": command}, indent=1))

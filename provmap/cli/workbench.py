@@ -81,6 +81,7 @@ def cmd_compare(args) -> int:
     inputs = _inputs(args, mod=mod, given=given)
     res = compare_artifact(mod, model, inputs, args.reference, _tol(args))
     res["warnings"] = list(mod.manifest.get("warnings") or [])
+    res["artifact_digest"] = mod.artifact.digest  # overlays --errors checks whose it is
     if args.json:
         print(json.dumps(res, indent=1))
     else:
