@@ -33,6 +33,18 @@ def _table(intro: str, header: list[str], rows: list[list]) -> list[str]:
 
 
 
+def _final_verdict(o: dict, p: dict) -> str:
+    """A win measured twice, else the tightened verdict (a win of one run, from results older
+    than the second run, is said as such, not as a win)."""
+    won = next((r for r in o.get("tried", []) if r["plan"] == o.get("captured_by")), None)
+    if won is None:
+        return verdict(p.get("tightened_share", p["headroom_share"]))
+    if won.get("again"):
+        return f"**win**: {won['plan']} faster in two runs"
+    return (f"{verdict(p.get('tightened_share', p['headroom_share']))}; {won['plan']} faster "
+            "in one run, not measured again")
+
+
 def priced_table(limits: list[dict]) -> list[str]:
     """The limit again with each cut priced at what this run's oracle plans measured
     (workbench/cut_price.py): the room left once boundaries cost something."""
@@ -51,9 +63,7 @@ def priced_table(limits: list[dict]) -> list[str]:
                      _f(p.get("tightened_share"), "{:.1%}", "- (no plan to measure)")
                      + (f" after {len(p.get('rounds') or [])} measured plan(s): "
                         f"{p['stopped']}" if p.get("stopped") else ""),
-                     (f"**win**: {h['oracle_plans']['captured_by']} faster in two runs"
-                      if h["oracle_plans"].get("captured_by") else
-                      verdict(p.get("tightened_share", p["headroom_share"])))
+                     _final_verdict(h["oracle_plans"], p)
                      + (" **noisy**" if p.get("noisy") or h["oracle_plans"].get("contended")
                         else "")])
     if not rows:
