@@ -89,7 +89,11 @@ def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated:
                     "why": f"{head} and not confirmed by quiet prices ({source}: {_fmt(ms)}), "
                            "but no single configuration has a quiet price, so it stays"}
         target = min(est, key=est.get)
-        how = "the library default of the backend the quiet prices favour"
+        # one backend with a quiet price is not a preference between backends (issue 36's
+        # fourth afternoon: "the backend the quiet prices favour" named the only one priced)
+        how = ("the library default of the backend the quiet prices favour" if len(est) > 1
+               else "the library default of the only backend with a quiet whole-model price "
+                    "(the others' were taken under contention, so they cannot overturn it)")
     if canon(target) == canon(winner):
         return {"kept": winner, "instead_of": None, "quiet": quiet,
                 "why": f"{head}; quiet prices favour {quiet['winner']} ({source}: {_fmt(ms)}), "

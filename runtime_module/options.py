@@ -80,13 +80,14 @@ def canonical(spec: Option | None, value):
 
 
 def as_int(value) -> int | None:
-    """An int from an int or a decimal string ("4"), else None (no floats, no bools)."""
+    """An int from an int or a decimal string of ASCII digits ("4"), else None (no floats, no
+    bools; `threads=٣`, an Arabic-Indic digit, passed str.isdigit and was stored raw)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and \
-            len(value.strip()) < 20:
+    if isinstance(value, str) and value.isascii() and value.strip().lstrip("+-").isdigit() \
+            and len(value.strip()) < 20:
         return int(value.strip())
     return None
 

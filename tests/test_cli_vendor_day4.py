@@ -168,3 +168,12 @@ def test_overlays_refuses_a_compare_of_another_artifact(tmp_path, artifact):
                 "--errors", tmp_path / "old.json")
     _refused(r, "none of its", "a compare of another model")
     assert not (tmp_path / "ov").exists()
+
+
+def test_counts_are_ascii_and_bounded(artifact):
+    """`profile --repeats 99999999999999999999` ran until killed; `threads=٣` (an Arabic-Indic
+    digit) passed int()."""
+    r = provmap("profile", artifact, "--repeats", "99999999999999999999")
+    assert r.returncode == 2 and "from 1 to 1000000" in r.stderr, r.stderr
+    r = provmap("run", artifact, "--random", "--repeats", "٣")
+    assert r.returncode == 2 and "'٣' is not a whole number" in r.stderr, r.stderr

@@ -39,6 +39,13 @@ def test_a_contended_winner_the_quiet_estimates_refute_falls_back_to_the_library
                             "estimated": EST, "winner": "single:openvino"}
 
 
+def test_one_quiet_backend_price_is_not_called_a_preference():
+    rec = fallback.decide("collage", BUSY, {}, {"single:openvino": 0.166, "collage": 0.2})
+    assert rec["kept"] == "single:openvino" and rec["instead_of"] == "collage"
+    assert "the only backend with a quiet whole-model price" in rec["why"]
+    assert "favour" not in rec["why"].split(":")[-1]
+
+
 def test_a_contended_winner_the_quiet_prices_confirm_stays():
     rec = fallback.decide("single:openvino", BUSY, {}, EST)
     assert rec["kept"] == "single:openvino" and rec["instead_of"] is None

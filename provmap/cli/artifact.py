@@ -18,7 +18,7 @@ from provmap.provenance.util.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
                      backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
-                     parse_backend_options, positive_int, say_progress, warn)
+                     parse_backend_options, positive_int, repeats, say_progress, warn)
 from .common import print_safe as _say
 from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
@@ -366,7 +366,7 @@ def add_artifact_commands(sub) -> None:
                    "`polygraphy run --load-inputs`")
     r.add_argument("--warmup", type=count, default=0, metavar="N",
                    help="untimed runs first (default 0)")
-    r.add_argument("--repeats", type=positive_int, default=1, metavar="N",
+    r.add_argument("--repeats", type=repeats, default=1, metavar="N",
                    help="timed runs; the latency summary covers these (default 1)")
     # The spellings of earlier versions and of other tools, kept for scripts.
     r.add_argument("--iterations", "--repeat", dest="repeats", type=positive_int,

@@ -34,15 +34,19 @@ MODEL_HELP = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inceptio
               "bvlc_alexnet, densenet121, inception_v2, shufflenet, zfnet512, transformer)")
 
 
-def _number(kind, low, strict, what):
-    """An argparse type: `kind` (int or float) at least `low` (above it if `strict`), so a bad
-    count or budget is refused when the command line is read, before any model loads."""
+def _number(kind, low, strict, what, high=None):
+    """An argparse type: `kind` (int or float) at least `low` (above it if `strict`), and at
+    most `high` if given, so a bad count or budget is refused when the command line is read,
+    before any model loads.  Only ASCII digits: Python's int() also takes other scripts'."""
     def convert(text):
         try:
+            if not text.isascii():
+                raise ValueError(text)
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if v != v or v in (float("inf"), float("-inf")) or (v <= low if strict else v < low):
+        if v != v or v in (float("inf"), float("-inf")) or (v <= low if strict else v < low) \
+                or (high is not None and v > high):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
         return v
     convert.__name__ = what  # argparse names the type in its messages
@@ -52,6 +56,8 @@ def _number(kind, low, strict, what):
 #: Counts that must be >= 1 (timed runs), counts that may be 0 (warm-up runs, "0: all"),
 #: and times or tolerances that may be 0 but never negative.
 positive_int = _number(int, 0, True, "a whole number >= 1")
+#: Timed runs: `profile --repeats 99999999999999999999` ran until killed.
+repeats = _number(int, 0, True, "a whole number from 1 to 1000000", high=1_000_000)
 count = _number(int, 0, False, "a whole number >= 0")
 seconds = _number(float, 0.0, False, "a number of seconds >= 0")
 non_negative = _number(float, 0.0, False, "a number >= 0")

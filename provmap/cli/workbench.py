@@ -13,7 +13,7 @@ import os
 
 from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
-                     non_negative, positive_int, read_json_file, term_safe, warn)
+                     non_negative, read_json_file, repeats, term_safe, warn)
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import write_bytes_atomic
 
@@ -239,7 +239,8 @@ def cmd_report(args) -> int:
                "partitions": len(mod.partitions), "bytes": len(page.encode()),
                "costs": "measured" if profile else "none"}
     print(json.dumps(summary) if args.json else
-          f"wrote {args.output} ({summary['nodes']} nodes, {summary['partitions']} partitions)")
+          f"wrote {args.output} ({summary['nodes']} nodes, {summary['partitions']} "
+          f"partition{'s' if summary['partitions'] != 1 else ''})")
     return 0
 
 
@@ -371,7 +372,7 @@ def add_workbench_commands(sub) -> None:
 
     pr = sub.add_parser("profile", help="time per partition, kernel and ONNX node")
     pr.add_argument("artifact")
-    pr.add_argument("--repeats", type=positive_int, default=20,
+    pr.add_argument("--repeats", type=repeats, default=20,
                     help="timed end-to-end runs (default %(default)s)")
     pr.add_argument("--trace", help="write a Chrome trace JSON here")
     pr.add_argument("--top", type=count, default=15,
@@ -385,7 +386,7 @@ def add_workbench_commands(sub) -> None:
     r.add_argument("-o", "--output", required=True, help="HTML file to write")
     r.add_argument("--profile", help="costs from a `provmap profile --json` file")
     r.add_argument("--measure", action="store_true", help="profile now for per-node costs")
-    r.add_argument("--repeats", type=positive_int, default=10,
+    r.add_argument("--repeats", type=repeats, default=10,
                    help="profiling runs with --measure (default %(default)s)")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     add_trust_option(r)
@@ -413,7 +414,7 @@ def add_workbench_commands(sub) -> None:
                    "headroom exist? (implies --headroom)")
     e.add_argument("--model", help="the ONNX model, if the artifact does not embed it "
                    "(--headroom)")
-    e.add_argument("--repeats", type=positive_int, default=10,
+    e.add_argument("--repeats", type=repeats, default=10,
                    help="profiled runs per plan for --headroom (default %(default)s)")
     add_trust_option(e)
     e.set_defaults(func=cmd_explain)
