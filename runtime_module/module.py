@@ -153,6 +153,13 @@ class ArtifactModule(Module):
             return
         if self.artifact.digest and _trust.is_trusted(self.artifact.digest):
             return
+        try:  # an unusable list is said as such: "not built here" sent users to `provmap
+            _trust.check_store()  # trust`, which then failed on the same list (issue 36)
+        except _trust.TrustStoreError as e:
+            raise ProvmapError(
+                f"{where}: refused to load partition {m.id} ({m.backend}): it is native code, "
+                f"and the trust list that records this machine's builds cannot be read: {e}; "
+                "fix PROVMAP_TRUST, or pass --trust if you trust this artifact") from None
         raise ProvmapError(
             f"{where}: refused to load partition {m.id} ({m.backend}): it is native code "
             f"(a shared library) from an artifact this machine did not build, and loading it "

@@ -221,3 +221,14 @@ def test_a_native_build_the_list_could_not_record_ends_with_a_warning(work, tmp_
     monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "fresh"))     # usable, this build absent
     line = unrecorded_warning(art, d / "t.provmap")
     assert "could not be recorded in the trust list" in line and not trust.is_trusted(art.digest)
+
+
+def test_run_with_an_unusable_list_says_the_list_not_another_machine(work, tmp_path):
+    d, _lst = work
+    _ok("compile", d / "a.onnx", "-o", d / "t.provmap", "--strategy", "single:tvm")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    r = _cli("run", d / "t.provmap", "--random", env={**os.environ, "PROVMAP_TRUST": str(notes)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "the trust list that records this machine's builds cannot be read" in r.stderr
+    assert "did not build" not in r.stderr and notes.read_text() == "my notes\n"
