@@ -240,3 +240,10 @@ def test_a_library_failing_to_import_while_the_parser_is_built_is_one_line(capsy
         raise OSError("libtorch_global_deps.so: cannot open shared object file")
     monkeypatch.setattr(cli_main, "build_parser", broken)
     refused(capsys, ["inspect", "x.provmap"], "cannot start", "libtorch_global_deps.so")
+
+
+def test_explain_on_a_plan_info_of_the_wrong_shape_is_one_line(capsys, art, tmp_path):
+    """plan_info is the search's free-form record: an edited one gave an internal TypeError."""
+    bad = _edit(art, tmp_path / "bad.provmap", _set(["plan_info"], {"decisions": "x",
+                                                                    "fallbacks": 5}))
+    refused(capsys, ["explain", bad], "bad.provmap", "plan_info is not what provmap writes")

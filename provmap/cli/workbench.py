@@ -14,7 +14,7 @@ import os
 from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
                      non_negative, read_json_file, repeats, term_safe, warn)
-from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.util.atomic import write_bytes_atomic
 
 
@@ -287,13 +287,20 @@ def cmd_explain(args) -> int:
     from provmap.workbench.explain import explain_artifact, format_explain
 
     mod = load(args.artifact, runnable=False)
-    x = explain_artifact(mod.manifest)
+    try:  # plan_info is the search's record, free-form: an edited one must not crash explain
+        x = explain_artifact(mod.manifest)
+        text = None if args.json else format_explain(x)
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError) as e:
+        raise ProvmapError(f"{args.artifact}: manifest field plan_info is not what provmap "
+                           f"writes ({type(e).__name__}: {first_line(e)}); explain cannot read "
+                           "it") from None
     if args.headroom or args.oracle_plans:
         x["headroom"] = _headroom(args, mod)
+        text = None if args.json else format_explain(x)
     if args.json:
         print(json.dumps(x, indent=1))
     else:  # names and reasons from the artifact are someone else's text: escaped per line
-        print("".join(term_safe(ln) + "\n" for ln in format_explain(x).splitlines()), end="")
+        print("".join(term_safe(ln) + "\n" for ln in text.splitlines()), end="")
     return 0
 
 
