@@ -177,3 +177,22 @@ def test_counts_are_ascii_and_bounded(artifact):
     assert r.returncode == 2 and "from 1 to 1000000" in r.stderr, r.stderr
     r = provmap("run", artifact, "--random", "--repeats", "٣")
     assert r.returncode == 2 and "'٣' is not a whole number" in r.stderr, r.stderr
+
+
+def test_bisect_names_wrong_input_arrays_and_a_model_with_nothing_to_run(tmp_path):
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    m = tmp_path / "m.onnx"
+    onnx.save(conv_relu(), m)
+    np.savez(tmp_path / "idx.npz", idx=np.zeros((1,), np.float32))
+    r = provmap("bisect", m, "--backend", "openvino", "--inputs", tmp_path / "idx.npz")
+    _refused(r, "no array for input(s)", "'idx' name no input of the model")
+    const = helper.make_node("Constant", [], ["y"], value=helper.make_tensor(
+        "v", TensorProto.FLOAT, [1], [1.0]))
+    g = helper.make_graph([const], "g", [], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "c.onnx")
+    r = provmap("bisect", tmp_path / "c.onnx", "--backend", "openvino")
+    _refused(r, "nothing to bisect")

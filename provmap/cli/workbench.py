@@ -35,6 +35,18 @@ def _inputs(args, mod=None, view=None, given=None) -> dict:
     return zoo.random_inputs(view.model, seed=args.seed)
 
 
+def _check_input_names(view, given: dict, path: str) -> None:
+    """The model's run-time inputs and the .npz's arrays, name for name, in one line."""
+    consts = {t.name for t in view.model.graph.initializer}
+    need = [i.name for i in view.model.graph.input if i.name not in consts]
+    missing, extra = [n for n in need if n not in given], [n for n in given if n not in need]
+    if missing or extra:
+        raise ProvmapError(f"--inputs {path}: " + "; ".join(
+            ([f"no array for input(s) {', '.join(map(repr, missing))}"] if missing else [])
+            + ([f"array(s) {', '.join(map(repr, extra))} name no input of the model (it takes "
+                f"{', '.join(map(repr, need)) or 'none'})"] if extra else [])))
+
+
 def _reference_model(mod, given):
     """The model the artifact was compiled from (`given`, or the embedded one).  The user's
     own file is the reference; provmap's derived copy is accepted too, and said to be."""
@@ -110,7 +122,12 @@ def cmd_bisect(args) -> int:
 
     given = _given_inputs(args)
     view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
+    if not view.op_nodes:
+        raise ProvmapError(f"{args.model}: no node computes anything at run time (its outputs "
+                           "are inputs or constants): nothing to bisect")
     backend = get_backend(args.backend)
+    if given is not None:  # the artifact's reader checks these for run/compare; bisect has none
+        _check_input_names(view, given, args.inputs)
     inputs = _inputs(args, view=view, given=given)
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
                  progress=say_progress)
