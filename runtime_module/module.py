@@ -320,7 +320,7 @@ class ArtifactModule(Module):
         extra = set(inputs) - set(self.input_specs)
         if extra:
             raise ProvmapError(f"unknown input(s) {sorted(extra)}; the model takes "
-                               f"{', '.join(self.input_specs)}")
+                               f"{', '.join(self.input_specs) or 'no input'}")
         return env
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
