@@ -196,3 +196,15 @@ def test_bisect_names_wrong_input_arrays_and_a_model_with_nothing_to_run(tmp_pat
               tmp_path / "c.onnx")
     r = provmap("bisect", tmp_path / "c.onnx", "--backend", "openvino")
     _refused(r, "nothing to bisect")
+
+
+def test_compare_says_which_side_has_the_nan():
+    import numpy as np
+
+    from provmap.workbench.compare import Tolerance, metrics
+
+    tol = Tolerance(atol=1e-4, rtol=1e-3, quant_steps=1)
+    got = metrics(np.array([0.0, 1.0], np.float32), np.array([np.nan, 1.0], np.float32), tol)
+    assert got["problem"] == "the reference has NaN at 1 element(s) where this has none"
+    got = metrics(np.array([np.nan, 1.0], np.float32), np.array([0.0, 1.0], np.float32), tol)
+    assert got["problem"] == "NaN at 1 element(s) where the reference has none"

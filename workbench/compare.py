@@ -46,8 +46,12 @@ def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> dict:
         return {"ok": True, "max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0, "problem": ""}
     nan_a, nan_r = np.isnan(a), np.isnan(r)
     problem = ""
-    if (nan_a != nan_r).any():
-        problem = f"NaN at {int((nan_a != nan_r).sum())} element(s) where the other has none"
+    if (nan_a != nan_r).any():  # which side has them (TVM's Relu turns a NaN into 0)
+        here, there = int((nan_a & ~nan_r).sum()), int((nan_r & ~nan_a).sum())
+        problem = "; ".join(
+            ([f"NaN at {here} element(s) where the reference has none"] if here else [])
+            + ([f"the reference has NaN at {there} element(s) where this has none"]
+               if there else []))
     # Infinities match when equal (same sign at the same place), as in numpy's assert_allclose;
     # an infinity against a finite value or the other sign is a mismatch of its own.
     inf_a, inf_r = np.isinf(a), np.isinf(r)
