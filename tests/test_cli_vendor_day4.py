@@ -208,3 +208,12 @@ def test_compare_says_which_side_has_the_nan():
     assert got["problem"] == "the reference has NaN at 1 element(s) where this has none"
     got = metrics(np.array([np.nan, 1.0], np.float32), np.array([0.0, 1.0], np.float32), tol)
     assert got["problem"] == "NaN at 1 element(s) where the reference has none"
+
+
+@pytest.mark.parametrize("flags", [("--research",), ("--max-size", "3"), ("--no-e2e-check",),
+                                   ("--variant", "threads=1"), ("--no-variants",)])
+def test_search_flags_under_single_are_refused_not_ignored(tmp_path, flags):
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", "--strategy",
+                "single:onnxruntime", *flags)
+    _refused(r, flags[0], "--strategy collage only")
+    assert not (tmp_path / "a.provmap").exists()

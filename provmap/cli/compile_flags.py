@@ -35,7 +35,14 @@ def collage_flags_only_under_collage(args, strategy: Strategy) -> None:
         ("--search-budget", hasattr(args, "search_budget")),
         ("--refine-budget", hasattr(args, "refine_budget")), ("--cache", args.cache is not None),
         ("--pin", bool(args.pin)), ("--forbid", bool(args.forbid)), ("--cut", bool(args.cut)),
-        ("--backends", bool(args.backends)), ("--measure-on", bool(args.measure_on)))
+        ("--backends", bool(args.backends)), ("--measure-on", bool(args.measure_on)),
+        # defaults the parser sets (4, 12): only a value other than them was given
+        ("--max-depth", getattr(args, "max_depth", 4) != 4),
+        ("--max-size", getattr(args, "max_size", 12) != 12),
+        ("--variant", bool(getattr(args, "variant", None))),
+        ("--no-variants", bool(getattr(args, "no_variants", False))),
+        ("--research", bool(getattr(args, "research", False))),
+        ("--no-e2e-check", bool(getattr(args, "no_e2e_check", False))))
         if given]
     if given:
         raise ProvmapError(f"{'/'.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
