@@ -71,6 +71,8 @@ def parse_variant(spec: str) -> tuple[str, dict]:
         k, eq, v = item.partition("=")
         if not eq or not k.strip():
             raise BackendError(f"backend {spec!r}: {item!r} is not OPTION=VALUE")
+        if k.strip() in options and options[k.strip()] != v.strip():
+            raise BackendError(f"backend {spec!r}: option {k.strip()!r} given twice")
         options[k.strip()] = v.strip()
     if not options:
         raise BackendError(f"backend {spec!r}: empty option list")

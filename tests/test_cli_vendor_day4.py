@@ -217,3 +217,12 @@ def test_search_flags_under_single_are_refused_not_ignored(tmp_path, flags):
                 "single:onnxruntime", *flags)
     _refused(r, flags[0], "--strategy collage only")
     assert not (tmp_path / "a.provmap").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ("--strategy", "single:openvino[threads=2;threads=3]"),
+    ("--strategy", "single:openvino", "--backend-option", "openvino.threads=2",
+     "--backend-option", "openvino.threads=3")])
+def test_an_option_given_twice_is_refused_not_the_last_kept(tmp_path, args):
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", *args)
+    _refused(r, "given twice")

@@ -127,7 +127,11 @@ def parse_backend_options(items) -> dict:
         if not eq or not dot:
             raise ProvmapError(f"--backend-option {item!r}: expected BACKEND.OPTION=VALUE "
                                "(e.g. onnxruntime.threads=2)")
-        opts.setdefault(backend, {})[name] = value
+        have = opts.setdefault(backend, {})
+        if name in have and have[name] != value:  # the last one used to win without a word
+            raise ProvmapError(f"--backend-option {backend}.{name} given twice ({have[name]!r} "
+                               f"and {value!r}); give it once")
+        have[name] = value
     return opts
 
 
