@@ -74,6 +74,13 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
                     v.opt_str(x, f"{at}.{f}", max_len=MAX_TEXT)
     ids = {key: {r[f] for r in d[key]} for key, f in (("onnx_nodes", "id"),
            ("relax_exprs", "id"), ("kernels", "name"), ("kernel_sites", "id"))}
+    for (key, f), known in zip((("onnx_nodes", "id"), ("relax_exprs", "id"), ("kernels", "name"),
+                                ("kernel_sites", "id")), ids.values()):
+        if len(known) != len(d[key]):  # every node twice read "132 ran on a backend" of 66
+            seen: set = set()
+            i, r = next((i, r) for i, r in enumerate(d[key])
+                        if r[f] in seen or seen.add(r[f]))
+            v.fail(f"{key}[{i}].{f}", f"{_short(r[f])} is listed twice")
     for i, r in enumerate(d["kernel_sites"]):
         if r["kernel"] not in ids["kernels"]:
             v.fail(f"kernel_sites[{i}].kernel", f"{_short(r['kernel'])} is no kernel of the map")

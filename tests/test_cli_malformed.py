@@ -167,6 +167,16 @@ def test_map_json_records_of_the_wrong_shape_are_one_line(capsys, art, tmp_path)
     refused(capsys, ["lookup", bad, "--kernel", "k"], "map.json", "kernel_sites[0].kernel")
 
 
+def test_a_map_listing_a_node_twice_is_one_line(capsys, art, tmp_path):
+    """Every node listed twice read "132 ran on a backend" for 66 nodes (issue 36)."""
+    def edit(b):
+        d = json.loads(b)
+        d["onnx_nodes"] = d["onnx_nodes"] * 2
+        return json.dumps(d).encode()
+    bad = _edit(art, tmp_path / "bad.provmap", edit, member="map.json")
+    refused(capsys, ["inspect", bad], "map.json", "onnx_nodes[", "listed twice")
+
+
 def test_object_array_constant_is_refused(capsys, art, tmp_path):
     import io
 
