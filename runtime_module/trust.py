@@ -169,10 +169,10 @@ def check_store(path: Path | None = None) -> None:
     if head and head != _SQLITE_MAGIC and not _is_legacy(path):
         raise TrustStoreError(f"{path}: not a trust list (neither provmap's SQLite list nor its "
                               "old text list); left untouched: point PROVMAP_TRUST elsewhere")
-    if head == _SQLITE_MAGIC and _foreign_tables(path):
-        # someone's own database: `trust --list` used to add provmap's table to it (issue 36)
+    foreign = _foreign_tables(path) if head == _SQLITE_MAGIC else []
+    if foreign:  # someone's own database: `trust --list` used to add provmap's table to it
         raise TrustStoreError(f"{path}: an SQLite database that is not a trust list (tables: "
-                              f"{', '.join(_foreign_tables(path)[:5])}); left untouched: point "
+                              f"{', '.join(foreign[:5])}); left untouched: point "
                               "PROVMAP_TRUST elsewhere")
 
 

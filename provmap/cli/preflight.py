@@ -58,10 +58,11 @@ def check_before_work(args) -> list[str]:
     from provmap.provenance.util.atomic import protect_inputs
 
     _check_inputs_readable(args)
-    _check_no_clobbered_input(args)
+    ins = _inputs(args)  # once: a model's external data is found by parsing the model
+    _check_no_clobbered_input(args, ins)
     replaced = [(f, _identity(f)) for f in _check_outputs(args)]
     # the last line of defence: no write of this process replaces one of its inputs
-    protect_inputs([v for _n, v in _inputs(args)])
+    protect_inputs([v for _n, v in ins])
     return replaced
 
 
@@ -130,14 +131,13 @@ def _check_inputs_readable(args) -> None:
                 refuse_special_file(v)
 
 
-def _check_no_clobbered_input(args) -> None:
+def _check_no_clobbered_input(args, ins: list[tuple[str, str]]) -> None:
     """An output that is the command's own input, or another output of the same command, would
     destroy what the command reads or writes (a new user's `run A -o A` turned the artifact into
     an .npz, exit 0): refused before any work, naming both."""
     outs = [(n, getattr(args, n, None)) for n in _OUTPUTS if n != "output"]
     outs = [(n, v) for n, v in outs if isinstance(v, str) and v]
     outs += [("output", f) for f in written_files(args)]
-    ins = _inputs(args)
     for name, value in outs:
         for iname, ivalue in ins:
             if _same_file(value, ivalue):
