@@ -148,6 +148,16 @@ def _again(label: str, art, single, repeats: int, passes: int) -> dict:
     """A second measuring run of a plan that beat the best single: a win is one that holds by
     median and minimum in both runs, neither contended (EfficientNet-B0, 2026-11-26: a 3-partition
     plan measured 14% faster once while the best single ran 40% above its own profile)."""
+    m = _pair(label, art, single, repeats, passes)
+    return {"vs_best_median": m["vs_best_median"], "vs_best_min": m["vs_best_min"],
+            "contended": m["contended"],
+            "faster": m["vs_best_median"] < 0 and m["vs_best_min"] < 0 and not m["contended"]}
+
+
+def _pair(label: str, art, single, repeats: int, passes: int) -> dict:
+    """One plan measured beside the best single configuration, each alone, in one contention
+    window: its median and minimum, their ratios to the best single's, that run's best single
+    median, and what contended the window (None when quiet)."""
     from provmap.partition.measure.contention import Window
     from provmap.partition.measure.interleave import measure_artifacts
 
@@ -156,19 +166,17 @@ def _again(label: str, art, single, repeats: int, passes: int) -> dict:
                             min_block_s=0.5, never_cap=("best single", label))
     cond = win.stop()
     ref, s = lat["best single"].summary(), lat[label].summary()
-    med, low = s["median_ms"] / ref["median_ms"] - 1, s["min_ms"] / ref["min_ms"] - 1
-    return {"vs_best_median": med, "vs_best_min": low,
-            "contended": "; ".join(cond.reasons) if cond.contended else None,
-            "faster": med < 0 and low < 0 and not cond.contended}
-
+    return {"measured_ms": s["median_ms"], "min_ms": s["min_ms"],
+            "vs_best_median": s["median_ms"] / ref["median_ms"] - 1,
+            "vs_best_min": s["min_ms"] / ref["min_ms"] - 1,
+            "best_single_ms": ref["median_ms"],  # this run's, not the oracle plans' run's
+            "contended": "; ".join(cond.reasons) if cond.contended else None}
 
 def measure_choice(view, choice_by_id: dict, label: str, single, best: str, order: list[str],
                    backends: dict, cal: dict, say, repeats: int, passes: int) -> tuple[dict, object]:
     """Build the plan of `choice_by_id` (node id -> backend; others on `best`) and measure it
     beside the best single configuration's artifact `single`, each alone; its hooked runs say
     what each partition took.  (the row, the artifact or None if it did not build)."""
-    from provmap.partition.measure.contention import Window
-    from provmap.partition.measure.interleave import measure_artifacts
     from provmap.partition.strategies import plan_from_choice
     from provmap.runtime_module.artifact import build_artifact
     from provmap.runtime_module.plan import Plan
@@ -182,18 +190,7 @@ def measure_choice(view, choice_by_id: dict, label: str, single, best: str, orde
     say(f"headroom: building and measuring the {label} plan ({len(parts)} partitions)")
     try:
         art = build_artifact(view, Plan(label, parts), {b: backends[b] for b in row["backends"]})
-        win = Window()
-        lat = measure_artifacts({"best single": single, label: art}, repeats=repeats,
-                                passes=passes, min_block_s=0.5,
-                                never_cap=("best single", label))
-        cond = win.stop()
-        row["contended"] = "; ".join(cond.reasons) if cond.contended else None
-        ref, s = lat["best single"].summary(), lat[label].summary()
-        row.update(measured_ms=s["median_ms"], min_ms=s["min_ms"],
-                   vs_best_median=s["median_ms"] / ref["median_ms"] - 1,
-                   vs_best_min=s["min_ms"] / ref["min_ms"] - 1,
-                   best_single_ms=ref["median_ms"],  # this run's, not the oracle plans' run's
-                   breakdown=breakdown(art, cal))
+        row.update(_pair(label, art, single, repeats, passes), breakdown=breakdown(art, cal))
     except Exception as e:  # reported, never kept
         row["failed"] = f"{type(e).__name__}: {e}".splitlines()[0]
         return row, None
