@@ -15,6 +15,22 @@ def chromium() -> str:
     pytest.fail("Chromium is needed for the report test (.ci/run installs Debian's chromium)")
 
 
+def _end_group(pgid: int, profile: str) -> None:
+    import os
+    import signal
+    import time
+
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for _ in range(20):
+        shutil.rmtree(profile, ignore_errors=True)
+        if not os.path.exists(profile):
+            return
+        time.sleep(0.25)
+
+
 def screenshot_when(url: str, out, ready_js: str, then_js: str | None = None,
                     timeout: float = 120.0, size: tuple[int, int] = (1600, 1000)) -> bool:
     """Open `url` in headless Chromium and save a PNG screenshot to `out` once the JavaScript
@@ -35,13 +51,16 @@ def screenshot_when(url: str, out, ready_js: str, then_js: str | None = None,
     from tornado.ioloop import IOLoop
     from tornado.websocket import websocket_connect
 
-    with tempfile.TemporaryDirectory(prefix="provmap-chromium-") as profile:
+    # Chromium's helpers (crashpad, renderers) outlive the browser by a moment and keep
+    # writing its profile, so the directory is removed after the whole group is gone.
+    with tempfile.TemporaryDirectory(prefix="provmap-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--hide-scrollbars", "--enable-unsafe-swiftshader", f"--user-data-dir={profile}",
              f"--window-size={size[0]},{size[1]}", "--remote-debugging-address=127.0.0.1",
              "--remote-debugging-port=0", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + 30
@@ -94,3 +113,4 @@ def screenshot_when(url: str, out, ready_js: str, then_js: str | None = None,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            _end_group(proc.pid, profile)
