@@ -70,3 +70,21 @@ def test_ctrl_c_while_the_parser_is_built_is_one_line():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines() == ["provmap: interrupted"]
+
+
+def test_ctrl_c_while_numpy_imports_is_one_line():
+    """numpy's C extension prints the traceback of any exception raised while it imports its
+    Python helpers (issue 36: Ctrl-C 0.2 s after start printed 14-30 lines).  The signal is
+    sent from inside that import, deterministically."""
+    code = ("import os, signal, sys\n"
+            "class Hook:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'numpy._utils._inspect':\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Hook())\n"
+            "import provmap.cli.main as m\n"
+            "raise SystemExit(m.main(['inspect', 'x.provmap']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines() == ["provmap: interrupted"], r.stderr

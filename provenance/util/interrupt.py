@@ -10,6 +10,7 @@ ask `raise_if_interrupted`.  Without `install` (the Python API) nothing changes.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 
@@ -48,6 +49,29 @@ def install() -> None:
     except ValueError:  # not the main thread (e.g. main() called from a worker thread)
         return
     sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
+
+
+@contextlib.contextmanager
+def deferred():
+    """Ctrl-C inside the block is recorded and raised when it ends.  numpy's C extension
+    prints the whole traceback of an exception raised while it imports its Python helpers,
+    then fails as ImportError (issue 36: Ctrl-C 0.2 s after start printed 14-30 lines), so
+    such imports must not see a KeyboardInterrupt."""
+    try:
+        previous = signal.signal(signal.SIGINT, _record)
+    except ValueError:  # not the main thread: nothing to defer
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    raise_if_interrupted()
+
+
+def _record(signum, frame):
+    global _interrupted
+    _interrupted = True
 
 
 def interrupted() -> bool:

@@ -273,9 +273,24 @@ def _refuse_source_model(mod, output) -> None:
     with open(output, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    if digest.hexdigest() in (info.get("sha256"), info.get("derived_sha256")):
+    known = (info.get("sha256"), info.get("derived_sha256"))
+    if digest.hexdigest() in known or _loaded_sha256(output) in known:
         raise ProvmapError(f"-o/--output {output} is the model this artifact was compiled from: "
                            "it would be replaced; write the annotated model elsewhere")
+
+
+def _loaded_sha256(path) -> str | None:
+    """The hash artifacts record is of the loaded model (external data read in, serialized
+    deterministically), not of the file: a model saved with its weights beside it, or by an
+    exporter that orders fields its own way, has other file bytes (annotate -o replaced it)."""
+    import onnx
+
+    from provmap.provenance import ids
+
+    try:
+        return ids.model_sha256(onnx.load(str(path), load_external_data=True))
+    except Exception:  # not an ONNX model, or its data is missing: not the source either
+        return None
 
 
 def cmd_annotate(args) -> int:
