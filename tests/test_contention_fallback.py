@@ -160,3 +160,13 @@ def test_quiet_end_to_end_evidence_is_this_search_s_quiet_check_else_a_quiet_sto
                     "e2e": {"measured": med(collage=1.0, single_onnxruntime=1.2)}})
     assert fallback.quiet_measured(space, first(True)) == {"collage": 1.0,
                                                            "single:onnxruntime": 1.2}
+
+
+def test_a_winner_within_the_drift_of_the_quiet_best_is_not_overturned():
+    """One quiet price per configuration overturned a winner 1% behind it (issue 36's fourth
+    afternoon); a gap under 5% is within what this machine moves between runs."""
+    rec = fallback.decide("collage", BUSY, {}, {"single:openvino": 1.00, "collage": 1.03})
+    assert rec["instead_of"] is None and rec["kept"] == "collage"
+    assert "within 5% of the fastest" in rec["why"]
+    rec = fallback.decide("collage", BUSY, {}, {"single:openvino": 1.00, "collage": 1.08})
+    assert rec["instead_of"] == "collage" and rec["kept"] == "single:openvino"
