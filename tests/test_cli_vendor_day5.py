@@ -73,3 +73,25 @@ def test_overlays_never_replaces_the_source_model_in_its_directory(embedded, tmp
     r = provmap("overlays", art, "-o", tmp_path / "ov")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "ov" / "model.onnx").is_file()
+
+
+@pytest.fixture(scope="module")
+def artifact(squeezenet_cli_artifact):
+    return squeezenet_cli_artifact
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("report", "{a}", "-o", "{d}/r.html", "--repeats", "50"), "--repeats applies only with "
+     "--measure"),
+    (("report", "{a}", "-o", "{d}/r.html", "--trust"), "--trust applies only with --measure"),
+    (("explain", "{a}", "--model", "{d}/m.onnx"), "--model applies only with --headroom"),
+    (("explain", "{a}", "--repeats", "3", "--trust"), "--repeats/--trust apply only with "
+     "--headroom"),
+])
+def test_options_that_act_only_beside_another_are_refused_alone(tmp_path, artifact, argv,
+                                                                 words):
+    """`report --repeats 50` profiled nothing and `explain --model m.onnx` read nothing, exit 0
+    (issue 36's fourth afternoon)."""
+    r = provmap(*(str(x).format(a=artifact, d=tmp_path) for x in argv))
+    _refused(r, words)
+    assert not (tmp_path / "r.html").exists()

@@ -227,10 +227,24 @@ def _check_profile_is_of(profile: dict, path: str, mod, artifact: str) -> None:
                            "--measure")
 
 
+def _only_with(args, needed: str, present: bool, *flags) -> None:
+    """Options that only act beside another were taken and ignored (issue 36's fourth
+    afternoon: `report --repeats 50` profiled nothing, `explain --model m.onnx` read nothing),
+    as search flags under single: were: refused in one line."""
+    given = [flag for flag, on in flags if on]
+    if given and not present:
+        raise ProvmapError(f"{'/'.join(given)} appl{'ies' if len(given) == 1 else 'y'} only "
+                           f"with {needed}; without it {'it' if len(given) == 1 else 'they'} "
+                           "would be ignored")
+
+
 def cmd_report(args) -> int:
     from provmap.runtime_module.module import load
     from provmap.workbench.report_html import render
 
+    _only_with(args, "--measure", args.measure, ("--repeats", args.repeats is not None),
+               ("--trust", args.trust))
+    args.repeats = 10 if args.repeats is None else args.repeats
     profile = None
     if args.profile and args.measure:
         raise ProvmapError("give either --profile FILE (saved costs) or --measure (profile "
@@ -318,6 +332,10 @@ def cmd_explain(args) -> int:
 
     from provmap.workbench.explain import explain_artifact, format_explain
 
+    _only_with(args, "--headroom or --oracle-plans", args.headroom or args.oracle_plans,
+               ("--model", args.model is not None), ("--repeats", args.repeats is not None),
+               ("--trust", args.trust))
+    args.repeats = 10 if args.repeats is None else args.repeats
     mod = load(args.artifact, runnable=False)
     try:  # plan_info is the search's record, free-form: an edited one must not crash explain
         x = explain_artifact(mod.manifest)
@@ -425,8 +443,8 @@ def add_workbench_commands(sub) -> None:
     r.add_argument("-o", "--output", required=True, help="HTML file to write")
     r.add_argument("--profile", help="costs from a `provmap profile --json` file")
     r.add_argument("--measure", action="store_true", help="profile now for per-node costs")
-    r.add_argument("--repeats", type=repeats, default=10,
-                   help="profiling runs with --measure (default %(default)s)")
+    r.add_argument("--repeats", type=repeats, default=None,
+                   help="profiling runs with --measure (default 10)")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     add_trust_option(r)
     r.set_defaults(func=cmd_report)
@@ -453,8 +471,8 @@ def add_workbench_commands(sub) -> None:
                    "headroom exist? (implies --headroom)")
     e.add_argument("--model", help="the ONNX model, if the artifact does not embed it "
                    "(--headroom)")
-    e.add_argument("--repeats", type=repeats, default=10,
-                   help="profiled runs per plan for --headroom (default %(default)s)")
+    e.add_argument("--repeats", type=repeats, default=None,
+                   help="profiled runs per plan for --headroom (default 10)")
     add_trust_option(e)
     e.set_defaults(func=cmd_explain)
 
