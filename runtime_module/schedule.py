@@ -107,7 +107,8 @@ def is_concurrent(schedule: dict | None) -> bool:
 def describe(schedule: dict | None) -> str:
     """One line: "serial" or "p0 | p1+p2 | p3 (threads p1=1, p2=1)"."""
     if not schedule:
-        return "serial (one partition at a time, each backend with its default threads)"
+        return ("serial (one partition at a time, each backend with the threads its options "
+                "set, else the library default)")
     text = " | ".join("+".join(s) for s in schedule["stages"])
     th = schedule.get("threads") or {}
     if th:

@@ -88,3 +88,22 @@ def test_ctrl_c_while_numpy_imports_is_one_line():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines() == ["provmap: interrupted"], r.stderr
+
+
+def test_ctrl_c_while_a_finished_command_exits_is_one_line(tmp_path):
+    """A Ctrl-C in a finished command's teardown killed it silently by SIGINT (status -2, bisect
+    had printed its verdict) or printed an "Exception ignored in atexit" block.  The signal is
+    sent from an exit handler, deterministically."""
+    code = ("import atexit, os, signal, sys, time\n"
+            "import provmap.cli.main as m\n"
+            "def late():\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(0.2)\n"
+            "atexit.register(late)\n"
+            "sys.argv = ['provmap', 'inspect', 'nothing-here.provmap']\n"
+            "raise SystemExit(m.main())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert r.stderr.strip().splitlines()[-1] == "provmap: interrupted", r.stderr
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr

@@ -76,7 +76,10 @@ def cmd_compile(args) -> int:
         print(json.dumps(summary, indent=2))
     else:
         parts = ", ".join(f"{p['id']}:{p['backend']}({p['op_nodes']})" for p in summary["partitions"])
-        print(f"{args.output}: {summary['strategy']}, {len(summary['partitions'])} partition(s): {parts}")
+        parts = parts or ("nothing runs on a backend (every output is an input or computed "
+                          "at import)")
+        print(f"{args.output}: {summary['strategy']}, {len(summary['partitions'])} "
+              f"partition(s): {parts}")
         cov = summary["coverage"]
         print(f"  ONNX nodes mapped {cov['onnx_nodes_mapped']}/{cov['onnx_nodes_total']} "
               f"(elided {cov['onnx_nodes_elided']}), kernels mapped "

@@ -80,7 +80,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # between parsing and dispatch's own handler
         print("provmap: interrupted", file=sys.stderr)
         rc = 130
-    return _interrupted_exit(argv) if rc == 130 else rc
+    if rc == 130:
+        return _interrupted_exit(argv)
+    if argv is None:
+        interrupt.at_teardown()
+        _leave(rc)
+    return rc
 
 
 def _interrupted_exit(argv) -> int:
@@ -92,6 +97,15 @@ def _interrupted_exit(argv) -> int:
     gets 130 back."""
     if argv is not None:
         return 130
+    _leave(130)
+
+
+def _leave(rc: int) -> None:
+    """End the command-line process with `rc` once its exit handlers ran, without the
+    interpreter's finalization: that restores SIGINT's default action, and a Ctrl-C during the
+    libraries' slow teardown (OpenVINO's threads) then killed a finished command silently with
+    status -2 (issue 36: bisect had printed its verdict).  Output is flushed first; every file
+    provmap writes is complete and renamed into place before this point."""
     import atexit
 
     for stream in (sys.stdout, sys.stderr):
@@ -100,7 +114,12 @@ def _interrupted_exit(argv) -> int:
         except (OSError, ValueError):
             pass
     atexit._run_exitfuncs()
-    os._exit(130)
+    for stream in (sys.stdout, sys.stderr):  # what the exit handlers said
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 if __name__ == "__main__":
