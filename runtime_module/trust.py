@@ -405,6 +405,12 @@ def revoke(what: str) -> list[dict]:
             raise ValueError(f"digest prefix {what} matches {len(hit)} entries; give more digits")
     else:
         hit = [e for e in all_ if e["path"] == os.path.abspath(what)]
+        if not hit and re.fullmatch(r"[0-9a-fA-F]{1,7}", what):
+            # "no such entry" for the first digits of a listed digest read as a wrong digest
+            near = sum(e["digest"].startswith(what.lower()) for e in all_)
+            raise ValueError(f"{what}: a digest prefix needs at least 8 hex digits"
+                             + (f" ({near} entr{'y starts' if near == 1 else 'ies start'} "
+                                "with it)" if near else ""))
     if hit:
         _delete([e["digest"] for e in hit])
     return hit

@@ -95,3 +95,17 @@ def test_options_that_act_only_beside_another_are_refused_alone(tmp_path, artifa
     r = provmap(*(str(x).format(a=artifact, d=tmp_path) for x in argv))
     _refused(r, words)
     assert not (tmp_path / "r.html").exists()
+
+
+def test_revoking_by_too_short_a_prefix_says_so_not_no_such_entry(tmp_path):
+    """`trust --revoke 82cf` (the first digits `--list` shows) said "no such entry"."""
+    model = _with_external_data(tmp_path / "m.onnx")
+    art = tmp_path / "t.provmap"
+    assert provmap("compile", model, "-o", art, "--strategy", "single:tvm").returncode == 0
+    listed = provmap("trust", "--list").stdout
+    digest = listed.splitlines()[1].split()[0]
+    _refused(provmap("trust", "--revoke", digest[:4]), "a digest prefix needs at least 8 hex "
+             "digits (1 entry starts with it)")
+    assert digest in provmap("trust", "--list").stdout
+    r = provmap("trust", "--revoke", digest[:8])
+    assert r.returncode == 0 and f"revoked {digest}" in r.stdout, r.stderr
