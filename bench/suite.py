@@ -262,7 +262,9 @@ def paired_overhead(fns: dict, rooms: dict, repeats: int, passes: int = 8) -> di
     return {"paired_passes": len(ratios),
             "paired_overhead": statistics.median(ratios) - 1 if ratios else None,
             "paired_overhead_min": (min(lat[art].samples_s) / min(lat[lib].samples_s) - 1
-                                    if lat[art].samples_s and lat[lib].samples_s else None)}
+                                    if lat[art].samples_s and lat[lib].samples_s else None),
+            "container_min_ms": min(lat[art].samples_s) * 1e3 if lat[art].samples_s else None,
+            "library_min_ms": min(lat[lib].samples_s) * 1e3 if lat[lib].samples_s else None}
 
 
 def plan_signature(manifest: dict) -> tuple:

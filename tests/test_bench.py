@@ -367,3 +367,27 @@ def test_the_limit_alone_in_one_command(tmp_path):
                         "-o", str(tmp_path / "x")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "no/such.onnx" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_the_container_overhead_alone_in_one_command(tmp_path):
+    """`python -m provmap.bench.container_run`: single:<b> against the library called directly,
+    in paired blocks, for both libraries, without a search."""
+    import json
+
+    import onnx
+
+    from provmap.bench import container_run
+    from small_models import conv_relu
+
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_relu(), model)
+    out = tmp_path / "c"
+    assert container_run.main([str(model), "--passes", "2", "--repeats", "4",
+                               "-o", str(out)]) == 0
+    res = json.loads((out / "container.json").read_text())
+    assert [r["backend"] for r in res["rows"]] == ["onnxruntime", "openvino"]
+    for r in res["rows"]:
+        assert r["paired_passes"] == 2 and r["library_min_ms"] > 0 and r["container_min_ms"] > 0
+        assert r["paired_overhead_min"] == pytest.approx(
+            r["container_min_ms"] / r["library_min_ms"] - 1)
+    assert "| onnxruntime |" in (out / "container.md").read_text()
