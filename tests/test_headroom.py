@@ -245,9 +245,14 @@ def test_the_priced_limit_is_tightened_by_timing_its_plans_regions_in_context():
          "priced": {"kappa_ms": 0.0, "whole_ms": 2.0, "priced": False}}
     rows = tighten(view, o, cal, [[conv], [relu]], lambda choice, label: measure_choice(
         view, choice, label, single, "onnxruntime", ["onnxruntime", "openvino"], every, cal,
-        lambda m: None, repeats=3, passes=1), rounds=2)
+        lambda m: None, repeats=3, passes=1, same_cuts=True), rounds=2)
     p = o["priced"]
     first = p["rounds"][0]
+    # the same cut with both partitions on the best single, measured in the same run
+    sc, own = rows[0]["same_cuts"], first["own_cuts"]
+    assert sc["cuts"] == 1 and sc["measured_ms"] > 0 and sc["best_single_ms"] > 0
+    assert own["per_cut_median_ms"] == pytest.approx(sc["measured_ms"] - sc["best_single_ms"])
+    assert own["below_kappa"] == (min(own["per_cut_median_ms"], own["per_cut_min_ms"]) < 0.0)
     assert rows[0]["plan"] == "priced limit" and rows[0]["partitions"] == 2
     assert first["cuts"] == 1 and first["predicted_vs_best"] == pytest.approx(-0.375)
     assert rows[0]["measured_ms"] > 0 and "vs_best_min" in rows[0]
@@ -261,6 +266,9 @@ def test_the_priced_limit_is_tightened_by_timing_its_plans_regions_in_context():
         assert t["backend"] == "openvino" and t["nodes"] == 1
         assert t["profiled_ms"] == pytest.approx(0.25) and t["measured_ms"] >= 0
     assert 0 <= p["tightened_ms"] <= 2.0 + 1e-9 and p["tightened_share"] is not None
+    assert any("the same cuts on the best single: " in line
+               for line in format_priced({**p, "headroom_share": 0.375, "priced_ms": 1.25,
+                                          "cuts": 1, "break_even_ms": None}))
     assert any(line.startswith("  tightened by measuring its plans:")
                for line in format_priced({**p, "headroom_share": 0.375, "priced_ms": 1.25,
                                           "cuts": 1, "break_even_ms": None}))

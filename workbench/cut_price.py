@@ -151,9 +151,21 @@ def format_rounds(p: dict) -> list[str]:
         timed = "; ".join(f"{t['nodes']} nodes on {t['backend']}: profiled "
                           f"{t['profiled_ms']:.3f} ms, measured {t['measured_ms']:.3f}"
                           for t in r.get("timed", []))
+        own = r.get("own_cuts")
+        if own and own.get("failed"):
+            own_text = f"; the same cuts on the best single did not build: {own['failed']}"
+        elif own:
+            own_text = (f"; the same cuts on the best single: {own['vs_best_median']:+.1%} by "
+                        f"median, {own['vs_best_min']:+.1%} by minimum, "
+                        f"{own['per_cut_median_ms']:.3f}/{own['per_cut_min_ms']:.3f} ms per "
+                        f"cut (kappa {own['kappa_ms']:.3f}"
+                        + (": these cuts cost less than kappa, so kappa overprices them"
+                           if own["below_kappa"] else "") + ")")
+        else:
+            own_text = ""
         out.append(f"  round {r['round']}: {r['cuts']} cut(s), predicted "
                    f"{r['predicted_vs_best']:+.1%}, {got}" + (f"; timed in context: {timed}"
-                                                              if timed else ""))
+                                                              if timed else "") + own_text)
     share = p["tightened_share"]
     out.append(f"  tightened by measuring its plans: {p['tightened_ms']:.3f} ms, "
                f"{p['tightened_cuts']} cut(s), headroom {share:.1%}: "

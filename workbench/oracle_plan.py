@@ -127,7 +127,7 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
 
         def measure(choice, label):
             row, art = measure_choice(view, choice, label, arts["best single"], best, order,
-                                      backends, cal, say, repeats, passes)
+                                      backends, cal, say, repeats, passes, same_cuts=True)
             if art is not None:
                 arts[label] = art
             return row, art
@@ -158,25 +158,50 @@ def _pair(label: str, art, single, repeats: int, passes: int) -> dict:
     """One plan measured beside the best single configuration, each alone, in one contention
     window: its median and minimum, their ratios to the best single's, that run's best single
     median, and what contended the window (None when quiet)."""
+    return _beside_single({label: art}, single, repeats, passes)[label]
+
+
+def _beside_single(arts: dict, single, repeats: int, passes: int) -> dict:
+    """`_pair` for several plans in one measuring run: {label: row}, one window for all."""
     from provmap.partition.measure.contention import Window
     from provmap.partition.measure.interleave import measure_artifacts
 
     win = Window()
-    lat = measure_artifacts({"best single": single, label: art}, repeats=repeats, passes=passes,
-                            min_block_s=0.5, never_cap=("best single", label))
+    lat = measure_artifacts({"best single": single, **arts}, repeats=repeats, passes=passes,
+                            min_block_s=0.5, never_cap=("best single", *arts))
     cond = win.stop()
-    ref, s = lat["best single"].summary(), lat[label].summary()
-    return {"measured_ms": s["median_ms"], "min_ms": s["min_ms"],
-            "vs_best_median": s["median_ms"] / ref["median_ms"] - 1,
-            "vs_best_min": s["min_ms"] / ref["min_ms"] - 1,
-            "best_single_ms": ref["median_ms"],  # this run's, not the oracle plans' run's
-            "contended": "; ".join(cond.reasons) if cond.contended else None}
+    ref = lat["best single"].summary()
+    out = {}
+    for label in arts:
+        s = lat[label].summary()
+        out[label] = {"measured_ms": s["median_ms"], "min_ms": s["min_ms"],
+                      "vs_best_median": s["median_ms"] / ref["median_ms"] - 1,
+                      "vs_best_min": s["min_ms"] / ref["min_ms"] - 1,
+                      "best_single_ms": ref["median_ms"],  # this run's
+                      "best_single_min_ms": ref["min_ms"],
+                      "contended": "; ".join(cond.reasons) if cond.contended else None}
+    return out
+
+
+def same_cuts_plan(parts: list, best: str, label: str):
+    """The plan `parts` with every partition on `best`, its cuts kept: measured beside the
+    mixed plan, its excess over the uncut best single is the price of exactly those cuts (lost
+    fusion, per-call time, copies) with no second library involved, so the mixed plan's own
+    excess splits into what the cuts cost and what the other library's kernels did."""
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+
+    return Plan(label, [PartitionSpec(best, list(p.ops),
+                                      why=f"{p.why} (same cuts, all on {best})")
+                        for p in parts])
 
 def measure_choice(view, choice_by_id: dict, label: str, single, best: str, order: list[str],
-                   backends: dict, cal: dict, say, repeats: int, passes: int) -> tuple[dict, object]:
+                   backends: dict, cal: dict, say, repeats: int, passes: int,
+                   same_cuts: bool = False) -> tuple[dict, object]:
     """Build the plan of `choice_by_id` (node id -> backend; others on `best`) and measure it
     beside the best single configuration's artifact `single`, each alone; its hooked runs say
-    what each partition took.  (the row, the artifact or None if it did not build)."""
+    what each partition took.  With `same_cuts`, the same plan all on `best`
+    (`same_cuts_plan`) is measured in the same run, as the row's `same_cuts`.
+    (the row, the artifact or None if it did not build)."""
     from provmap.partition.strategies import plan_from_choice
     from provmap.runtime_module.artifact import build_artifact
     from provmap.runtime_module.plan import Plan
@@ -190,10 +215,21 @@ def measure_choice(view, choice_by_id: dict, label: str, single, best: str, orde
     say(f"headroom: building and measuring the {label} plan ({len(parts)} partitions)")
     try:
         art = build_artifact(view, Plan(label, parts), {b: backends[b] for b in row["backends"]})
-        row.update(_pair(label, art, single, repeats, passes), breakdown=breakdown(art, cal))
     except Exception as e:  # reported, never kept
         row["failed"] = f"{type(e).__name__}: {e}".splitlines()[0]
         return row, None
+    arts = {label: art}
+    cut_label = f"{label}, same cuts on {best}"
+    if same_cuts and len(parts) > 1:
+        try:
+            arts[cut_label] = build_artifact(view, same_cuts_plan(parts, best, cut_label),
+                                             {best: backends[best]})
+        except Exception as e:  # the probe is evidence, not the plan: the plan still counts
+            row["same_cuts"] = {"failed": f"{type(e).__name__}: {e}".splitlines()[0]}
+    measured = _beside_single(arts, single, repeats, passes)
+    row.update(measured[label], breakdown=breakdown(art, cal))
+    if cut_label in measured:
+        row["same_cuts"] = {"cuts": len(parts) - 1, **measured[cut_label]}
     return row, art
 
 

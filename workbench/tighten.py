@@ -62,7 +62,8 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
         rows.append(row)
         step = {"round": k, "plan": label, "cuts": cuts, "predicted_vs_best":
                 row["predicted_vs_best"], "vs_best_median": row.get("vs_best_median"),
-                "vs_best_min": row.get("vs_best_min"), "timed": []}
+                "vs_best_min": row.get("vs_best_min"), "timed": [],
+                "own_cuts": own_cuts(row, kappa)}
         log.append(step)
         if art is None:
             stopped = f"the {label} plan did not build"
@@ -84,6 +85,24 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
              noisy=bool(o.get("contended") or any(r.get("contended") for r in rows)),
              tightened_share=(whole - final_ms) / whole if whole > 0 else None)
     return rows
+
+
+def own_cuts(row: dict, kappa: float) -> dict | None:
+    """What this plan's own cuts cost, from its same-cuts twin (oracle_plan.same_cuts_plan):
+    the twin's excess over the uncut best single, per cut, by median and minimum, beside the
+    kappa the path charged.  kappa is the cheapest *average* over earlier plans; a path whose
+    own cuts measure cheaper than kappa was priced too high there, and the round says so
+    (`below_kappa`) instead of the bound silently resting on it."""
+    sc = row.get("same_cuts")
+    if not sc or sc.get("failed") or not sc.get("cuts"):
+        return {"failed": sc["failed"]} if sc and sc.get("failed") else None
+    n = sc["cuts"]
+    med = (sc["measured_ms"] - sc["best_single_ms"]) / n
+    mn = (sc["min_ms"] - sc["best_single_min_ms"]) / n
+    return {"cuts": n, "per_cut_median_ms": med, "per_cut_min_ms": mn,
+            "vs_best_median": sc["vs_best_median"], "vs_best_min": sc["vs_best_min"],
+            "kappa_ms": kappa, "below_kappa": min(med, mn) < kappa,
+            "contended": sc.get("contended")}
 
 
 def _time_regions(art, bd: dict, costs: dict, best: str, kappa: float, scale: float
