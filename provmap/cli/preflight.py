@@ -90,6 +90,9 @@ def _external_data(model: str) -> list[str]:
     try:
         if not os.path.isfile(model) or os.path.getsize(model) > _EXTERNAL_SCAN_MAX:
             return []
+        with open(model, "rb") as f:  # every external tensor names its "location" key:
+            if b"location" not in f.read():  # a model without the word has none, unparsed
+                return []
         import onnx
         from onnx.external_data_helper import _get_all_tensors
 
