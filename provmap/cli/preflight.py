@@ -182,19 +182,21 @@ def _check_outputs(args) -> list[str]:
         if not value.strip():
             raise ProvmapError(f"{_flag(name)}: an empty name; give a "
                                f"{'directory' if directory else 'file'} to write")
-        if name == "output" and getattr(args, "command", None) == "map":
-            for f in written_files(args):  # a prefix: the two files are the outputs
-                check_writable(f)
-                if os.path.isfile(f):
-                    replaced.append(f)
+        prefix = name == "output" and getattr(args, "command", None) == "map"
+        if not prefix:  # map's -o is a prefix: only its two files are outputs
+            check_writable(value, directory=directory)
+        if not (prefix or directory):
+            if os.path.isfile(value):
+                replaced.append(value)
             continue
-        check_writable(value, directory=directory)
-        if not directory and os.path.isfile(value):
-            replaced.append(value)
-        elif directory and name == "output":  # each file it rewrites is said, as for a file
-            for f in written_files(args):
-                if f != value and os.path.lexists(f):
-                    check_writable(f)  # a FIFO among them: refused before any file is written
-                    if os.path.isfile(f):
-                        replaced.append(f)
+        if name != "output":
+            continue
+        # each file written under it is checked (a FIFO among them is refused before any
+        # file is written) and, when it is replaced, said as a file output is
+        for f in written_files(args):
+            if f == value or (directory and not os.path.lexists(f)):
+                continue
+            check_writable(f)
+            if os.path.isfile(f):
+                replaced.append(f)
     return replaced
