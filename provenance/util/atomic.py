@@ -61,20 +61,19 @@ def resolve_output(path: str | os.PathLike) -> Path:
     p = Path(path)
     if not p.is_symlink():
         return p
+    why = ""
     try:
         return Path(os.path.realpath(p, strict=True))
     except FileNotFoundError:  # dangling: its target is a new path
         target = Path(os.path.realpath(p))
+        if not target.is_symlink():
+            return target
+        # else realpath gave up inside a loop
     except OSError as e:  # a loop of links names no file at all
-        from .errors import ProvmapError
+        why = f" ({e.strerror})"
+    from .errors import ProvmapError
 
-        raise ProvmapError(f"{path}: a loop of symbolic links ({e.strerror}); it names no "
-                           "file to write") from None
-    if target.is_symlink():  # realpath gave up inside a loop
-        from .errors import ProvmapError
-
-        raise ProvmapError(f"{path}: a loop of symbolic links; it names no file to write")
-    return target
+    raise ProvmapError(f"{path}: a loop of symbolic links{why}; it names no file to write")
 
 
 def stage_file(dest: Path, write) -> Path:
