@@ -72,10 +72,10 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
                     v.strs(x, f"{at}.{f}")
                 else:
                     v.opt_str(x, f"{at}.{f}", max_len=MAX_TEXT)
-    ids = {key: {r[f] for r in d[key]} for key, f in (("onnx_nodes", "id"),
-           ("relax_exprs", "id"), ("kernels", "name"), ("kernel_sites", "id"))}
-    for (key, f), known in zip((("onnx_nodes", "id"), ("relax_exprs", "id"), ("kernels", "name"),
-                                ("kernel_sites", "id")), ids.values()):
+    keyed = {"onnx_nodes": "id", "relax_exprs": "id", "kernels": "name", "kernel_sites": "id"}
+    ids = {key: {r[f] for r in d[key]} for key, f in keyed.items()}
+    for key, f in keyed.items():
+        known = ids[key]
         if len(known) != len(d[key]):  # every node twice read "132 ran on a backend" of 66
             seen: set = set()
             i, r = next((i, r) for i, r in enumerate(d[key])
