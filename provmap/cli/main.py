@@ -59,8 +59,9 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         interrupt.raise_if_interrupted()  # a Ctrl-C an import's callback could not raise
-        with interrupt.deferred():  # every command needs numpy; its import prints Ctrl-C
-            import numpy  # noqa: F401
+        if args.command != "trust":  # the rest need numpy, whose import prints a Ctrl-C
+            with interrupt.deferred():
+                import numpy  # noqa: F401
     except UsageError:  # already one line (and the JSON object under --json)
         return 2
     except KeyboardInterrupt:
