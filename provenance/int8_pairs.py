@@ -28,6 +28,11 @@ from onnx import TensorProto, numpy_helper
 #: The largest |weight| whose pair sums with uint8 activations always fit in int16.
 SAFE_WEIGHT = 64
 
+#: Activation types whose products take the u8 x s8 path: int8 ones too, since without VNNI
+#: oneDNN shifts an int8 source by 128 into uint8 (and compensates after the sum), so a
+#: QOperator model's int8 QLinearConv on OpenVINO was 16 steps off ORT (2026-11-27).
+_ACTIVATIONS = (TensorProto.UINT8, TensorProto.INT8)
+
 _INTEGER_OPS = {"MatMulInteger": (0, 1), "ConvInteger": (0, 1), "QLinearMatMul": (0, 3),
                 "QLinearConv": (0, 3)}
 _FLOAT_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
@@ -52,7 +57,19 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     for n in g.node:  # what the quantizing ops write, whatever value_info says
         if n.op_type in ("DynamicQuantizeLinear",) and n.output:
             out[n.output[0]] = TensorProto.UINT8
+        elif n.op_type in _OUTPUT_ZERO_POINT and n.output:
+            # its output has its zero point's type (uint8 when QuantizeLinear omits it): a
+            # QOperator model's activations have no value_info, and QLinearConv went unwarned
+            k = _OUTPUT_ZERO_POINT[n.op_type]
+            zp = n.input[k] if k < len(n.input) else ""
+            out[n.output[0]] = out.get(zp, TensorProto.UINT8) if zp else TensorProto.UINT8
     return out
+
+
+#: The input holding the output's zero point, per quantizing op (QuantizeLinear, QOperator).
+_OUTPUT_ZERO_POINT = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7,
+                      "QLinearAdd": 7, "QLinearMul": 7, "QLinearGlobalAveragePool": 4,
+                      "QLinearAveragePool": 4, "QLinearLeakyRelu": 4, "QLinearSigmoid": 4}
 
 
 def _wide_int8(t: onnx.TensorProto | None) -> bool:
@@ -76,13 +93,13 @@ def saturating_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
             continue
         if n.op_type in _INTEGER_OPS:
             a, b = (n.input[k] if k < len(n.input) else "" for k in _INTEGER_OPS[n.op_type])
-            if types.get(a) == TensorProto.UINT8 and _wide_int8(consts.get(b)):
+            if types.get(a) in _ACTIVATIONS and _wide_int8(consts.get(b)):
                 found.append(n)
         elif n.op_type in _FLOAT_OPS and len(n.input) >= 2:
             act, wt = producer.get(n.input[0]), producer.get(n.input[1])
             if (act is not None and wt is not None and act.op_type == "DequantizeLinear"
                     and wt.op_type == "DequantizeLinear"
-                    and types.get(act.input[0]) == TensorProto.UINT8
+                    and types.get(act.input[0]) in _ACTIVATIONS
                     and _wide_int8(consts.get(wt.input[0]))):
                 found.append(n)
     return found
@@ -99,7 +116,7 @@ def saturation_warning(model: onnx.ModelProto) -> list[str]:
         return []
     n = nodes[0]
     more = f" and {len(nodes) - 1} more" if len(nodes) > 1 else ""
-    return [f"node '{n.name or n.output[0]}' ({n.op_type}){more} multiplies uint8 activations by "
+    return [f"node '{n.name or n.output[0]}' ({n.op_type}){more} multiplies 8-bit activations by "
             f"int8 weights beyond +-{SAFE_WEIGHT}: on CPUs without VNNI, ONNX Runtime's and "
             "OpenVINO's kernels add such products in saturating int16 pairs, so backends may "
             "differ by many quantization steps (7-bit weights, quantize_dynamic(..., "

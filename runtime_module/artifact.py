@@ -119,6 +119,11 @@ class Artifact:
             raise ProvmapError(f"{self.where or 'artifact'}: manifest.json: backends."
                                f"{backend}.options: {unknown[0]!r} is not an option of backend "
                                f"{backend!r} (it takes {', '.join(sorted(declared))})")
+        for k, v in options.items():  # and each value as the command line's are (threads=-1
+            why = backend_class(backend).option_problem(k, v)  # ran, issue 36)
+            if why:
+                raise ProvmapError(f"{self.where or 'artifact'}: manifest.json: backends."
+                                   f"{backend}.options.{k}: {v!r} is refused ({why})")
         return options
 
     def source_model(self, given=None):

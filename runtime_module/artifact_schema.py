@@ -76,6 +76,7 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
             v.str_(k, f"{p}.options", max_len=128)
             _check_option(v, val, f"{p}.options.{_key(k)}", k)
     ids = _check_partitions(v, m["partitions"], members, backends)
+    _check_strategy(v, m["strategy"], m["partitions"])
     _check_dataflow(v, m)
     consts = v.dict_(m.get("constant_outputs") or {}, "constant_outputs")
     for name, member in consts.items():
@@ -196,11 +197,38 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
     return ids
 
 
+def _check_strategy(v: _V, strategy: str, parts: list) -> None:
+    """single:/greedy: name the libraries their partitions may use: a stranger's manifest
+    saying `single:openvino` over an ONNX Runtime partition was printed as it said (issue 36).
+    Collage and its fallbacks ("collage->single:b") are checked against `backends` only."""
+    kind, _, rest = strategy.partition(":")
+    if kind not in ("single", "greedy") or not rest:
+        return
+    allowed = {b.split("[", 1)[0] for b in (rest.split(",") if kind == "greedy" else [rest])}
+    for i, p in enumerate(parts):
+        if p["backend"].split("[", 1)[0] not in allowed:
+            v.fail(f"partitions[{i}].backend", f"{_short(p['backend'])} is not a backend of "
+                   f"strategy {_short(strategy)}")
+
+
 def _check_dataflow(v: _V, m: dict) -> None:
     """Every tensor a partition's runner reads is a graph input or an earlier partition's
     output, and every tensor it names as produced is one of its declared outputs: the executor
     looks them up by name, and a dangling one was a KeyError in the middle of a run."""
     available = {t["name"] for t in m["model"]["inputs"]}
+    # one tensor, one type: a partition input declared otherwise than the graph input or the
+    # earlier output it is (a stranger's [1,3,64,64] beside a 32x32 model) was printed as
+    # given, and an edited model input ended a run in the library's own error (issue 36)
+    declared = {t["name"]: (t.get("dtype"), t.get("shape")) for t in m["model"]["inputs"]}
+    for i, p in enumerate(m["partitions"]):
+        for j, t in enumerate(p["inputs"]):
+            was = declared.get(t["name"])
+            if was is not None and was != (t.get("dtype"), t.get("shape")):
+                v.fail(f"partitions[{i}].inputs[{j}]",
+                       f"{_short(t['name'])} is {t.get('dtype')}{t.get('shape')} here but "
+                       f"{was[0]}{was[1]} where it is made")
+        for t in p["outputs"]:
+            declared.setdefault(t["name"], (t.get("dtype"), t.get("shape")))
     for i, p in enumerate(m["partitions"]):
         meta = p.get("blob_meta") or {}
         ins = meta.get("input_names") or [t["name"] for t in p["inputs"]]

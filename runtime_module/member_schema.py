@@ -93,13 +93,39 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
                 v.str_(s, f"{key}[{i}][{j}]")
             if t[0] not in ids[first] or t[1] not in ids["relax_exprs"]:
                 v.fail(f"{key}[{i}]", f"{_short(t[:2])} names a record the map does not hold")
-    for i, p in enumerate((manifest or {}).get("partitions", ())):
+    if manifest is None:
+        return d
+    parts = manifest.get("partitions", ())
+    for i, p in enumerate(parts):
         for key, known in (("onnx_nodes", "onnx_nodes"), ("ops", "onnx_nodes"),
                            ("kernels", "kernels")):
             missing = [x for x in p.get(key, ()) if x not in ids[known]]
             if missing:
                 raise SchemaError(f"{where}: manifest.json: partitions[{i}].{key}: "
                                   f"{_short(missing[0])} is not in map.json")
+    # the coverage counts inspect and compile print are the map's own (999 of 8 was printed)
+    cov = manifest.get("coverage") or {}
+    for part, total, key in (("onnx_nodes_mapped", "onnx_nodes_total", "onnx_nodes"),
+                             ("kernels_mapped", "kernels_total", "kernels")):
+        if total in cov and cov[total] != len(d[key]):
+            raise SchemaError(f"{where}: manifest.json: coverage.{total}: {_short(cov[total])}, "
+                              f"but map.json holds {len(d[key])} {key}")
+        if part in cov and (isinstance(cov[part], bool) or not isinstance(cov[part], int)
+                            or not 0 <= cov[part] <= len(d[key])):
+            raise SchemaError(f"{where}: manifest.json: coverage.{part}: {_short(cov[part])} "
+                              f"is not a count of map.json's {len(d[key])} {key}")
+    # ... and the other way: the map's kernels and the nodes it says run belong to partitions
+    # (a manifest whose partitions were emptied or whose onnx_nodes were cut short loaded, and
+    # inspect printed "0 partition(s)" beside "8 ran on a backend": issue 36)
+    kernels = {k for p in parts for k in p.get("kernels", ())}
+    nodes = {n for p in parts for n in p.get("onnx_nodes", ())}
+    for key, f, held, what in (("kernels", "name", kernels, "kernel"),
+                               ("onnx_nodes", "id", nodes, "node")):
+        for i, r in enumerate(d[key]):
+            if r[f] not in held and not (key == "onnx_nodes" and r.get("elided")):
+                raise SchemaError(f"{where}: map.json: {key}[{i}]: {what} {_short(r[f])} "
+                                  f"{'runs' if key == 'onnx_nodes' else 'is compiled'} in no "
+                                  "partition of manifest.json")
     return d
 
 

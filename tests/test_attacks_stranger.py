@@ -51,6 +51,7 @@ def _as_openvino(src, dst, xml: bytes):
     p["backend"], p["files"] = "openvino", {"partitions/p0/model.xml": "",
                                             "partitions/p0/model.bin": ""}
     manifest["backends"] = {"openvino": {"name": "openvino", "options": {}, "version": "x"}}
+    manifest["strategy"] = "single:openvino"
     return repack(dst, manifest, files)
 
 
@@ -240,3 +241,40 @@ def test_profile_numbers_must_be_finite(capsys, art, tmp_path, bad):
     _refused(capsys, ["report", art, "--profile", prof, "-o", tmp_path / "r.html"],
              "partitions[0].ms", "not a finite number")
     assert not (tmp_path / "r.html").exists()
+
+
+# -- a stranger's manifest that disagrees with itself or its map (issue 36, fifth afternoon) --
+
+def _edited(art, dst, edit):
+    manifest, files = members(art)
+    edit(manifest)
+    return repack(dst, manifest, files)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda m: m.update(strategy="single:openvino"),
+     ("partitions[0].backend", "is not a backend of strategy 'single:openvino'")),
+    (lambda m: m["coverage"].update(onnx_nodes_mapped=999),
+     ("coverage.onnx_nodes_mapped: 999 is not a count",)),
+    (lambda m: m["model"]["inputs"][0].update(shape=[8]),
+     ("partitions[0].inputs[0]", "float32[4] here but float32[8] where it is made")),
+    (lambda m: m["partitions"][0]["inputs"][0].update(dtype="float64"),
+     ("partitions[0].inputs[0]", "float64[4] here")),
+    (lambda m: m["partitions"][0].update(onnx_nodes=[]),
+     ("map.json: onnx_nodes[0]", "runs in no partition of manifest.json")),
+    (lambda m: m.update(partitions=[]),
+     ("map.json: kernels[0]", "is compiled in no partition of manifest.json")),
+])
+def test_a_manifest_that_disagrees_with_itself_or_its_map_is_refused(capsys, art, tmp_path,
+                                                                      edit, words):
+    """Each was printed by inspect as given, exit 0 (0 partitions beside "1 ran on a
+    backend", coverage 999 of 8, a strategy naming a library no partition uses)."""
+    bad = _edited(art, tmp_path / "bad.provmap", edit)
+    _refused(capsys, ["inspect", bad], *words)
+
+
+def test_an_option_value_the_backend_refuses_is_refused_before_running(capsys, art, tmp_path):
+    bad = _edited(art, tmp_path / "bad.provmap",
+                  lambda m: m["backends"]["onnxruntime"]["options"].update(threads="٣"))
+    _refused(capsys, ["run", bad, "--random"], "backends.onnxruntime.options.threads",
+             "is refused")

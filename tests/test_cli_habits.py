@@ -168,7 +168,8 @@ def test_bisect_exit_codes_and_hidden_intermediate_divergence(tmp_path, art):
     assert r.returncode == 1, r.stderr
     res = json.loads(r.stdout)
     assert res["diverges"] and (tmp_path / "repro" / "reproducer.onnx").exists()
-    r = provmap("bisect", art / "log.onnx", "--backend", "onnxruntime", "--inputs",
+    r = provmap("bisect", art / "log.onnx", "--backend", "onnxruntime[optimization=basic]",
+                "--inputs",
                 art / "in.npz", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["diverges"] is False, r.stderr
 

@@ -91,6 +91,7 @@ def test_an_unknown_backend_in_a_manifest_is_named_as_such(tmp_path):
     m["backends"] = {"nosuch": m["backends"]["onnxruntime"]}
     for p in m["partitions"]:
         p["backend"] = "nosuch"
+    m["strategy"] = "single:nosuch"
     repack(tmp_path / "u.provmap", m, files)
     np.savez(tmp_path / "in.npz", x=np.ones(2, np.float32))
     for extra in ((), ("--trust",)):

@@ -109,3 +109,45 @@ def test_revoking_by_too_short_a_prefix_says_so_not_no_such_entry(tmp_path):
     assert digest in provmap("trust", "--list").stdout
     r = provmap("trust", "--revoke", digest[:8])
     assert r.returncode == 0 and f"revoked {digest}" in r.stdout, r.stderr
+
+
+def test_provmaps_own_trust_list_and_cost_cache_are_never_outputs(tmp_path, artifact):
+    """`inspect A --sqlite $PROVMAP_TRUST` replaced the trust list with a map: every locally
+    built TVM artifact then refused to run.  The cost cache likewise."""
+    import os
+
+    trust = tmp_path / "trusted"
+    model = _with_external_data(tmp_path / "m.onnx")
+    r = provmap("compile", model, "-o", tmp_path / "t.provmap", "--strategy", "single:tvm")
+    assert r.returncode == 0 and trust.is_file(), r.stderr
+    before = _digest(trust)
+    _refused(provmap("inspect", artifact, "--sqlite", trust), "trust list (provmap's own")
+    _refused(provmap("run", artifact, "--random", "-o", trust), "trust list (provmap's own")
+    assert _digest(trust) == before
+    cache = tmp_path / "cost.sqlite"
+    cache.write_bytes(b"")  # exists: a command would replace it
+    _refused(provmap("report", artifact, "-o", cache), "cost cache (provmap's own")
+    assert os.path.getsize(cache) == 0
+
+
+def test_annotate_never_replaces_a_file_that_is_not_an_onnx_model(embedded):
+    """`annotate -o weights.bin` replaced the embedded model's own external weights."""
+    model, art = embedded
+    weights = model.parent / "model.onnx.data"
+    before = _digest(weights)
+    _refused(provmap("annotate", art, "-o", weights), "exists and is not an ONNX model")
+    assert _digest(weights) == before
+
+
+def test_bisect_refuses_to_compare_a_library_with_itself(tmp_path):
+    model = _with_external_data(tmp_path / "m.onnx")
+    _refused(provmap("bisect", model, "--backend", "openvino", "--reference", "openvino"),
+             "are one library")
+
+
+def test_an_input_that_is_also_an_output_is_named_as_given(tmp_path, artifact):
+    """`run A --inputs in.npz --save-inputs in.npz` said "--save-inputs None (it writes ...)"."""
+    feeds = tmp_path / "in.npz"
+    assert provmap("run", artifact, "--random", "--save-inputs", feeds).returncode == 0
+    r = provmap("run", artifact, "--inputs", feeds, "--save-inputs", feeds)
+    _refused(r, f"--save-inputs {feeds} is this command's --inputs file")

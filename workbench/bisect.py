@@ -29,7 +29,7 @@ import onnx
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import save_npz_atomic, write_bytes_atomic
 from provmap.runtime_module.backend import Backend, BackendError
-from provmap.workbench.compare import Tolerance, metrics, reference_run
+from provmap.workbench.compare import Tolerance, dequantized_steps, metrics, reference_run
 from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -54,11 +54,12 @@ def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,
     return dict(zip(runner.output_names, outs))
 
 
-def _diverging(got: dict, ref: dict, tol: Tolerance, judged: set[str]) -> list[tuple[str, dict]]:
+def _diverging(got: dict, ref: dict, tol: Tolerance, judged: set[str],
+               steps: dict | None = None) -> list[tuple[str, dict]]:
     bad = []
     for n, a in got.items():
         if n in ref and n in judged:
-            m = metrics(a, ref[n], tol)
+            m = metrics(a, ref[n], tol, (steps or {}).get(n))
             if not m["ok"]:
                 bad.append((n, m))
     return bad
@@ -73,6 +74,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
     judged = judged_tensors(view)
     produced = [o for i in order for o in view.nodes[i].output if o in judged]
     ref = reference_run(view.model, inputs, produced, reference)
+    steps = dequantized_steps(view.model)
     values = {**inputs, **ref}
     runs = 0
     found: dict[int, list[tuple[str, dict]]] = {}  # prefix end -> its diverging tensors
@@ -85,14 +87,29 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
         except BackendError as e:
             raise ProvmapError(f"bisect: {backend.name} cannot build the prefix ending at "
                                f"{view.describe(order[k])}: {e}") from None
-        found[k] = _diverging(got, ref, tol, judged)
+        found[k] = _diverging(got, ref, tol, judged, steps)
         return found[k]
 
     say(f"bisect: {len(order)} op node{'s' if len(order) != 1 else ''}, reference {reference}")
     last = prefix_diverges(len(order) - 1)
+    # The whole model as compare runs it, nothing exposed: exposing every intermediate keeps
+    # the backend from fusing across them, and a QDQ model whose fused kernels round one step
+    # apart matched that way while compare failed it (issue 36's fifth afternoon).
+    try:
+        whole = _run_region(view, order, backend, values)
+    except BackendError as e:
+        raise ProvmapError(f"bisect: {backend.name} cannot build the whole model: {e}") from None
+    runs += 1
+    outputs = [(n, metrics(whole[n], ref[n], tol, steps.get(n)))
+               for n in view.graph_outputs if n in whole and n in ref]
+    base = {"backend": backend.name, "runs": runs, "op_nodes": len(order),
+            "reference": reference, "atol": tol.atol, "rtol": tol.rtol,
+            "outputs": [{"tensor": n, **m} for n, m in outputs]}
     if not last:
-        return {"backend": backend.name, "diverges": False, "runs": runs,
-                "op_nodes": len(order), "reference": reference}
+        if all(m["ok"] for _n, m in outputs):
+            return {**base, "diverges": False}
+        return {**base, "diverges": True, "fused_only": True, "node": None,
+                "tensors": [{"tensor": n, **m} for n, m in outputs if not m["ok"]]}
     lo, hi = 0, len(order) - 1  # invariant: prefix hi diverges; every prefix < lo does not
     while lo < hi:
         mid = (lo + hi) // 2
@@ -108,10 +125,10 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
     # differs there only if the backend computed it differently inside the longer prefix).
     mine = set(view.nodes[node].output)
     diverged = sorted(found[lo], key=lambda t: t[0] not in mine)
-    res = {"backend": backend.name, "diverges": True, "runs": runs, "op_nodes": len(order),
-           "reference": reference, "node": view.nodes[node].name or view.describe(node),
+    res = {**base, "runs": runs, "diverges": True,
+           "node": view.nodes[node].name or view.describe(node),
            "node_id": view.node_ids[node], "op_type": view.nodes[node].op_type,
-           "position": lo, "atol": tol.atol, "rtol": tol.rtol, "tensor": diverged[0][0],
+           "position": lo, "tensor": diverged[0][0],
            "tensors": [{"tensor": n, **m} for n, m in diverged]}
     # The reproducer: the node alone, its inputs from the reference run, judged on the tensors
     # that diverged in the prefix (each read downstream or a graph output, so an output of it).
@@ -120,7 +137,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
     feeds = {t.name: np.asarray(values[t.name]) for t in sub.inputs}
     got = _run_region(view, [node], backend, values)
     names = {n for n, _m in diverged}
-    res["reproducer_tensors"] = [{"tensor": n, **metrics(got[n], ref[n], tol)}
+    res["reproducer_tensors"] = [{"tensor": n, **metrics(got[n], ref[n], tol, steps.get(n))}
                                  for n in got if n in names]
     res["reproducer_diverges"] = any(not t["ok"] for t in res["reproducer_tensors"])
     if out_dir is not None:
@@ -145,4 +162,4 @@ def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,
     feeds = dict(np.load(inputs_path))
     want = dict(np.load(expected_path))
     got = _run_region(view, list(view.op_nodes), backend, feeds)
-    return [n for n, _m in _diverging(got, want, tol, set(want))]
+    return [n for n, _m in _diverging(got, want, tol, set(want), dequantized_steps(view.model))]

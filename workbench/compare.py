@@ -33,9 +33,12 @@ class Tolerance:
     quant_steps: int = 1
 
 
-def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> dict:
+def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance, step: float | None = None
+            ) -> dict:
     """max abs / max rel error and cosine similarity; `ok` by |got - ref| <= atol + rtol*|ref|,
-    or for 8-bit integer tensors by |got - ref| <= quant_steps."""
+    or for 8-bit integer tensors by |got - ref| <= quant_steps, or for a float tensor on a
+    quantization grid of `step` (a DequantizeLinear's output: `dequantized_steps`) by
+    |got - ref| <= quant_steps * step as well."""
     got, ref = np.asarray(got), np.asarray(ref)
     if got.shape != ref.shape or got.dtype != ref.dtype:
         return {"ok": False, "max_abs": None, "max_rel": None, "cosine": None,
@@ -68,9 +71,30 @@ def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> dict:
     cosine = float(np.dot(a[both], r[both]) / (na * nr)) if na > 0 and nr > 0 else \
         (1.0 if na == nr else 0.0)
     bound = tol.quant_steps if got.dtype in QUANTIZED else tol.atol + tol.rtol * np.abs(r[both])
+    if step and got.dtype not in QUANTIZED:  # one step of the grid is one step, as for int8
+        bound = np.maximum(bound, tol.quant_steps * step * (1 + 1e-6))
     ok = not problem and bool(np.all(diff <= bound))
     return {"ok": ok, "max_abs": max_abs, "max_rel": max_rel, "cosine": cosine,
             "problem": problem}
+
+
+def dequantized_steps(model: onnx.ModelProto) -> dict[str, float]:
+    """Tensor -> its quantization step: the output of a DequantizeLinear whose scale is one
+    constant.  Its values lie on that grid, so two libraries rounding one element to
+    neighbouring levels differ by exactly one step (a uint8 QDQ model: 1/255 = 0.00392 failed
+    compare at atol 1e-4, while workbench.md calls one step agreement: issue 36)."""
+    from provmap.provenance.bundled.random_weights import constant_values
+
+    dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and len(n.input) > 1]
+    consts = constant_values(model.graph, {n.input[1] for n in dq})
+    out = {}
+    for n in dq:
+        scale = consts.get(n.input[1])
+        if scale is not None and scale.size == 1:
+            v = float(np.abs(scale.astype(np.float64)).ravel()[0])
+            if np.isfinite(v) and v > 0:
+                out[n.output[0]] = v
+    return out
 
 
 def undefined_quantization(model: onnx.ModelProto) -> dict[str, str]:
@@ -162,10 +186,11 @@ def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str =
     tensors = []
     bad = set()
     undefined = undefined_quantization(model)
+    steps = dequantized_steps(model)
     for name, (m, a) in captured.items():
         if name not in ref:
             continue
-        met = metrics(a, ref[name], tol)
+        met = metrics(a, ref[name], tol, steps.get(name))
         tensors.append({"tensor": name, "onnx_node": producer.get(name), "partition": m.id,
                         "backend": m.backend, "model_output": name in graph_out,
                         "shape": list(np.shape(a)), **met})

@@ -21,7 +21,9 @@ _DIRECTORY_OUTPUT_COMMANDS = {"bisect", "bench", "overlays"}
 _INPUTS = {"artifact": "artifact", "model": "model", "model_data": "model's external data",
            "inputs": "--inputs file",
            "profile": "--profile file", "errors": "--errors file",
-           "cache": "--cache file (the cost cache)"}
+           "cache": "--cache file (the cost cache)",
+           "trust_list": "trust list (provmap's own, PROVMAP_TRUST)",
+           "cost_cache": "cost cache (provmap's own, PROVMAP_CACHE)"}
 
 #: Every file argument a command reads (the artifact is checked by its own reader, whose
 #: refusal names it as an artifact); `models` is bench's list.
@@ -76,7 +78,23 @@ def _inputs(args) -> list[tuple[str, str]]:
     files included (`compile m.onnx -o m.bin`, m.bin being its weights, lost the model)."""
     ins = [(n, getattr(args, n, None)) for n in _INPUTS]
     ins = [(n, v) for n, v in ins if isinstance(v, str) and v and not v.startswith("bundled:")]
-    return ins + [("model_data", f) for n, v in ins if n == "model" for f in _external_data(v)]
+    return ins + [("model_data", f) for n, v in ins if n == "model" for f in _external_data(v)] \
+        + _own_files()
+
+
+def _own_files() -> list[tuple[str, str]]:
+    """provmap's own trust list and cost cache (and SQLite's files beside them), which every
+    command may read: `inspect A --sqlite $PROVMAP_TRUST` replaced the trust list with a map,
+    and every locally built TVM artifact then refused to run (issue 36's fifth afternoon)."""
+    from provmap.partition.measure.cache import default_path
+    from provmap.runtime_module.trust import trust_file
+
+    out = []
+    for name, path in (("trust_list", trust_file()), ("cost_cache", default_path())):
+        for f in (str(path), f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+            if os.path.lexists(f):
+                out.append((name, f))
+    return out
 
 
 #: A model file larger than this holds its weights itself (external data is for the rest):
@@ -144,8 +162,9 @@ def _check_no_clobbered_input(args, ins: list[tuple[str, str]]) -> None:
     for name, value in outs:
         for iname, ivalue in ins:
             if _same_file(value, ivalue):
-                shown = value if value == getattr(args, "output", None) else \
-                    f"{getattr(args, 'output', value)} (it writes {value})"
+                given = getattr(args, "output", None)
+                shown = f"{given} (it writes {value})" if name == "output" and \
+                    given not in (None, value) else value
                 raise ProvmapError(f"{_flag(name)} {shown} is this command's {_INPUTS[iname]}: "
                                    "it would be replaced; write the output elsewhere")
     seen: dict[str, str] = {}

@@ -125,6 +125,10 @@ def cmd_bisect(args) -> int:
     if not view.op_nodes:
         raise ProvmapError(f"{args.model}: no node computes anything at run time (its outputs "
                            "are inputs or constants): nothing to bisect")
+    if args.backend == args.reference:  # a variant (onnxruntime[optimization=basic]) differs
+        raise ProvmapError(f"--backend {args.backend} and --reference {args.reference} are one "
+                           "library with the same settings: it would be compared with itself; "
+                           "choose another --reference")
     backend = get_backend(args.backend)
     if given is not None:  # the artifact's reader checks these for run/compare; bisect has none
         _check_input_names(view, given, args.inputs)
@@ -134,7 +138,17 @@ def cmd_bisect(args) -> int:
     if args.json:
         print(json.dumps(res, indent=1))
     elif not res["diverges"]:
-        print(f"{args.backend} matches {res['reference']} on every output ({res['runs']} run(s))")
+        worst = max(res["outputs"], key=lambda t: t["max_abs"] or 0.0, default=None)
+        print(f"{args.backend} matches {res['reference']} on every output ({res['runs']} "
+              "run(s))" + (f"; largest difference {worst['tensor']}: {_metrics_text(worst)}"
+                           if worst else ""))
+    elif res.get("fused_only"):
+        for t in res["tensors"]:
+            print(f"  diverging model output {t['tensor']}: {_metrics_text(t)}")
+        print(f"{args.backend} differs from {res['reference']} on the whole model, but with "
+              "every intermediate exposed each node matches: the difference comes from how "
+              f"{args.backend} fuses nodes together (exposing them prevents it), so no single "
+              "node is to blame and no reproducer was written")
     else:
         print(f"first diverging node: {res['node']} ({res['op_type']}, {res['node_id']}), "
               f"position {res['position']} of {res['op_nodes']}, found in {res['runs']} runs")
@@ -288,9 +302,16 @@ def _refuse_source_model(mod, output) -> None:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     known = (info.get("sha256"), info.get("derived_sha256"))
-    if digest.hexdigest() in known or _loaded_sha256(output) in known:
+    loaded = _loaded_sha256(output)
+    if digest.hexdigest() in known or loaded in known:
         raise ProvmapError(f"-o/--output {output} is the model this artifact was compiled from: "
                            "it would be replaced; write the annotated model elsewhere")
+    if loaded is None and not _is_onnx(output):
+        # the embedded model's own weights file (`annotate -o weights.bin`) is known by no
+        # name the artifact keeps: a file that is not an ONNX model is never replaced by one
+        raise ProvmapError(f"-o/--output {output} exists and is not an ONNX model (a model's "
+                           "external weights, say): an annotated model replaces only an ONNX "
+                           "file; write it elsewhere")
 
 
 def _loaded_sha256(path) -> str | None:
@@ -305,6 +326,17 @@ def _loaded_sha256(path) -> str | None:
         return ids.model_sha256(onnx.load(str(path), load_external_data=True))
     except Exception:  # not an ONNX model, or its data is missing: not the source either
         return None
+
+
+def _is_onnx(path) -> bool:
+    """Whether `path` parses as an ONNX model with a graph (its external data not read)."""
+    import onnx
+
+    try:
+        m = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model: the answer
+        return False
+    return m.ir_version > 0 and m.HasField("graph")
 
 
 def cmd_annotate(args) -> int:
@@ -402,7 +434,9 @@ def _tolerances(p):
                    help="relative tolerance per element (default %(default)s)")
     p.add_argument("--quant-steps", type=count, default=1,
                    help="int8/uint8 (quantized) tensors: steps apart that still match, in "
-                   "place of atol/rtol (default %(default)s; 0 for exact)")
+                   "place of atol/rtol; a DequantizeLinear's float output with one constant "
+                   "scale also matches within that many steps of its scale (default "
+                   "%(default)s; 0 for exact)")
 
 
 def add_workbench_commands(sub) -> None:

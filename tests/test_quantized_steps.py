@@ -1,0 +1,37 @@
+"""A DequantizeLinear's float output lies on its scale's grid: compare and bisect judge it in
+steps of that scale, as they judge int8 tensors (issue 36's fifth afternoon: a uint8 QDQ model
+one step off, 1/255 = 0.00392, failed compare at atol 1e-4 while bisect said it matched)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from provmap.workbench.compare import Tolerance, dequantized_steps, metrics
+
+
+def _qdq():
+    scale = numpy_helper.from_array(np.array(1 / 255, np.float32), "s")
+    zp = numpy_helper.from_array(np.array(0, np.uint8), "z")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [scale, zp])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_step_of_a_dequantized_tensor_is_its_scale():
+    assert dequantized_steps(_qdq()) == {"y": np.float32(1 / 255).item()}
+
+
+def test_one_step_apart_matches_two_do_not_and_quant_steps_0_is_exact():
+    ref = np.array([0.0, 10, 20, 30], np.float32) / 255
+    one = ref + np.float32(1 / 255)
+    step = dequantized_steps(_qdq())["y"]
+    assert metrics(one, ref, Tolerance(), step)["ok"]
+    assert not metrics(one, ref, Tolerance())["ok"]          # without the grid: atol 1e-4
+    assert not metrics(ref + np.float32(2 / 255), ref, Tolerance(), step)["ok"]
+    assert not metrics(one, ref, Tolerance(quant_steps=0), step)["ok"]
