@@ -52,6 +52,8 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
         return name, ()
     parts = dims.replace(",", "x").split("x")
     try:
+        if not all(p.strip().isascii() for p in parts):  # int() reads '٤' as 4 (issue 36)
+            raise ValueError
         shape = tuple(int(p) for p in parts)
     except ValueError:
         raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be integers separated by 'x'") from None

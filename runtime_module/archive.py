@@ -100,7 +100,8 @@ class StoredZip:
             if i.compress_type != zipfile.ZIP_STORED:
                 raise ProvmapError(f"{self.path}: refused: member {name!r} is compressed "
                                    f"(method {i.compress_type}); provmap writes stored members "
-                                   "only")
+                                   "only (an artifact re-zipped by hand: `zip -0`, or "
+                                   "zipfile.ZIP_STORED)")
             if i.file_size != i.compress_size or i.file_size > self.file_size:
                 raise ProvmapError(f"{self.path}: refused: member {name!r} declares "
                                    f"{i.file_size} bytes in a {self.file_size}-byte file")

@@ -162,7 +162,8 @@ class ArtifactModule(Module):
                 "fix PROVMAP_TRUST, or pass --trust if you trust this artifact") from None
         raise ProvmapError(
             f"{where}: refused to load partition {m.id} ({m.backend}): it is native code "
-            f"(a shared library) from an artifact this machine did not build, and loading it "
+            f"(a shared library) from an artifact the trust list does not hold (built "
+            f"elsewhere, or its entry revoked or pruned), and loading it "
             f"runs that code. If you trust where it came from: `provmap trust {where}` (records "
             f"its digest {self.artifact.digest[:16]}...), or pass --trust (trust=True in "
             "provmap.runtime_module.module.load)")

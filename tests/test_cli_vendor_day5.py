@@ -151,3 +151,29 @@ def test_an_input_that_is_also_an_output_is_named_as_given(tmp_path, artifact):
     assert provmap("run", artifact, "--random", "--save-inputs", feeds).returncode == 0
     r = provmap("run", artifact, "--inputs", feeds, "--save-inputs", feeds)
     _refused(r, f"--save-inputs {feeds} is this command's --inputs file")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("run", "{a}", "--inputs", "{d}/in.npz", "--seed", "4"), "--seed applies to random inputs"),
+    (("inspect", "{a}", "--json", "--limit", "2"), "--limit trims the text listing"),
+    (("compile", "{m}", "-o", "{d}/x.provmap", "--strategy", "single:onnxruntime",
+      "--tuning-db", "{d}/db"), "--tuning-db applies to TVM backends"),
+    (("compile", "{m}", "-o", "{d}/x.provmap", "--strategy", "single:onnxruntime",
+      "--input-shape", "x=\u0664x16"), "dimensions must be integers"),
+])
+def test_options_that_would_be_ignored_or_misread_are_refused(tmp_path, artifact, argv, words):
+    """Each was taken, exit 0: a seed beside --inputs, --limit under --json, --tuning-db with
+    no TVM backend, an Arabic-Indic digit read as 4 (issue 36's fifth afternoon)."""
+    model = _with_external_data(tmp_path / "m.onnx")
+    assert provmap("run", artifact, "--random", "--save-inputs", tmp_path / "in.npz"
+                   ).returncode == 0
+    r = provmap(*(str(x).format(a=artifact, d=tmp_path, m=model) for x in argv))
+    _refused(r, words)
+    assert not (tmp_path / "x.provmap").exists()
+
+
+def test_overlays_prints_the_host_it_was_given(tmp_path, artifact):
+    r = provmap("overlays", artifact, "-o", tmp_path / "ov", "--model", "bundled:squeezenet",
+                "--host", "10.0.0.1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].endswith("--host 10.0.0.1")

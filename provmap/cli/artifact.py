@@ -189,6 +189,11 @@ def _polygraphy_writers():
 def cmd_inspect(args) -> int:
     from provmap.workbench.inspect import inspect_artifact
 
+    # taken and ignored (issue 36's fifth afternoon): --limit trims only the text listing
+    if args.json and args.limit is not None:
+        raise ProvmapError("--limit trims the text listing; --json prints every node and "
+                           "kernel (drop one of them)")
+    args.limit = 12 if args.limit is None else args.limit
     info = inspect_artifact(args.artifact, args.model)
     if args.sqlite:  # before --relax, which returns early: it skipped the file (issue 36)
         from provmap.runtime_module.module import load
@@ -391,8 +396,8 @@ def add_artifact_commands(sub) -> None:
                    "placement table added (docs/map-schema.md)")
     i.add_argument("--relax", action="store_true", help="print the partitioned Relax module "
                    "(with --json: as the object's \"relax\" field)")
-    i.add_argument("--limit", type=count, default=12, help="nodes/kernels listed per partition "
-                   "in text mode (0: all)")
+    i.add_argument("--limit", type=count, default=None, help="nodes/kernels listed per "
+                   "partition in text mode (default 12; 0: all)")
     i.set_defaults(func=cmd_inspect)
 
     lk = sub.add_parser("lookup", help="ONNX node <-> backend/kernel <-> Relax expression")

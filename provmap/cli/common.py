@@ -102,8 +102,8 @@ def add_random_options(parser, what="random inputs") -> None:
     when --inputs is not given (run used to require --random, compare and profile refused it)."""
     parser.add_argument("--random", action="store_true",
                         help=f"use {what} of the right shapes (the default without --inputs)")
-    parser.add_argument("--seed", type=count, default=0,
-                        help="seed of the random inputs (default %(default)s)")
+    parser.add_argument("--seed", type=count, default=None,
+                        help="seed of the random inputs (default 0)")
 
 
 def add_input_shape_option(parser) -> None:
@@ -139,6 +139,12 @@ def check_inputs_choice(args) -> None:
     """--random with --inputs contradict each other; said before anything loads."""
     if getattr(args, "random", False) and getattr(args, "inputs", None):
         raise ProvmapError("give either --inputs FILE.npz or --random, not both")
+    if getattr(args, "inputs", None) and getattr(args, "seed", None) is not None:
+        # the seed of random inputs that are not used was taken and ignored (issue 36)
+        raise ProvmapError("--seed applies to random inputs; with --inputs FILE.npz it would "
+                           "be ignored")
+    if hasattr(args, "seed") and args.seed is None:
+        args.seed = 0
 
 
 def _is_text(head: bytes) -> bool:

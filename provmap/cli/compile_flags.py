@@ -74,10 +74,14 @@ def collage_options(args, strategy: Strategy):
 
 
 def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
-    """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants)."""
-    for b in strategy.used:
-        if b.base == "tvm":
-            backend_options.setdefault(b.name, {})["tuning_db"] = path
+    """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants);
+    a strategy without one would ignore it (issue 36's fifth afternoon): refused."""
+    tvm = [b for b in strategy.used if b.base == "tvm"]
+    if not tvm:
+        raise ProvmapError(f"--tuning-db applies to TVM backends; {strategy.as_given} uses "
+                           "none, so it would be ignored")
+    for b in tvm:
+        backend_options.setdefault(b.name, {})["tuning_db"] = path
 
 
 class CompileProgress:

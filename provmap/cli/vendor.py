@@ -19,6 +19,9 @@ from provmap.provenance.util.errors import ProvmapError
 from .common import say_progress, read_json_file, tcp_port
 
 
+DEFAULT_HOST = "127.0.0.1"
+
+
 def _read_json(path: str, what: str, key: str) -> dict:
     data = read_json_file(path, what)
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
@@ -66,6 +69,8 @@ def cmd_overlays(args) -> int:
         _check_errors_are_of(errors, args.errors, mod, model, args.artifact)
     files = write_overlays(args.output, model, mod, profile, errors)
     command = explorer_command(files, args.port)
+    if args.host != DEFAULT_HOST:  # the printed command dropped it (issue 36)
+        command += ["--host", args.host]
     if args.json:
         print(json.dumps({"files": files, "command": command}, indent=1))
     else:
@@ -81,7 +86,9 @@ def cmd_overlays(args) -> int:
         print(shlex.join(command))
         return 0
     say_progress(f"starting Model Explorer on port {args.port} (Ctrl+C stops it)")
-    run = [sys.executable, "-m", "model_explorer", *command[1:], "--host", args.host]
+    run = [sys.executable, "-m", "model_explorer", *command[1:]]
+    if "--host" not in command:
+        run += ["--host", args.host]
     try:
         return subprocess.call(run)
     except KeyboardInterrupt:
@@ -105,7 +112,7 @@ def add_vendor_commands(sub) -> None:
                    "[explorer] extra; without it, print the command)")
     o.add_argument("--port", type=tcp_port, default=8080, help="Model Explorer's port "
                    "(default %(default)s)")
-    o.add_argument("--host", default="127.0.0.1", help="address Model Explorer listens on "
+    o.add_argument("--host", default=DEFAULT_HOST, help="address Model Explorer listens on "
                    "(default %(default)s)")
     o.add_argument("--json", action="store_true", help="print the files and the command as JSON")
     o.set_defaults(func=cmd_overlays)
