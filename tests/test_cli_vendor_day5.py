@@ -177,3 +177,32 @@ def test_overlays_prints_the_host_it_was_given(tmp_path, artifact):
                 "--host", "10.0.0.1")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1].endswith("--host 10.0.0.1")
+
+
+def _qlinear_conv(path):
+    """QuantizeLinear -> QLinearConv -> DequantizeLinear: TVM's importer has no QLinearConv."""
+    def const(name, value, dtype):
+        return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+    inits = [const("s", 0.02, np.float32), const("z", 0, np.uint8),
+             const("w", np.ones((2, 1, 1, 1)), np.int8), const("ws", 0.01, np.float32),
+             const("wz", 0, np.int8), const("ys", 0.05, np.float32), const("yz", 0, np.uint8)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="quant"),
+             helper.make_node("QLinearConv", ["xq", "s", "z", "w", "ws", "wz", "ys", "yz"],
+                              ["yq"], name="qconv"),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], name="dequant")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 1, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    return path
+
+
+def test_bisect_names_the_node_the_backend_refuses(tmp_path):
+    """OpenVINO's error about a later node was given as the divergence's place; compile names
+    the node the backend does not take, and so does bisect now."""
+    model = _qlinear_conv(tmp_path / "q.onnx")
+    _refused(provmap("bisect", model, "--backend", "tvm"),
+             "'qconv' (QLinearConv) is not supported by tvm")

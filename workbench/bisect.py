@@ -90,6 +90,16 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
         found[k] = _diverging(got, ref, tol, judged, steps)
         return found[k]
 
+    # A node the backend does not take fails every prefix that holds it, in the backend's
+    # words about some later node (OpenVINO blamed a DequantizeLinear for a com.microsoft
+    # QLinearAdd it refuses: issue 36): the node is named as compile names it.
+    verdicts = backend.verdicts(view)
+    for i in order:
+        v = verdicts.get(i)
+        if v is None or not v.ok:
+            raise ProvmapError(f"bisect: {view.describe(i)} is not supported by {backend.name}: "
+                               f"{v.reason if v is not None else 'no verdict'}; bisect runs "
+                               "every prefix of the model on it")
     say(f"bisect: {len(order)} op node{'s' if len(order) != 1 else ''}, reference {reference}")
     last = prefix_diverges(len(order) - 1)
     # The whole model as compare runs it, nothing exposed: exposing every intermediate keeps
