@@ -174,6 +174,9 @@ def first_level(space: SearchSpace, opts: CollageOptions, say, t0: float) -> Fir
     pool = space.pool
     report = CollageReport(
         backends=space.names, constraints=space.cons.summary() if space.cons else "",
+        # which flag put which node where: explain says it instead of guessing (issue 36)
+        constraint_flags=[{"node": view.node_ids[key[1]], "kind": key[0], "flag": flag}
+                          for key, flag in space.cons.origin.items()] if space.cons else None,
         candidates=space.candidates, estimator=stats, boundary_calibration=calib,
         search={"states_expanded": res.states_expanded, "priced": res.priced,
                 "invalid": res.invalid, "seconds": round(res.seconds, 3),

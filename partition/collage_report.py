@@ -37,6 +37,7 @@ class CollageReport:
     explain: list | None = None             # region_alternatives per partition
     measured_on: dict | None = None         # local host or the remote pool
     conditions: dict | None = None          # measuring conditions of every phase (hygiene)
+    constraint_flags: list | None = None    # [{"node", "kind", "flag"}]: --pin/--forbid/--cut
     # -- what the first level could not do ---------------------------------------------------
     search_plan_cyclic: str | None = None
     e2e_skipped: str | None = None

@@ -206,3 +206,23 @@ def test_bisect_names_the_node_the_backend_refuses(tmp_path):
     model = _qlinear_conv(tmp_path / "q.onnx")
     _refused(provmap("bisect", model, "--backend", "tvm"),
              "'qconv' (QLinearConv) is not supported by tvm")
+
+
+def test_explain_names_the_pin_that_placed_a_partition():
+    """explain guessed "it wins through its boundaries" for a node the user had pinned."""
+    from provmap.workbench.explain import explain_artifact, format_explain
+
+    region = {"op_ids": ["n4"], "backend": "openvino", "ops": 1, "first": "#4 'n4' (Relu)",
+              "searched_ms": 0.068, "greedy_backend": "onnxruntime",
+              "alternatives": {"onnxruntime": {"ms": 0.016}, "openvino": {"ms": 0.068}}}
+    manifest = {"strategy": "collage", "partitions": [{"id": "p1", "backend": "openvino",
+                                                       "ops": ["n4"], "inputs": [],
+                                                       "outputs": []}],
+                "plan_info": {"collage": {
+                    "backends": ["onnxruntime", "openvino"], "explain": [region],
+                    "constraint_flags": [{"node": "n4", "kind": "pin",
+                                          "flag": "--pin n4=openvino"}]}}}
+    row = explain_artifact(manifest)["partitions"][0]
+    assert row["verdict"].startswith("placed on openvino by --pin n4=openvino")
+    assert row["constraints"] == ["--pin n4=openvino"]
+    assert "wins through its boundaries" not in format_explain(explain_artifact(manifest))

@@ -88,8 +88,11 @@ def explain_artifact(manifest: dict) -> dict:
                                for p in manifest["partitions"]]}
     rep = CollageReport.from_json(info)
     rows = []
+    flags = rep.constraint_flags or []
     for e in rep.explain or []:
         art_p = parts_by_ops.get(frozenset(e["op_ids"]))
+        mine_ids = set(e["op_ids"])
+        given = sorted({f["flag"] for f in flags if f["node"] in mine_ids})
         alts = {b: a.get("ms") for b, a in e["alternatives"].items()}
         priced = {b: v for b, v in alts.items() if v is not None}
         best_other = min((v for b, v in priced.items() if b != e["backend"]), default=None)
@@ -104,7 +107,13 @@ def explain_artifact(manifest: dict) -> dict:
             verdict = f"the only backend that can run this region ({e['backend']})"
         else:
             verdict = "chosen as a sum of smaller candidates; the whole region was not priced"
-        rows.append({"partition": art_p["id"] if art_p else None, "backend": e["backend"],
+        pins = sorted({f["flag"] for f in flags if f["node"] in mine_ids and f["kind"] == "pin"})
+        if pins and not (mine is not None and best_other is not None and mine <= best_other):
+            # the user's pin, not the prices, put it here: no guessing at boundaries
+            verdict = (f"placed on {e['backend']} by {', '.join(pins)}"
+                       + (f" ({mine:.3f} ms here vs {best_other:.3f} on the next backend)"
+                          if mine is not None and best_other is not None else ""))
+        rows.append({"constraints": given,"partition": art_p["id"] if art_p else None, "backend": e["backend"],
                      "ops": e["ops"], "first": e["first"], "searched_ms": e["searched_ms"],
                      "alternatives_ms": alts,
                      "reasons": {b: a.get("reason") for b, a in e["alternatives"].items()
@@ -177,6 +186,8 @@ def format_explain(x: dict) -> str:
                      f"{r['searched_ms']:.3f} ms; as one partition: {alts}; greedy would use "
                      f"{r['greedy_backend']}")
         lines.append(f"      {r['verdict']}")
+        if r.get("constraints"):
+            lines.append(f"      your constraints on its nodes: {'; '.join(r['constraints'])}")
         for b, why in r["reasons"].items():
             lines.append(f"      {b}: {why}")
     e = x["end_to_end"]
