@@ -136,12 +136,22 @@ def _price_and_search(space: SearchSpace, opts: CollageOptions, say):
         # too (cache hits mostly): counted after, it said "priced 888 of 886 candidates".
         st = est.stats()
         explained = region_alternatives(view, plan, res, est, space.verdicts, space.names)
-        # The running count stops where the search stopped asking: say what the rest was.
+        # The running count stops where the search stopped asking: say what the rest was.  The
+        # budget's unpriced ones are among those asked (a line that listed them beside the
+        # never-needed ones added up to more than the candidates: issue 36).
         asked = st.get("estimates", 0)
-        say(f"priced {asked} of {len(kept)} candidates (measured {st.get('measured', 0)}, from "
-            f"the cache {st.get('cache_hits', 0)}, left unpriced by the measuring budget "
-            f"{st.get('skipped_budget', 0)}, never needed by the search "
-            f"{max(len(kept) - asked, 0)})")
+        ctx = st.get("in_context", 0)
+        say(f"the search asked for {asked} of {len(kept)} candidates' prices (measured "
+            f"{st.get('measured', 0)}, from the cache {st.get('cache_hits', 0)}"
+            + (f", timed in context before {ctx}" if ctx else "")
+            + f", left unpriced by the measuring budget {st.get('skipped_budget', 0)}); it "
+            f"never needed the other {max(len(kept) - asked, 0)}")
+        after = est.stats()  # explain's prices of each kept partition on every backend
+        more = {k: after.get(k, 0) - st.get(k, 0) for k in ("measured", "cache_hits")}
+        if any(more.values()):
+            say(f"pricing the kept partitions on every backend for explain: measured "
+                f"{more['measured']} more, {more['cache_hits']} more from the cache (the "
+                "summary's counts include them)")
         for line in tuning_summary(st.get("tuning")):
             say(line)
     finally:

@@ -257,7 +257,7 @@ def test_a_search_without_a_budget_gets_the_stated_default(art, tmp_path):
     assert json.loads(r.stdout)["search"]["measure_budget_s"] == DEFAULT_SEARCH_BUDGET_S
     assert f"measuring budget {DEFAULT_SEARCH_BUDGET_S:g} s" in r.stderr
     # Counted before explain priced the kept partitions again ("priced 8 of 6 candidates").
-    asked, total = map(int, re.search(r"priced (\d+) of (\d+) candidates", r.stderr).groups())
+    asked, total = map(int, re.search(r"asked for (\d+) of (\d+) candidates", r.stderr).groups())
     assert asked <= total, r.stderr
     r = provmap("compile", art / "m.onnx", "-o", tmp_path / "n.provmap", "--strategy", "collage",
                 "--no-e2e-check", "--search-budget", "none", "--json")

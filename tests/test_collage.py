@@ -5,6 +5,7 @@ The whole-model claims (every test model no slower than its best single backend)
 """
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -211,8 +212,12 @@ def test_cli_collage_json_summary(tmp_path):
     assert {"candidates", "estimator", "estimated_ms", "e2e"} <= set(s["search"])
     assert "collage: measured" in r.stderr  # progress with counts/ETA on stderr
     # ...and where the running count stops, what became of the rest (issue 16).
-    line = next(ln for ln in r.stderr.splitlines() if "collage: priced" in ln)
-    assert "never needed by the search" in line and "left unpriced by the measuring budget" in line
+    line = next(ln for ln in r.stderr.splitlines() if "the search asked for" in ln)
+    assert "it never needed the other" in line and "left unpriced by the measuring budget" in line
+    # the parts add up: asked + never needed = all candidates (issue 36's fifth afternoon)
+    asked, total = map(int, re.search(r"asked for (\d+) of (\d+)", line).groups())
+    other = int(re.search(r"never needed the other (\d+)", line).group(1))
+    assert asked + other == total, line
     # the second level ran within its budget and recorded every proposal (issue 12)
     ref = s["search"]["refine"]
     assert ref["budget_s"] == 15 and ref["proposals"] == len(ref["trail"])
