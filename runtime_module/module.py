@@ -303,6 +303,10 @@ class ArtifactModule(Module):
         wait(futures)
         return [f.result() for f in futures]
 
+    def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Refuse inputs the model does not take (names, dtypes, shapes) without running."""
+        self._check_inputs(inputs)
+
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
         env = {}
         for name, spec in self.input_specs.items():
@@ -381,7 +385,8 @@ def _loads_native_code(backend: str) -> bool:
     return _trust.loads_native_code(backend)
 
 
-def load(path, runnable: bool = True, trust: bool = False) -> ArtifactModule:
+def load(path, runnable: bool = True, trust: bool = False, runners: bool = True
+         ) -> ArtifactModule:
     """Load an artifact file.  Verifies every member first; loads partition code if `runnable`.
 
     `runnable=False` is for reading (inspect, lookup, explain): no partition code is ever loaded,
@@ -389,7 +394,7 @@ def load(path, runnable: bool = True, trust: bool = False) -> ArtifactModule:
     artifact this machine built or was told to trust (`provmap trust`), or with `trust=True`.
     """
     mod = ArtifactModule(read_artifact(path), str(path), runnable=runnable, trust=trust)
-    if runnable:
+    if runnable and runners:  # runners=False: the caller loads them (after checking inputs)
         mod.load_runners()
     return mod
 

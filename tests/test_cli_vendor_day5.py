@@ -226,3 +226,12 @@ def test_explain_names_the_pin_that_placed_a_partition():
     assert row["verdict"].startswith("placed on openvino by --pin n4=openvino")
     assert row["constraints"] == ["--pin n4=openvino"]
     assert "wins through its boundaries" not in format_explain(explain_artifact(manifest))
+
+
+def test_run_checks_the_inputs_file_before_loading_the_partitions(tmp_path, artifact):
+    """`run --inputs` named a missing input only after 4-10 s of loading OpenVINO/TVM code."""
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, nope=np.zeros(3, np.float32))
+    r = provmap("run", artifact, "--inputs", bad)
+    _refused(r, "missing input")
+    assert "loaded" not in r.stderr

@@ -128,7 +128,10 @@ def cmd_run(args) -> int:
     writers = _polygraphy_writers() if args.save_outputs or polygraphy_inputs else None
     given = load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
-    mod = load(args.artifact, trust=args.trust)
+    mod = load(args.artifact, runnable=True, trust=args.trust, runners=False)
+    if given is not None:  # names, shapes and dtypes before seconds of loading the partitions
+        mod.check_inputs(given)
+    mod.load_runners()
     mod.on_warning = lambda line: warn([line])
     t1 = time.perf_counter()
     say_progress(f"loaded {args.artifact} ({len(mod.partitions)} partition(s)) in {t1 - t0:.2f} s")
