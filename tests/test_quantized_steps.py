@@ -35,3 +35,23 @@ def test_one_step_apart_matches_two_do_not_and_quant_steps_0_is_exact():
     assert not metrics(one, ref, Tolerance())["ok"]          # without the grid: atol 1e-4
     assert not metrics(ref + np.float32(2 / 255), ref, Tolerance(), step)["ok"]
     assert not metrics(one, ref, Tolerance(quant_steps=0), step)["ok"]
+
+
+def test_a_dropout_in_training_mode_is_said_to_be_random():
+    """compare named a train-mode Dropout as the first divergent partition, with no word that
+    its values are random by design."""
+    from provmap.workbench.compare import random_outputs
+
+    ratio = numpy_helper.from_array(np.array(0.5, np.float32), "r")
+    train = numpy_helper.from_array(np.array(True), "t")
+    nodes = [helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], name="drop")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [ratio, train])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    notes = random_outputs(m)
+    assert set(notes) == {"y", "mask"} and "training mode" in notes["y"]
+    train.CopyFrom(numpy_helper.from_array(np.array(False), "t"))
+    m.graph.initializer[1].CopyFrom(train)
+    assert random_outputs(m) == {}

@@ -97,6 +97,30 @@ def dequantized_steps(model: onnx.ModelProto) -> dict[str, float]:
     return out
 
 
+_RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Multinomial", "Bernoulli"}
+
+
+def random_outputs(model: onnx.ModelProto) -> dict[str, str]:
+    """Tensor -> why it differs by design: the output of a random op, or of a Dropout whose
+    training_mode is a constant true (a model exported in train mode): two libraries draw
+    different numbers, and compare named that Dropout as the first divergent partition."""
+    from provmap.provenance.bundled.random_weights import constant_values
+
+    drops = [n for n in model.graph.node if n.op_type == "Dropout" and len(n.input) > 2
+             and n.input[2]]
+    consts = constant_values(model.graph, {n.input[2] for n in drops})
+    out = {}
+    for n in model.graph.node:
+        if n.op_type in _RANDOM_OPS or (
+                n in drops and n.input[2] in consts and bool(np.asarray(consts[n.input[2]]).any())):
+            why = (f"{n.op_type} '{n.name or n.output[0]}' "
+                   + ("runs in training mode: " if n.op_type == "Dropout" else "")
+                   + "its values are random, libraries draw different ones")
+            out.update({o: why for o in n.output if o})
+    return out
+
+
 def undefined_quantization(model: onnx.ModelProto) -> dict[str, str]:
     """Tensor -> why its value is not defined: a QuantizeLinear whose scale in the model is
     zero or not finite.  ORT's static quantizer writes scale = inf when calibration saw -inf
@@ -185,7 +209,7 @@ def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str =
                            f"{first_line(e)}") from None
     tensors = []
     bad = set()
-    undefined = undefined_quantization(model)
+    undefined = {**random_outputs(model), **undefined_quantization(model)}
     steps = dequantized_steps(model)
     for name, (m, a) in captured.items():
         if name not in ref:
