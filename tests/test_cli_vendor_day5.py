@@ -235,3 +235,11 @@ def test_run_checks_the_inputs_file_before_loading_the_partitions(tmp_path, arti
     r = provmap("run", artifact, "--inputs", bad)
     _refused(r, "missing input")
     assert "loaded" not in r.stderr
+
+
+def test_map_takes_a_name_ending_in_json_as_its_prefix(tmp_path):
+    """`map M -o out/bert.json` wrote out/bert.json.json and out/bert.json.sqlite."""
+    model = _with_external_data(tmp_path / "m.onnx")
+    r = provmap("map", model, "-o", tmp_path / "bert.json")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.glob("bert*")) == ["bert.json", "bert.sqlite"]

@@ -14,8 +14,10 @@ def cmd_map(args) -> int:
     from provmap.partition.model_source import map_model
     from provmap.provenance.shapes import parse_input_shapes
 
-    res = map_model(args.model, out=args.output, input_shapes=parse_input_shapes(args.input_shape),
-                    progress=say_progress)
+    from .preflight import map_prefix
+
+    res = map_model(args.model, out=map_prefix(args.output),
+                    input_shapes=parse_input_shapes(args.input_shape), progress=say_progress)
     cov, pmap = res.coverage, res.pmap
     if args.json:
         print(json.dumps(cov, indent=2))
@@ -50,7 +52,8 @@ def add_map_command(sub) -> None:
     """The `map` subcommand; the full CLI (provmap.cli.main) adds it to its own parser too."""
     m = sub.add_parser("map", help="all-TVM build; write OUT.json and OUT.sqlite provenance maps")
     m.add_argument("model", help=MODEL_HELP)
-    m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite)")
+    m.add_argument("-o", "--output", required=True, help="output prefix (writes OUT.json, OUT.sqlite; "
+                   "OUT.json or OUT.sqlite given stand for OUT)")
     m.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     add_input_shape_option(m)
     m.set_defaults(func=cmd_map)

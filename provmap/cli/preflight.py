@@ -45,11 +45,22 @@ _WRITTEN_UNDER = {
 }
 
 
+def map_prefix(value: str) -> str:
+    """map's -o is a prefix; `-o m.json` wrote m.json.json and m.json.sqlite (issue 36's fifth
+    afternoon), so a name ending in one of the two suffixes stands for its prefix."""
+    for suffix in (".json", ".sqlite"):
+        if value.endswith(suffix) and len(value) > len(suffix):
+            return value[: -len(suffix)]
+    return value
+
+
 def written_files(args) -> list[str]:
     """The files `-o` stands for: itself, or what the command writes under it."""
     value = getattr(args, "output", None)
     if not isinstance(value, str) or not value.strip():
         return []
+    if getattr(args, "command", None) == "map":
+        value = map_prefix(value)
     under = _WRITTEN_UNDER.get(getattr(args, "command", None))
     return [f.format(value.rstrip("/") or "/") for f in under] if under else [value]
 
