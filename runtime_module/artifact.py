@@ -102,9 +102,8 @@ class Artifact:
                     kernels=kernels)
 
     def backend_options(self, backend: str) -> dict:
-        """The options the manifest gives `backend`, refused unless the backend declares each
-        one (its option_names and the common ones): an artifact cannot hand a backend a
-        setting it does not know, whichever backend it is and whether it is trusted or not."""
+        """The options the manifest gives `backend`, each declared by the backend and of a value
+        it takes: an artifact, trusted or not, cannot hand a backend a setting it does not know."""
         from .backend import Backend
         from .registry import backend_class
 
@@ -119,9 +118,8 @@ class Artifact:
             raise ProvmapError(f"{self.where or 'artifact'}: manifest.json: backends."
                                f"{backend}.options: {unknown[0]!r} is not an option of backend "
                                f"{backend!r} (it takes {', '.join(sorted(declared))})")
-        for k, v in options.items():  # and each value as the command line's are (threads=-1
-            why = backend_class(backend).option_problem(k, v)  # ran, issue 36)
-            if why:
+        for k, v in options.items():  # threads=-1 ran (issue 36)
+            if why := backend_class(backend).option_problem(k, v):
                 raise ProvmapError(f"{self.where or 'artifact'}: manifest.json: backends."
                                    f"{backend}.options.{k}: {v!r} is refused ({why})")
         return options

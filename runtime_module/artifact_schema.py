@@ -211,6 +211,16 @@ def _check_strategy(v: _V, strategy: str, parts: list) -> None:
                    f"strategy {_short(strategy)}")
 
 
+def _same_type(a: tuple, b: tuple) -> bool:
+    """One dtype and rank; a dimension known on both sides (an int) is the same number, one
+    known at run time only (None, a name) matches any."""
+    (da, sa), (db, sb) = a, b
+    if da != db or not isinstance(sa, list) or not isinstance(sb, list) or len(sa) != len(sb):
+        return da == db and sa == sb
+    return all(x == y or not isinstance(x, int) or not isinstance(y, int)
+               for x, y in zip(sa, sb))
+
+
 def _check_dataflow(v: _V, m: dict) -> None:
     """Every tensor a partition's runner reads is a graph input or an earlier partition's
     output, and every tensor it names as produced is one of its declared outputs: the executor
@@ -223,7 +233,7 @@ def _check_dataflow(v: _V, m: dict) -> None:
     for i, p in enumerate(m["partitions"]):
         for j, t in enumerate(p["inputs"]):
             was = declared.get(t["name"])
-            if was is not None and was != (t.get("dtype"), t.get("shape")):
+            if was is not None and not _same_type(was, (t.get("dtype"), t.get("shape"))):
                 v.fail(f"partitions[{i}].inputs[{j}]",
                        f"{_short(t['name'])} is {t.get('dtype')}{t.get('shape')} here but "
                        f"{was[0]}{was[1]} where it is made")

@@ -135,6 +135,29 @@ def parse_backend_options(items) -> dict:
     return opts
 
 
+def only_with(args, needed: str, present: bool, *flags) -> None:
+    """Options that only act beside another were taken and ignored (issue 36's fourth
+    afternoon: `report --repeats 50` profiled nothing, `explain --model m.onnx` read nothing),
+    as search flags under single: were: refused in one line."""
+    given = [flag for flag, on in flags if on]
+    if given and not present:
+        raise ProvmapError(f"{'/'.join(given)} appl{'ies' if len(given) == 1 else 'y'} only "
+                           f"with {needed}; without it {'it' if len(given) == 1 else 'they'} "
+                           "would be ignored")
+
+
+def check_input_names(view, given: dict, path: str) -> None:
+    """The model's run-time inputs and the .npz's arrays, name for name, in one line."""
+    consts = {t.name for t in view.model.graph.initializer}
+    need = [i.name for i in view.model.graph.input if i.name not in consts]
+    missing, extra = [n for n in need if n not in given], [n for n in given if n not in need]
+    if missing or extra:
+        raise ProvmapError(f"--inputs {path}: " + "; ".join(
+            ([f"no array for input(s) {', '.join(map(repr, missing))}"] if missing else [])
+            + ([f"array(s) {', '.join(map(repr, extra))} name no input of the model (it takes "
+                f"{', '.join(map(repr, need)) or 'none'})"] if extra else [])))
+
+
 def check_inputs_choice(args) -> None:
     """--random with --inputs contradict each other; said before anything loads."""
     if getattr(args, "random", False) and getattr(args, "inputs", None):

@@ -7,6 +7,7 @@ and rpc-server."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
         interrupt.raise_if_interrupted()  # a Ctrl-C an import's callback could not raise
         if args.command != "trust":  # the rest need numpy, whose import prints a Ctrl-C
             with interrupt.deferred():
-                import numpy  # noqa: F401
+                importlib.import_module("numpy")
     except UsageError:  # already one line (and the JSON object under --json)
         return 2
     except KeyboardInterrupt:

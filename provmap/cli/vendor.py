@@ -55,13 +55,14 @@ def cmd_overlays(args) -> int:
     from provmap.runtime_module.module import load
     from provmap.workbench.overlays import explorer_command, write_overlays
 
-    from .workbench import _check_profile_is_of, _reference_model, _refuse_source_model
+    from .source_model import refuse_source_model
+    from .workbench import _check_profile_is_of, _reference_model
 
     profile = _read_json(args.profile, "profile", "onnx_nodes") if args.profile else None
     errors = _read_json(args.errors, "compare", "tensors") if args.errors else None
     mod = load(args.artifact, runnable=False)
     # DIR/model.onnx may be the user's own model, which overlays --model need not name
-    _refuse_source_model(mod, os.path.join(args.output, "model.onnx"))
+    refuse_source_model(mod, os.path.join(args.output, "model.onnx"))
     if profile is not None:
         _check_profile_is_of(profile, args.profile, mod, args.artifact)
     model = _reference_model(mod, args.model)

@@ -17,6 +17,9 @@ from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_opti
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.util.atomic import write_bytes_atomic
 
+from .common import check_input_names, only_with
+from .source_model import refuse_source_model
+
 
 def _given_inputs(args):
     """The --inputs arrays, read before the artifact or model loads (a bad file is said at
@@ -33,18 +36,6 @@ def _inputs(args, mod=None, view=None, given=None) -> dict:
     from provmap.provenance.bundled import zoo
 
     return zoo.random_inputs(view.model, seed=args.seed)
-
-
-def _check_input_names(view, given: dict, path: str) -> None:
-    """The model's run-time inputs and the .npz's arrays, name for name, in one line."""
-    consts = {t.name for t in view.model.graph.initializer}
-    need = [i.name for i in view.model.graph.input if i.name not in consts]
-    missing, extra = [n for n in need if n not in given], [n for n in given if n not in need]
-    if missing or extra:
-        raise ProvmapError(f"--inputs {path}: " + "; ".join(
-            ([f"no array for input(s) {', '.join(map(repr, missing))}"] if missing else [])
-            + ([f"array(s) {', '.join(map(repr, extra))} name no input of the model (it takes "
-                f"{', '.join(map(repr, need)) or 'none'})"] if extra else [])))
 
 
 def _reference_model(mod, given):
@@ -131,7 +122,7 @@ def cmd_bisect(args) -> int:
                            "choose another --reference")
     backend = get_backend(args.backend)
     if given is not None:  # the artifact's reader checks these for run/compare; bisect has none
-        _check_input_names(view, given, args.inputs)
+        check_input_names(view, given, args.inputs)
     inputs = _inputs(args, view=view, given=given)
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
                  progress=say_progress)
@@ -241,22 +232,11 @@ def _check_profile_is_of(profile: dict, path: str, mod, artifact: str) -> None:
                            "--measure")
 
 
-def _only_with(args, needed: str, present: bool, *flags) -> None:
-    """Options that only act beside another were taken and ignored (issue 36's fourth
-    afternoon: `report --repeats 50` profiled nothing, `explain --model m.onnx` read nothing),
-    as search flags under single: were: refused in one line."""
-    given = [flag for flag, on in flags if on]
-    if given and not present:
-        raise ProvmapError(f"{'/'.join(given)} appl{'ies' if len(given) == 1 else 'y'} only "
-                           f"with {needed}; without it {'it' if len(given) == 1 else 'they'} "
-                           "would be ignored")
-
-
 def cmd_report(args) -> int:
     from provmap.runtime_module.module import load
     from provmap.workbench.report_html import render
 
-    _only_with(args, "--measure", args.measure, ("--repeats", args.repeats is not None),
+    only_with(args, "--measure", args.measure, ("--repeats", args.repeats is not None),
                ("--trust", args.trust))
     args.repeats = 10 if args.repeats is None else args.repeats
     profile = None
@@ -289,63 +269,13 @@ def cmd_report(args) -> int:
     return 0
 
 
-def _refuse_source_model(mod, output) -> None:
-    """`annotate ART -o m.onnx` over the model ART was compiled from replaced the user's model
-    (issue 36): the manifest keeps only its file name, so the file is known by its hash."""
-    import hashlib
-
-    if not os.path.isfile(output):
-        return
-    info = mod.manifest.get("model") or {}
-    digest = hashlib.sha256()
-    with open(output, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    known = (info.get("sha256"), info.get("derived_sha256"))
-    loaded = _loaded_sha256(output)
-    if digest.hexdigest() in known or loaded in known:
-        raise ProvmapError(f"-o/--output {output} is the model this artifact was compiled from: "
-                           "it would be replaced; write the annotated model elsewhere")
-    if loaded is None and not _is_onnx(output):
-        # the embedded model's own weights file (`annotate -o weights.bin`) is known by no
-        # name the artifact keeps: a file that is not an ONNX model is never replaced by one
-        raise ProvmapError(f"-o/--output {output} exists and is not an ONNX model (a model's "
-                           "external weights, say): an annotated model replaces only an ONNX "
-                           "file; write it elsewhere")
-
-
-def _loaded_sha256(path) -> str | None:
-    """The hash artifacts record is of the loaded model (external data read in, serialized
-    deterministically), not of the file: a model saved with its weights beside it, or by an
-    exporter that orders fields its own way, has other file bytes (annotate -o replaced it)."""
-    import onnx
-
-    from provmap.provenance import ids
-
-    try:
-        return ids.model_sha256(onnx.load(str(path), load_external_data=True))
-    except Exception:  # not an ONNX model, or its data is missing: not the source either
-        return None
-
-
-def _is_onnx(path) -> bool:
-    """Whether `path` parses as an ONNX model with a graph (its external data not read)."""
-    import onnx
-
-    try:
-        m = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - not a model: the answer
-        return False
-    return m.ir_version > 0 and m.HasField("graph")
-
-
 def cmd_annotate(args) -> int:
     from provmap.workbench.annotate import annotate_model, coverage
     from provmap.workbench.placement import describe_states
     from provmap.runtime_module.module import load
 
     mod = load(args.artifact, runnable=False)
-    _refuse_source_model(mod, args.output)
+    refuse_source_model(mod, args.output)
     model = annotate_model(_reference_model(mod, args.model), mod)
     write_bytes_atomic(args.output, model.SerializeToString())
     cov = coverage(model)
@@ -364,7 +294,7 @@ def cmd_explain(args) -> int:
 
     from provmap.workbench.explain import explain_artifact, format_explain
 
-    _only_with(args, "--headroom or --oracle-plans", args.headroom or args.oracle_plans,
+    only_with(args, "--headroom or --oracle-plans", args.headroom or args.oracle_plans,
                ("--model", args.model is not None), ("--repeats", args.repeats is not None),
                ("--trust", args.trust))
     args.repeats = 10 if args.repeats is None else args.repeats
