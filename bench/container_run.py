@@ -16,13 +16,9 @@ DIR gets container.json and container.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
-import time
-from pathlib import Path
 
 BACKENDS = ("onnxruntime", "openvino")
 WITHIN = 0.02  # the done-when's bound on the container's overhead
@@ -102,54 +98,24 @@ def within(row: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from provmap.provenance.util.atomic import write_bytes_atomic
     from provmap.provenance.util.errors import ProvmapError
-    from provmap.runtime_module.artifact import host_info
-    from provmap.runtime_module.host import _cpu_model
 
-    from .suite import versions
-    from .user_bench import prepare
+    from .step_run import run_step, step_parser
 
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.container_run",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="*", help="ONNX files or bundled: names")
-    ap.add_argument("--user-models", help="comma-separated user-sized models (exported once)")
-    ap.add_argument("--models-dir", help="where the user-sized models are (or go)")
+    ap = step_parser("container_run", __doc__, "directory for container.json/.md")
     ap.add_argument("--repeats", type=int, default=30, help="timed runs per side")
     ap.add_argument("--passes", type=int, default=8, help="paired blocks")
-    ap.add_argument("-o", "--output", required=True, help="directory for container.json/.md")
     a = ap.parse_args(argv)
-    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        out = Path(a.output)
-        if out.exists() and not out.is_dir():
-            raise ProvmapError(f"-o {out}: not a directory")
-        if not out.parent.is_dir():
-            raise ProvmapError(f"-o {out}: directory {out.parent} does not exist")
+
+    def check(a):
         if a.repeats < 1 or a.passes < 1:
             raise ProvmapError("--repeats and --passes must be at least 1")
-        specs = list(a.models)
-        if a.user_models:
-            specs += prepare([n for n in a.user_models.split(",") if n],
-                             Path(a.models_dir) if a.models_dir else None, progress=say)
-        if not specs:
-            raise ProvmapError("no model: name ONNX files or --user-models")
-        res = {"date": time.strftime("%Y-%m-%d"), "started": time.strftime("%H:%M:%S"),
-               "host": {**host_info(), "cpu_model": _cpu_model()}, "passes": a.passes,
-               "load_at_start": [round(x, 2) for x in os.getloadavg()],
-               "versions": versions(), "rows": container_rows(specs, a.repeats, a.passes, say)}
-        res["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
-        out.mkdir(exist_ok=True)
-        write_bytes_atomic(out / "container.json", json.dumps(res, indent=1, default=str).encode())
-        write_bytes_atomic(out / "container.md", markdown(res).encode())
-    except ProvmapError as e:
-        print(f"container_run: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("container_run: interrupted", file=sys.stderr)
-        return 130
-    print(out / "container.md")
-    return 0
+
+    def measure(specs, say):
+        return container_rows(specs, a.repeats, a.passes, say)
+
+    return run_step("container_run", a, "rows", measure, markdown, "container", check,
+                    extra={"passes": a.passes})
 
 
 if __name__ == "__main__":

@@ -15,12 +15,8 @@ DIR gets limits.json (one row per model, as results.json's `headroom`) and limit
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import time
-from pathlib import Path
 
 
 def limit_rows(specs: list[str], repeats: int, say) -> list[dict]:
@@ -72,56 +68,13 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from provmap.provenance.util.atomic import write_bytes_atomic
-    from provmap.provenance.util.errors import ProvmapError
-    from provmap.runtime_module.artifact import host_info
-    from provmap.runtime_module.host import _cpu_model
+    from .step_run import run_step, step_parser
 
-    from .suite import versions
-    from .user_bench import prepare
-
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.limit_run",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="*", help="ONNX files or bundled: names")
-    ap.add_argument("--user-models", help="comma-separated user-sized models (exported once)")
-    ap.add_argument("--models-dir", help="where the user-sized models are (or go)")
+    ap = step_parser("limit_run", __doc__, "directory for limits.json/.md")
     ap.add_argument("--repeats", type=int, default=10, help="profiled runs per configuration")
-    ap.add_argument("-o", "--output", required=True, help="directory for limits.json/.md")
     a = ap.parse_args(argv)
-    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        out = Path(a.output)
-        if out.exists() and not out.is_dir():
-            raise ProvmapError(f"-o {out}: not a directory")
-        if not out.parent.is_dir():
-            raise ProvmapError(f"-o {out}: directory {out.parent} does not exist")
-        specs = list(a.models)
-        if a.user_models:
-            specs += prepare([n for n in a.user_models.split(",") if n],
-                             Path(a.models_dir) if a.models_dir else None, progress=say)
-        if not specs:
-            raise ProvmapError("no model: name ONNX files or --user-models")
-        from provmap.provenance.bundled import zoo
-
-        for spec in specs:  # every model resolves before anything is written
-            zoo.resolve(spec if spec.startswith("bundled:") or os.path.exists(spec)
-                        else f"bundled:{spec}")
-        res = {"date": time.strftime("%Y-%m-%d"), "started": time.strftime("%H:%M:%S"),
-               "host": {**host_info(), "cpu_model": _cpu_model()},
-               "load_at_start": [round(x, 2) for x in os.getloadavg()],
-               "versions": versions(), "limits": limit_rows(specs, a.repeats, say)}
-        res["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
-        out.mkdir(exist_ok=True)
-        write_bytes_atomic(out / "limits.json", json.dumps(res, indent=1, default=str).encode())
-        write_bytes_atomic(out / "limits.md", markdown(res).encode())
-    except ProvmapError as e:
-        print(f"limit_run: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("limit_run: interrupted", file=sys.stderr)
-        return 130
-    print(out / "limits.md")
-    return 0
+    return run_step("limit_run", a, "limits", lambda specs, say: limit_rows(specs, a.repeats, say),
+                    markdown, "limits")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""The command-line frame shared by the bench's single steps (limit_run, container_run).
+
+Why one frame: each step names its models the same way (ONNX files, bundled: names, or the
+user-sized models exported once), checks its output directory before any measuring, stamps the
+same date/host/load/versions header, and writes its JSON and markdown atomically only when
+every model has been measured.  Keeping that in one place means a fix to any of it (an output
+check, a refused model) reaches every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def step_parser(prog: str, doc: str, output_help: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=f"python3 -m provmap.bench.{prog}",
+                                 description=doc.split("\n\n")[0])
+    ap.add_argument("models", nargs="*", help="ONNX files or bundled: names")
+    ap.add_argument("--user-models", help="comma-separated user-sized models (exported once)")
+    ap.add_argument("--models-dir", help="where the user-sized models are (or go)")
+    ap.add_argument("-o", "--output", required=True, help=output_help)
+    return ap
+
+
+def run_step(prog: str, a: argparse.Namespace, key: str, measure: Callable,
+             markdown: Callable, stem: str, check: Callable | None = None,
+             extra: dict | None = None) -> int:
+    """Resolve the models, call `measure(specs, say)` for res[key], write STEM.json/.md."""
+    from provmap.provenance.bundled import zoo
+    from provmap.provenance.util.atomic import write_bytes_atomic
+    from provmap.provenance.util.errors import ProvmapError
+    from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.host import _cpu_model
+
+    from .suite import versions
+    from .user_bench import prepare
+
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        out = Path(a.output)
+        if out.exists() and not out.is_dir():
+            raise ProvmapError(f"-o {out}: not a directory")
+        if not out.parent.is_dir():
+            raise ProvmapError(f"-o {out}: directory {out.parent} does not exist")
+        if check is not None:
+            check(a)
+        specs = list(a.models)
+        if a.user_models:
+            specs += prepare([n for n in a.user_models.split(",") if n],
+                             Path(a.models_dir) if a.models_dir else None, progress=say)
+        if not specs:
+            raise ProvmapError("no model: name ONNX files or --user-models")
+        for spec in specs:  # every model resolves before anything is measured or written
+            zoo.resolve(spec if spec.startswith("bundled:") or os.path.exists(spec)
+                        else f"bundled:{spec}")
+        res = {"date": time.strftime("%Y-%m-%d"), "started": time.strftime("%H:%M:%S"),
+               "host": {**host_info(), "cpu_model": _cpu_model()},
+               "load_at_start": [round(x, 2) for x in os.getloadavg()],
+               "versions": versions(), **(extra or {})}
+        res[key] = measure(specs, say)
+        res["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        out.mkdir(exist_ok=True)
+        write_bytes_atomic(out / f"{stem}.json", json.dumps(res, indent=1, default=str).encode())
+        write_bytes_atomic(out / f"{stem}.md", markdown(res).encode())
+    except ProvmapError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    print(out / f"{stem}.md")
+    return 0
