@@ -4,28 +4,15 @@ model was overwritten.  Each case through the real CLI."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import onnx
 import pytest
 
-from cli_runner import provmap
+from cli_runner import digest, provmap, refused
 from small_models import conv_relu
 
 pytestmark = pytest.mark.usefixtures("own_config")
-
-
-def _digest(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
-
-
-def _refused(r, *words):
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("provmap: error:"), r.stderr
-    for w in words:
-        assert w in lines[0], (w, r.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +25,24 @@ def test_overlays_never_replaces_the_model_it_annotates(tmp_path, artifact):
     proj.mkdir()
     model = proj / "model.onnx"
     onnx.save(conv_relu(), model)                   # refused before the model is read
-    before = _digest(model)
+    before = digest(model)
     r = provmap("overlays", artifact, "-o", proj, "--model", model)
-    _refused(r, f"{proj} (it writes {model})", "this command's model")
-    assert _digest(model) == before and sorted(os.listdir(proj)) == ["model.onnx"]
+    refused(r, f"{proj} (it writes {model})", "this command's model")
+    assert digest(model) == before and sorted(os.listdir(proj)) == ["model.onnx"]
 
 
 def test_map_never_writes_through_a_link_onto_its_model(tmp_path):
     m = tmp_path / "victim.onnx"
     onnx.save(conv_relu(), m)
-    before = _digest(m)
+    before = digest(m)
     os.symlink("victim.onnx", tmp_path / "evil.json")
     r = provmap("map", m, "-o", tmp_path / "evil")
-    _refused(r, "evil.json", "this command's model")
-    assert _digest(m) == before and not (tmp_path / "evil.sqlite").exists()
+    refused(r, "evil.json", "this command's model")
+    assert digest(m) == before and not (tmp_path / "evil.sqlite").exists()
     # a prefix named like the model writes m.onnx.json and m.onnx.sqlite: not the model
     r = provmap("map", m, "-o", m)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "victim.onnx.json").is_file() and _digest(m) == before
+    assert (tmp_path / "victim.onnx.json").is_file() and digest(m) == before
     r = provmap("map", m, "-o", m)             # again: both files are named as replaced
     assert r.returncode == 0, r.stderr
     for f in ("victim.onnx.json", "victim.onnx.sqlite"):
@@ -66,16 +53,16 @@ def test_bisect_never_replaces_its_own_reproducer_input(tmp_path):
     d = tmp_path / "bis"
     d.mkdir()
     onnx.save(conv_relu(), d / "reproducer.onnx")
-    before = _digest(d / "reproducer.onnx")
+    before = digest(d / "reproducer.onnx")
     r = provmap("bisect", d / "reproducer.onnx", "--backend", "tvm", "-o", d)
-    _refused(r, f"{d} (it writes {d / 'reproducer.onnx'})", "this command's model")
-    assert _digest(d / "reproducer.onnx") == before
+    refused(r, f"{d} (it writes {d / 'reproducer.onnx'})", "this command's model")
+    assert digest(d / "reproducer.onnx") == before
     link = tmp_path / "out"
     link.mkdir()
     os.symlink(d / "reproducer.onnx", link / "reproducer.onnx")
     r = provmap("bisect", d / "reproducer.onnx", "--backend", "tvm", "-o", link)
-    _refused(r, "this command's model")
-    assert _digest(d / "reproducer.onnx") == before
+    refused(r, "this command's model")
+    assert digest(d / "reproducer.onnx") == before
 
 
 def test_the_write_itself_refuses_a_file_the_command_reads(tmp_path):
@@ -106,18 +93,18 @@ def test_a_models_external_data_is_an_input_too(tmp_path):
     convert_model_to_external_data(m, all_tensors_to_one_file=True, location="ext.bin",
                                    size_threshold=0)
     onnx.save(m, tmp_path / "ext.onnx")
-    before = _digest(tmp_path / "ext.bin")
+    before = digest(tmp_path / "ext.bin")
     r = provmap("compile", tmp_path / "ext.onnx", "-o", tmp_path / "ext.bin", "--strategy",
                 "single:onnxruntime")
-    _refused(r, "ext.bin is this command's model's external data")
-    assert _digest(tmp_path / "ext.bin") == before
+    refused(r, "ext.bin is this command's model's external data")
+    assert digest(tmp_path / "ext.bin") == before
 
 
 def test_a_loop_of_links_is_refused_not_replaced(tmp_path, artifact):
     os.symlink("loop2", tmp_path / "loop1")
     os.symlink("loop1", tmp_path / "loop2")
     r = provmap("run", artifact, "--random", "-o", tmp_path / "loop1")
-    _refused(r, "loop1", "a loop of symbolic links")
+    refused(r, "loop1", "a loop of symbolic links")
     assert os.path.islink(tmp_path / "loop1") and os.path.islink(tmp_path / "loop2")
 
 
@@ -128,7 +115,7 @@ def test_a_fifo_among_a_directory_outputs_files_is_refused_before_any_is_written
     m = tmp_path / "m.onnx"
     onnx.save(conv_relu(), m)
     r = provmap("bisect", m, "--backend", "tvm", "-o", d)
-    _refused(r, "reproducer_expected.npz", "special file")
+    refused(r, "reproducer_expected.npz", "special file")
     assert sorted(os.listdir(d)) == ["reproducer_expected.npz"]
 
 
@@ -140,11 +127,11 @@ def test_someone_elses_sqlite_database_is_not_made_a_trust_list(tmp_path, monkey
     con.execute("CREATE TABLE notes (t TEXT)")
     con.commit()
     con.close()
-    before = _digest(db)
+    before = digest(db)
     monkeypatch.setenv("PROVMAP_TRUST", str(db))
     r = provmap("trust", "--list")
-    _refused(r, str(db), "not a trust list", "notes")
-    assert _digest(db) == before
+    refused(r, str(db), "not a trust list", "notes")
+    assert digest(db) == before
 
 
 def test_overlays_refuses_a_compare_of_another_artifact(tmp_path, artifact):
@@ -161,12 +148,12 @@ def test_overlays_refuses_a_compare_of_another_artifact(tmp_path, artifact):
     (tmp_path / "cmp.json").write_text(r.stdout)
     r = provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o", tmp_path / "ov",
                 "--errors", tmp_path / "cmp.json")
-    _refused(r, "a compare of another artifact")
+    refused(r, "a compare of another artifact")
     del res["artifact_digest"]                     # an older compare: judged by its tensors
     (tmp_path / "old.json").write_text(json.dumps(res))
     r = provmap("overlays", artifact, "--model", "bundled:squeezenet", "-o", tmp_path / "ov",
                 "--errors", tmp_path / "old.json")
-    _refused(r, "none of its", "a compare of another model")
+    refused(r, "none of its", "a compare of another model")
     assert not (tmp_path / "ov").exists()
 
 
@@ -187,7 +174,7 @@ def test_bisect_names_wrong_input_arrays_and_a_model_with_nothing_to_run(tmp_pat
     onnx.save(conv_relu(), m)
     np.savez(tmp_path / "idx.npz", idx=np.zeros((1,), np.float32))
     r = provmap("bisect", m, "--backend", "openvino", "--inputs", tmp_path / "idx.npz")
-    _refused(r, "no array for input(s)", "'idx' name no input of the model")
+    refused(r, "no array for input(s)", "'idx' name no input of the model")
     const = helper.make_node("Constant", [], ["y"], value=helper.make_tensor(
         "v", TensorProto.FLOAT, [1], [1.0]))
     g = helper.make_graph([const], "g", [], [helper.make_tensor_value_info(
@@ -195,7 +182,7 @@ def test_bisect_names_wrong_input_arrays_and_a_model_with_nothing_to_run(tmp_pat
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
               tmp_path / "c.onnx")
     r = provmap("bisect", tmp_path / "c.onnx", "--backend", "openvino")
-    _refused(r, "nothing to bisect")
+    refused(r, "nothing to bisect")
 
 
 def test_compare_says_which_side_has_the_nan():
@@ -215,7 +202,7 @@ def test_compare_says_which_side_has_the_nan():
 def test_search_flags_under_single_are_refused_not_ignored(tmp_path, flags):
     r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", "--strategy",
                 "single:onnxruntime", *flags)
-    _refused(r, flags[0], "--strategy collage only")
+    refused(r, flags[0], "--strategy collage only")
     assert not (tmp_path / "a.provmap").exists()
 
 
@@ -225,4 +212,4 @@ def test_search_flags_under_single_are_refused_not_ignored(tmp_path, flags):
      "--backend-option", "openvino.threads=3")])
 def test_an_option_given_twice_is_refused_not_the_last_kept(tmp_path, args):
     r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "a.provmap", *args)
-    _refused(r, "given twice")
+    refused(r, "given twice")

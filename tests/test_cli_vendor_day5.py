@@ -5,28 +5,15 @@ Each case through the real CLI."""
 
 from __future__ import annotations
 
-import hashlib
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cli_runner import provmap
+from cli_runner import digest, provmap, refused
 
 pytestmark = pytest.mark.usefixtures("own_config")
-
-
-def _digest(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
-
-
-def _refused(r, *words):
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("provmap: error:"), r.stderr
-    for w in words:
-        assert w in lines[0], (w, r.stderr)
 
 
 def _with_external_data(path):
@@ -58,18 +45,18 @@ def embedded(tmp_path):
 
 def test_annotate_never_replaces_a_source_model_with_external_data(embedded):
     model, art = embedded
-    before = _digest(model)
-    _refused(provmap("annotate", art, "-o", model), f"-o/--output {model} is the model this "
+    before = digest(model)
+    refused(provmap("annotate", art, "-o", model), f"-o/--output {model} is the model this "
              "artifact was compiled from")
-    assert _digest(model) == before
+    assert digest(model) == before
 
 
 def test_overlays_never_replaces_the_source_model_in_its_directory(embedded, tmp_path):
     model, art = embedded
-    before = _digest(model)
-    _refused(provmap("overlays", art, "-o", model.parent), f"{model} is the model this "
+    before = digest(model)
+    refused(provmap("overlays", art, "-o", model.parent), f"{model} is the model this "
              "artifact was compiled from")
-    assert _digest(model) == before
+    assert digest(model) == before
     r = provmap("overlays", art, "-o", tmp_path / "ov")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "ov" / "model.onnx").is_file()
@@ -93,7 +80,7 @@ def test_options_that_act_only_beside_another_are_refused_alone(tmp_path, artifa
     """`report --repeats 50` profiled nothing and `explain --model m.onnx` read nothing, exit 0
     (issue 36's fourth afternoon)."""
     r = provmap(*(str(x).format(a=artifact, d=tmp_path) for x in argv))
-    _refused(r, words)
+    refused(r, words)
     assert not (tmp_path / "r.html").exists()
 
 
@@ -103,12 +90,12 @@ def test_revoking_by_too_short_a_prefix_says_so_not_no_such_entry(tmp_path):
     art = tmp_path / "t.provmap"
     assert provmap("compile", model, "-o", art, "--strategy", "single:tvm").returncode == 0
     listed = provmap("trust", "--list").stdout
-    digest = listed.splitlines()[1].split()[0]
-    _refused(provmap("trust", "--revoke", digest[:4]), "a digest prefix needs at least 8 hex "
-             "digits (1 entry starts with it)")
-    assert digest in provmap("trust", "--list").stdout
-    r = provmap("trust", "--revoke", digest[:8])
-    assert r.returncode == 0 and f"revoked {digest}" in r.stdout, r.stderr
+    entry = listed.splitlines()[1].split()[0]
+    refused(provmap("trust", "--revoke", entry[:4]), "a digest prefix needs at least 8 hex "
+            "digits (1 entry starts with it)")
+    assert entry in provmap("trust", "--list").stdout
+    r = provmap("trust", "--revoke", entry[:8])
+    assert r.returncode == 0 and f"revoked {entry}" in r.stdout, r.stderr
 
 
 def test_provmaps_own_trust_list_and_cost_cache_are_never_outputs(tmp_path, artifact):
@@ -120,13 +107,13 @@ def test_provmaps_own_trust_list_and_cost_cache_are_never_outputs(tmp_path, arti
     model = _with_external_data(tmp_path / "m.onnx")
     r = provmap("compile", model, "-o", tmp_path / "t.provmap", "--strategy", "single:tvm")
     assert r.returncode == 0 and trust.is_file(), r.stderr
-    before = _digest(trust)
-    _refused(provmap("inspect", artifact, "--sqlite", trust), "trust list (provmap's own")
-    _refused(provmap("run", artifact, "--random", "-o", trust), "trust list (provmap's own")
-    assert _digest(trust) == before
+    before = digest(trust)
+    refused(provmap("inspect", artifact, "--sqlite", trust), "trust list (provmap's own")
+    refused(provmap("run", artifact, "--random", "-o", trust), "trust list (provmap's own")
+    assert digest(trust) == before
     cache = tmp_path / "cost.sqlite"
     cache.write_bytes(b"")  # exists: a command would replace it
-    _refused(provmap("report", artifact, "-o", cache), "cost cache (provmap's own")
+    refused(provmap("report", artifact, "-o", cache), "cost cache (provmap's own")
     assert os.path.getsize(cache) == 0
 
 
@@ -134,14 +121,14 @@ def test_annotate_never_replaces_a_file_that_is_not_an_onnx_model(embedded):
     """`annotate -o weights.bin` replaced the embedded model's own external weights."""
     model, art = embedded
     weights = model.parent / "model.onnx.data"
-    before = _digest(weights)
-    _refused(provmap("annotate", art, "-o", weights), "exists and is not an ONNX model")
-    assert _digest(weights) == before
+    before = digest(weights)
+    refused(provmap("annotate", art, "-o", weights), "exists and is not an ONNX model")
+    assert digest(weights) == before
 
 
 def test_bisect_refuses_to_compare_a_library_with_itself(tmp_path):
     model = _with_external_data(tmp_path / "m.onnx")
-    _refused(provmap("bisect", model, "--backend", "openvino", "--reference", "openvino"),
+    refused(provmap("bisect", model, "--backend", "openvino", "--reference", "openvino"),
              "are one library")
 
 
@@ -150,7 +137,7 @@ def test_an_input_that_is_also_an_output_is_named_as_given(tmp_path, artifact):
     feeds = tmp_path / "in.npz"
     assert provmap("run", artifact, "--random", "--save-inputs", feeds).returncode == 0
     r = provmap("run", artifact, "--inputs", feeds, "--save-inputs", feeds)
-    _refused(r, f"--save-inputs {feeds} is this command's --inputs file")
+    refused(r, f"--save-inputs {feeds} is this command's --inputs file")
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -168,7 +155,7 @@ def test_options_that_would_be_ignored_or_misread_are_refused(tmp_path, artifact
     assert provmap("run", artifact, "--random", "--save-inputs", tmp_path / "in.npz"
                    ).returncode == 0
     r = provmap(*(str(x).format(a=artifact, d=tmp_path, m=model) for x in argv))
-    _refused(r, words)
+    refused(r, words)
     assert not (tmp_path / "x.provmap").exists()
 
 
@@ -204,7 +191,7 @@ def test_bisect_names_the_node_the_backend_refuses(tmp_path):
     """OpenVINO's error about a later node was given as the divergence's place; compile names
     the node the backend does not take, and so does bisect now."""
     model = _qlinear_conv(tmp_path / "q.onnx")
-    _refused(provmap("bisect", model, "--backend", "tvm"),
+    refused(provmap("bisect", model, "--backend", "tvm"),
              "'qconv' (QLinearConv) is not supported by tvm")
 
 
@@ -233,7 +220,7 @@ def test_run_checks_the_inputs_file_before_loading_the_partitions(tmp_path, arti
     bad = tmp_path / "bad.npz"
     np.savez(bad, nope=np.zeros(3, np.float32))
     r = provmap("run", artifact, "--inputs", bad)
-    _refused(r, "missing input")
+    refused(r, "missing input")
     assert "loaded" not in r.stderr
 
 
