@@ -58,52 +58,54 @@ def test_compile_still_imports_what_it_needs(artifact, tmp_path):
     assert "onnxruntime" in heavy
 
 
+def _interrupted(setup: str, argv: list[str], cwd=None) -> str:
+    """Run `setup` (which arranges a SIGINT at one moment), then the CLI on `argv`; the command
+    must exit 130 with no traceback.  Returns its stderr.  The argv goes in sys.argv, as the
+    console script passes it, so the process also leaves the way the console script does."""
+    code = (f"{setup}\nimport sys\nimport provmap.cli.main as m\n"
+            f"sys.argv = ['provmap', *{argv!r}]\nraise SystemExit(m.main())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=cwd)
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+    return r.stderr
+
+
 def test_ctrl_c_while_the_parser_is_built_is_one_line():
-    code = ("import os, signal\n"
-            "import provmap.cli.main as m\n"
-            "build = m.build_parser\n"
-            "def interrupted():\n"
-            "    os.kill(os.getpid(), signal.SIGINT)\n"
-            "    return build()\n"
-            "m.build_parser = interrupted\n"
-            "raise SystemExit(m.main(['inspect', 'x.provmap']))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 130, r.stderr
-    assert r.stderr.strip().splitlines() == ["provmap: interrupted"]
+    setup = ("import os, signal\n"
+             "import provmap.cli.main as m\n"
+             "build = m.build_parser\n"
+             "def interrupted():\n"
+             "    os.kill(os.getpid(), signal.SIGINT)\n"
+             "    return build()\n"
+             "m.build_parser = interrupted\n")
+    err = _interrupted(setup, ["inspect", "x.provmap"])
+    assert err.strip().splitlines() == ["provmap: interrupted"], err
 
 
 def test_ctrl_c_while_numpy_imports_is_one_line():
     """numpy's C extension prints the traceback of any exception raised while it imports its
     Python helpers (issue 36: Ctrl-C 0.2 s after start printed 14-30 lines).  The signal is
     sent from inside that import, deterministically."""
-    code = ("import os, signal, sys\n"
-            "class Hook:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'numpy._utils._inspect':\n"
-            "            os.kill(os.getpid(), signal.SIGINT)\n"
-            "        return None\n"
-            "sys.meta_path.insert(0, Hook())\n"
-            "import provmap.cli.main as m\n"
-            "raise SystemExit(m.main(['inspect', 'x.provmap']))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 130, r.stderr
-    assert r.stderr.strip().splitlines() == ["provmap: interrupted"], r.stderr
+    setup = ("import os, signal, sys\n"
+             "class Hook:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name == 'numpy._utils._inspect':\n"
+             "            os.kill(os.getpid(), signal.SIGINT)\n"
+             "        return None\n"
+             "sys.meta_path.insert(0, Hook())\n")
+    err = _interrupted(setup, ["inspect", "x.provmap"])
+    assert err.strip().splitlines() == ["provmap: interrupted"], err
 
 
 def test_ctrl_c_while_a_finished_command_exits_is_one_line(tmp_path):
     """A Ctrl-C in a finished command's teardown killed it silently by SIGINT (status -2, bisect
     had printed its verdict) or printed an "Exception ignored in atexit" block.  The signal is
     sent from an exit handler, deterministically."""
-    code = ("import atexit, os, signal, sys, time\n"
-            "import provmap.cli.main as m\n"
-            "def late():\n"
-            "    os.kill(os.getpid(), signal.SIGINT)\n"
-            "    time.sleep(0.2)\n"
-            "atexit.register(late)\n"
-            "sys.argv = ['provmap', 'inspect', 'nothing-here.provmap']\n"
-            "raise SystemExit(m.main())\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       cwd=tmp_path)
-    assert r.returncode == 130, (r.returncode, r.stderr)
-    assert r.stderr.strip().splitlines()[-1] == "provmap: interrupted", r.stderr
-    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+    setup = ("import atexit, os, signal, time\n"
+             "def late():\n"
+             "    os.kill(os.getpid(), signal.SIGINT)\n"
+             "    time.sleep(0.2)\n"
+             "atexit.register(late)\n")
+    err = _interrupted(setup, ["inspect", "nothing-here.provmap"], cwd=tmp_path)
+    assert err.strip().splitlines()[-1] == "provmap: interrupted", err
