@@ -17,16 +17,15 @@ def refuse_source_model(mod, output) -> None:
     if not os.path.isfile(output):
         return
     info = mod.manifest.get("model") or {}
-    digest = hashlib.sha256()
     with open(output, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+        data = f.read()
     known = (info.get("sha256"), info.get("derived_sha256"))
-    loaded = _loaded_sha256(output)
-    if digest.hexdigest() in known or loaded in known:
+    model = _parse(data)
+    loaded = _loaded_sha256(model, output) if model is not None else None
+    if hashlib.sha256(data).hexdigest() in known or loaded in known:
         raise ProvmapError(f"-o/--output {output} is the model this artifact was compiled from: "
                            "it would be replaced; write the annotated model elsewhere")
-    if loaded is None and not _is_onnx(output):
+    if model is None:
         # the embedded model's own weights file (`annotate -o weights.bin`) is known by no
         # name the artifact keeps: a file that is not an ONNX model is never replaced by one
         raise ProvmapError(f"-o/--output {output} exists and is not an ONNX model (a model's "
@@ -34,26 +33,27 @@ def refuse_source_model(mod, output) -> None:
                            "file; write it elsewhere")
 
 
-def _loaded_sha256(path) -> str | None:
+def _parse(data: bytes):
+    """The ONNX model in `data` (its external data not read), or None when it is not one."""
+    import onnx
+
+    try:
+        m = onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - not a model: the answer
+        return None
+    return m if m.ir_version > 0 and m.HasField("graph") else None
+
+
+def _loaded_sha256(model, path) -> str | None:
     """The hash artifacts record is of the loaded model (external data read in, serialized
     deterministically), not of the file: a model saved with its weights beside it, or by an
     exporter that orders fields its own way, has other file bytes (annotate -o replaced it)."""
-    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
 
     from provmap.provenance import ids
 
     try:
-        return ids.model_sha256(onnx.load(str(path), load_external_data=True))
-    except Exception:  # not an ONNX model, or its data is missing: not the source either
+        load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+        return ids.model_sha256(model)
+    except Exception:  # noqa: BLE001 - its data is missing or unsafe: not the source either
         return None
-
-
-def _is_onnx(path) -> bool:
-    """Whether `path` parses as an ONNX model with a graph (its external data not read)."""
-    import onnx
-
-    try:
-        m = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - not a model: the answer
-        return False
-    return m.ir_version > 0 and m.HasField("graph")
