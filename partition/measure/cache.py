@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provmap.provenance.util.errors import ProvmapError
+from provmap.provenance.util.own_paths import cost_cache_path
 from provmap.runtime_module.host import host_fingerprint  # noqa: F401  (re-exported)
 
 from ..candidate import Estimate
@@ -95,11 +96,8 @@ CREATE TABLE IF NOT EXISTS plans (
 
 
 def default_path() -> Path:
-    """$PROVMAP_CACHE, else ~/.cache/provmap/costs.sqlite."""
-    env = os.environ.get("PROVMAP_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "provmap" / "costs.sqlite"
+    """$PROVMAP_CACHE, else ~/.cache/provmap/costs.sqlite (provenance/util/own_paths.py)."""
+    return cost_cache_path()
 
 
 def canonical_options(options: dict) -> str:

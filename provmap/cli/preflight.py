@@ -97,11 +97,11 @@ def _own_files() -> list[tuple[str, str]]:
     """provmap's own trust list and cost cache (and SQLite's files beside them), which every
     command may read: `inspect A --sqlite $PROVMAP_TRUST` replaced the trust list with a map,
     and every locally built TVM artifact then refused to run (issue 36's fifth afternoon)."""
-    from provmap.partition.measure.cache import default_path
+    from provmap.provenance.util.own_paths import cost_cache_path
     from provmap.runtime_module.trust import trust_file
 
     out = []
-    for name, path in (("trust_list", trust_file()), ("cost_cache", default_path())):
+    for name, path in (("trust_list", trust_file()), ("cost_cache", cost_cache_path())):
         for f in (str(path), f"{path}-wal", f"{path}-shm", f"{path}-journal"):
             if os.path.lexists(f):
                 out.append((name, f))
