@@ -78,15 +78,34 @@ def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance, step: float | None
             "problem": problem}
 
 
-def dequantized_steps(model: onnx.ModelProto) -> dict[str, float]:
+def _notable_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The constants the notes below read (quantizers' scales, Dropout's training_mode), found
+    in one walk of the graph, so compare reads a model's constants once for all three notes."""
+    from provmap.provenance.bundled.random_weights import constant_values
+
+    wanted = set()
+    for n in model.graph.node:
+        if n.op_type in ("DequantizeLinear", "QuantizeLinear") and len(n.input) > 1:
+            wanted.add(n.input[1])
+        elif n.op_type == "Dropout" and len(n.input) > 2 and n.input[2]:
+            wanted.add(n.input[2])
+    return constant_values(model.graph, wanted)
+
+
+def model_notes(model: onnx.ModelProto) -> tuple[dict[str, str], dict[str, float]]:
+    """(tensor -> why it differs by design, tensor -> its quantization step), one read."""
+    consts = _notable_constants(model)
+    return ({**random_outputs(model, consts), **undefined_quantization(model, consts)},
+            dequantized_steps(model, consts))
+
+
+def dequantized_steps(model: onnx.ModelProto, consts=None) -> dict[str, float]:
     """Tensor -> its quantization step: the output of a DequantizeLinear whose scale is one
     constant.  Its values lie on that grid, so two libraries rounding one element to
     neighbouring levels differ by exactly one step (a uint8 QDQ model: 1/255 = 0.00392 failed
     compare at atol 1e-4, while workbench.md calls one step agreement: issue 36)."""
-    from provmap.provenance.bundled.random_weights import constant_values
-
     dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and len(n.input) > 1]
-    consts = constant_values(model.graph, {n.input[1] for n in dq})
+    consts = _notable_constants(model) if consts is None else consts
     out = {}
     for n in dq:
         scale = consts.get(n.input[1])
@@ -101,15 +120,13 @@ _RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
                "Multinomial", "Bernoulli"}
 
 
-def random_outputs(model: onnx.ModelProto) -> dict[str, str]:
+def random_outputs(model: onnx.ModelProto, consts=None) -> dict[str, str]:
     """Tensor -> why it differs by design: the output of a random op, or of a Dropout whose
     training_mode is a constant true (a model exported in train mode): two libraries draw
     different numbers, and compare named that Dropout as the first divergent partition."""
-    from provmap.provenance.bundled.random_weights import constant_values
-
     drops = [n for n in model.graph.node if n.op_type == "Dropout" and len(n.input) > 2
              and n.input[2]]
-    consts = constant_values(model.graph, {n.input[2] for n in drops})
+    consts = _notable_constants(model) if consts is None else consts
     out = {}
     for n in model.graph.node:
         if n.op_type in _RANDOM_OPS or (
@@ -121,17 +138,15 @@ def random_outputs(model: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
-def undefined_quantization(model: onnx.ModelProto) -> dict[str, str]:
+def undefined_quantization(model: onnx.ModelProto, consts=None) -> dict[str, str]:
     """Tensor -> why its value is not defined: a QuantizeLinear whose scale in the model is
     zero or not finite.  ORT's static quantizer writes scale = inf when calibration saw -inf
     (BERT's attention mask); x / inf is then 0, NaN or -inf by element, and ONNX leaves the
     rounding of those undefined: ONNX Runtime gives 0 where OpenVINO gives -128, whole model or
     two-node model alike.  compare still reports the difference, with this reason beside it, so
     nobody hunts a kernel bug that the model itself carries."""
-    from provmap.provenance.bundled.random_weights import constant_values
-
     quant = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1]
-    consts = constant_values(model.graph, {n.input[1] for n in quant})
+    consts = _notable_constants(model) if consts is None else consts
     out = {}
     for n in quant:
         if n.input[1] not in consts:
@@ -209,8 +224,7 @@ def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str =
                            f"{first_line(e)}") from None
     tensors = []
     bad = set()
-    undefined = {**random_outputs(model), **undefined_quantization(model)}
-    steps = dequantized_steps(model)
+    undefined, steps = model_notes(model)
     for name, (m, a) in captured.items():
         if name not in ref:
             continue
