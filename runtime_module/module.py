@@ -34,7 +34,7 @@ from .index_bounds import check_indices
 from .lookup import Lookup
 from . import trust as _trust
 from .registry import backend_class, get_backend
-from .schedule import check_schedule, is_concurrent
+from .schedule import check_runner_names, check_schedule, is_concurrent
 
 
 class Module:
@@ -204,6 +204,7 @@ class ArtifactModule(Module):
                 last_use[n] = max(last_use.get(n, -1), stage_of[k])
         keep = set(self.output_names)
         produced = set(self.input_specs) | set(self._constant_outputs())
+        check_runner_names(self.path or "artifact", self.partitions, stages, set(produced))
         for k, m in enumerate(self.partitions):
             r = m.runner
             specs = {t["name"]: (tuple(t["shape"]), np.dtype(t["dtype"])) for t in m.info["outputs"]}

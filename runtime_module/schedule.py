@@ -126,3 +126,34 @@ def split_threads(stage_ids: list[list[str]], cores: int) -> dict[str, int]:
             for pid in s:
                 out[pid] = max(1, cores // len(s))
     return out
+
+
+def check_runner_names(where: str, partitions, stages, produced: set) -> None:
+    """The names a partition's loaded code reads and writes come from its blob, not from the
+    manifest the schema checked: a stranger's blob naming a tensor that nothing before it
+    produces failed deep in the run with a KeyError.  Each name is checked against the
+    partition's manifest tensors and against what graph inputs, constants and earlier stages
+    produce (`produced`, updated here)."""
+    from .schema_base import _short
+
+    for stage in stages:
+        made = set()
+        for k in stage:
+            m = partitions[k]
+            r = m.runner
+            declared_in = {t["name"] for t in m.info["inputs"]}
+            declared_out = {t["name"] for t in m.info["outputs"]}
+            for n in r.input_names:
+                if n not in declared_in or n not in produced:
+                    raise ProvmapError(
+                        f"{where}: partition {m.id}'s code reads tensor {_short(n)}, "
+                        + ("which is not among its manifest inputs" if n not in declared_in
+                           else "which no graph input, constant or earlier partition produces")
+                        + "; the artifact is inconsistent")
+            for n in r.output_names:
+                if n not in declared_out:
+                    raise ProvmapError(
+                        f"{where}: partition {m.id}'s code writes tensor {_short(n)}, which is "
+                        "not among its manifest outputs; the artifact is inconsistent")
+            made.update(r.output_names)
+        produced |= made

@@ -278,3 +278,29 @@ def test_an_option_value_the_backend_refuses_is_refused_before_running(capsys, a
                   lambda m: m["backends"]["onnxruntime"]["options"].update(threads="٣"))
     _refused(capsys, ["run", bad, "--random"], "backends.onnxruntime.options.threads",
              "is refused")
+
+
+@pytest.mark.parametrize("rename, words", [
+    ("input", ("partition p0's code reads tensor 'secret'", "not among its manifest inputs")),
+    ("output", ("partition p0's code writes tensor 'secret'", "not among its manifest outputs")),
+])
+def test_names_the_code_itself_gives_are_checked_against_the_manifest(capsys, art, tmp_path,
+                                                                      rename, words):
+    """Without names in blob_meta, ONNX Runtime's runner takes them from the partition's own
+    model file, which no schema reads: a name nothing produces failed deep in the run."""
+    import onnx
+
+    manifest, files = members(art)
+    p = manifest["partitions"][0]
+    for k in ("input_names", "output_names"):
+        p["blob_meta"].pop(k, None)
+    member = next(f for f in p["files"] if f.endswith(".onnx"))
+    m = onnx.load_from_string(files[member])
+    old = (m.graph.input if rename == "input" else m.graph.output)[0].name
+    for n in m.graph.node:
+        n.input[:] = ["secret" if x == old else x for x in n.input]
+        n.output[:] = ["secret" if x == old else x for x in n.output]
+    (m.graph.input if rename == "input" else m.graph.output)[0].name = "secret"
+    files[member] = m.SerializeToString()
+    bad = repack(tmp_path / "bad.provmap", manifest, files)
+    _refused(capsys, ["run", bad, "--random", "--trust"], *words)

@@ -18,7 +18,8 @@ from provmap.provenance.util.atomic import save_npz_atomic
 
 from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
                      backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
-                     parse_backend_options, positive_int, repeats, say_progress, warn)
+                     note_needless_trust, parse_backend_options, positive_int, repeats,
+                     say_progress, warn)
 from .common import print_safe as _say
 from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
@@ -129,6 +130,7 @@ def cmd_run(args) -> int:
     given = load_inputs(args.inputs) if args.inputs else None
     t0 = time.perf_counter()
     mod = load(args.artifact, runnable=True, trust=args.trust, runners=False)
+    note_needless_trust(mod, args.trust)
     if given is not None:  # names, shapes and dtypes before seconds of loading the partitions
         mod.check_inputs(given)
     mod.load_runners()

@@ -119,6 +119,18 @@ def add_trust_option(parser) -> None:
                         "machine did not build it (see `provmap trust`)")
 
 
+def note_needless_trust(mod, trust: bool) -> None:
+    """`--trust` on an artifact with no native code was taken without a word (issue 36's fifth
+    afternoon), so a user believed it had vouched for something: said once, not refused, as a
+    script may pass --trust to every artifact it runs."""
+    from provmap.runtime_module.trust import loads_native_code
+
+    if trust and not any(loads_native_code(p.get("backend")) for p in mod.manifest["partitions"]):
+        warn([f"--trust: {mod.path} holds no native code (its partitions run on "
+              f"{', '.join(sorted({p['backend'] for p in mod.manifest['partitions']})) or 'none'}"
+              "), so there was nothing to trust"])
+
+
 def parse_backend_options(items) -> dict:
     opts: dict[str, dict] = {}
     for item in items or ():

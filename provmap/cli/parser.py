@@ -37,6 +37,31 @@ class _StoreOnce(argparse._StoreAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+class _FlagOnce(argparse._StoreConstAction):
+    """A flag given twice (`--json --json`) was taken without a word, where a single-valued
+    option given twice is refused (issue 36's fifth afternoon): refused the same way, so a
+    duplicated flag in a script (often a merge of two command lines) is seen."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = Parser.seen.setdefault(id(namespace), {})
+        if option_string and self.dest in seen:
+            parser.error(f"argument {'/'.join(self.option_strings)}: given twice; give it once")
+        seen[self.dest] = True
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _TrueOnce(_FlagOnce):
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, const=True, default=default, required=required,
+                         help=help)
+
+
+class _FalseOnce(_FlagOnce):
+    def __init__(self, option_strings, dest, default=True, required=False, help=None):
+        super().__init__(option_strings, dest, const=False, default=default, required=required,
+                         help=help)
+
+
 class Parser(argparse.ArgumentParser):
     """The `provmap` parser and, through add_subparsers, each subcommand's."""
 
@@ -50,6 +75,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
+        self.register("action", "store_true", _TrueOnce)
+        self.register("action", "store_false", _FalseOnce)
 
     def parse_args(self, args=None, namespace=None):
         Parser.argv = list(sys.argv[1:] if args is None else args)

@@ -13,7 +13,8 @@ import os
 
 from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
-                     non_negative, read_json_file, repeats, term_safe, warn)
+                     non_negative, note_needless_trust, read_json_file, repeats, term_safe,
+                     warn)
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.util.atomic import write_bytes_atomic
 
@@ -79,6 +80,7 @@ def cmd_compare(args) -> int:
 
     given = _given_inputs(args)
     mod = load(args.artifact, trust=args.trust)
+    note_needless_trust(mod, args.trust)
     warn(mod.manifest.get("warnings"))
     model = _reference_model(mod, args.model)
     inputs = _inputs(args, mod=mod, given=given)
@@ -167,6 +169,7 @@ def cmd_profile(args) -> int:
 
     given = _given_inputs(args)
     mod = load(args.artifact, trust=args.trust)
+    note_needless_trust(mod, args.trust)
     res = profile_artifact(mod, _inputs(args, mod=mod, given=given), repeats=args.repeats,
                            progress=say_progress)
     trace = res.pop("trace")
@@ -251,6 +254,7 @@ def cmd_report(args) -> int:
             raise ProvmapError(f"{args.profile}: not the output of `provmap profile --json`")
         check_profile(profile, args.profile)
     mod = load(args.artifact, runnable=bool(args.measure), trust=args.trust)
+    note_needless_trust(mod, args.trust)
     if profile is not None:
         _check_profile_is_of(profile, args.profile, mod, args.artifact)
     if args.measure:
@@ -329,6 +333,7 @@ def _headroom(args, mod) -> dict:
     names = names or sorted({p["backend"] for p in mod.manifest["partitions"]})
     model = _reference_model(mod, args.model)
     run = load(args.artifact, trust=args.trust)
+    note_needless_trust(run, args.trust)
     view = load_view(model, os.path.basename(args.artifact))
     backends = {n: get_backend(n) for n in dict.fromkeys(names)}
     try:

@@ -1,0 +1,43 @@
+"""Issue 36, the fifth afternoon's leftovers, through the real CLI: a flag given twice, and
+--trust given where there is nothing to trust."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_runner import provmap
+
+
+@pytest.fixture(scope="module")
+def artifact(squeezenet_cli_artifact):
+    return squeezenet_cli_artifact
+
+
+@pytest.mark.parametrize("argv", [
+    ["inspect", "--json", "--json", "{a}"],
+    ["lookup", "{a}", "--json", "--onnx-node", "x", "--json"],
+    ["run", "{a}", "--random", "--trust", "--trust"],
+])
+def test_a_flag_given_twice_is_refused_like_an_option_given_twice(artifact, argv):
+    """`--json --json` was taken without a word, where `-o a -o b` is refused."""
+    r = provmap(*[str(artifact) if x == "{a}" else x for x in argv])
+    flag = "--json" if "--json" in argv else "--trust"
+    assert r.returncode == 2 and r.stderr == (
+        f"provmap {argv[0]}: error: argument {flag}: given twice; give it once "
+        f"(see `provmap {argv[0]} --help`)\n"), r.stderr
+    if flag == "--json":  # the refusal is JSON too, as every error under --json
+        assert json.loads(r.stdout)["code"] == 2
+
+
+def test_trust_on_an_artifact_without_native_code_says_there_was_nothing_to_trust(artifact):
+    """single:onnxruntime holds an ONNX file, no shared library: --trust vouched for nothing,
+    and the user was not told so.  Said once; the run goes on (a script may pass --trust to
+    every artifact it runs)."""
+    r = provmap("run", artifact, "--random", "--trust")
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if "nothing to trust" in ln]
+    assert notes == [f"provmap: warning: --trust: {artifact} holds no native code (its "
+                     "partitions run on onnxruntime), so there was nothing to trust"], r.stderr
+    assert "nothing to trust" not in provmap("run", artifact, "--random").stderr
