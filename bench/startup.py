@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HEAVY = ("tvm", "onnxruntime", "openvino")
+#: The backend libraries (seconds to import), then onnx and sqlite_utils (0.1 s together with
+#: protobuf), which reading an artifact needs neither: an offline command imports none.
+HEAVY = ("tvm", "onnxruntime", "openvino", "onnx", "sqlite_utils")
 
 _PROBE = """
 import json, sys

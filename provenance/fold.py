@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .model import FOLD_REASON  # noqa: F401  (re-exported: importer and tests read it here)
 from .type_oracle import TypeOracle, unknown_domains
 
 SMALL = 4096  # elements: shape vectors, axes, scales, small masks
@@ -39,7 +40,6 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
 #: precision transformations); a weight folded to float defeats that, and changed ONNX Runtime's
 #: output by 7.8e-3 on a small `quantize_static` QDQ conv net.
 QUANTIZATION = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
-FOLD_REASON = "folded to a constant before import (evaluated by onnx.reference)"
 
 
 @dataclass

@@ -21,6 +21,10 @@ ROLE_FOLDED = "folded"      # the node produced no binding; its value was folded
 ROLE_COMPUTE = "compute"    # the kernel computes this binding (directly or fused)
 ROLE_CONSTANT = "constant"  # the binding was constant-folded into an argument of the kernel
 
+#: The elision reason of a node provenance/fold.py evaluated before import; kept here, with the
+#: map's other words, so reading an artifact never imports onnx to compare against it.
+FOLD_REASON = "folded to a constant before import (evaluated by onnx.reference)"
+
 
 @dataclass
 class OnnxNode:

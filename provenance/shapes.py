@@ -11,9 +11,12 @@ the same fixed model.
 
 from __future__ import annotations
 
-import onnx
+from typing import TYPE_CHECKING
 
 from .util.errors import ProvmapError
+
+if TYPE_CHECKING:  # reading an artifact checks shapes here without importing onnx (start-up)
+    import onnx
 
 FLAG = "--input-shape"
 INT64_MAX = 2**63 - 1
@@ -156,6 +159,8 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                            f"{', '.join(repr(n) for n in inputs) or '(none)'}")
     out = model
     if shapes:
+        import onnx
+
         out = onnx.ModelProto()
         out.CopyFrom(model)
         for vi in runtime_inputs(out.graph):

@@ -19,8 +19,6 @@ import os
 import sqlite3
 from pathlib import Path
 
-import sqlite_utils
-
 from provmap.provenance.model import SCHEMA_VERSION, ProvenanceMap
 from .util.atomic import commit_temp, discard_temp, stage_file
 
@@ -104,7 +102,7 @@ def load_json(path: str | os.PathLike) -> ProvenanceMap:
 
 # ---- SQLite ----------------------------------------------------------------------------------
 
-def _create_schema(db: sqlite_utils.Database) -> None:
+def _create_schema(db) -> None:
     """Create every table explicitly so empty maps still have the full schema (insert_all on
     an empty list creates nothing), and so column types don't depend on the first row."""
     db.table("meta").create({"key": str, "value": str}, pk="key", not_null={"value"})
@@ -160,6 +158,8 @@ def _write_sqlite(pmap: ProvenanceMap, tmp: Path) -> None:
         # per-commit syncs buy nothing; the whole file is fsynced once before the rename.
         conn.execute("PRAGMA journal_mode = OFF")
         conn.execute("PRAGMA synchronous = OFF")
+        import sqlite_utils  # only when writing: an offline read never pays its import
+
         db = sqlite_utils.Database(conn, execute_plugins=False)
         _create_schema(db)
         node_name = {n.id: n.name for n in pmap.nodes}

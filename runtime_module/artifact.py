@@ -13,7 +13,7 @@ weights, and load time matters more than size) holding:
 Reading verifies the whole file before anything in it is used: the member list must match the
 manifest exactly and every member's SHA-256 must match, so a tampered or truncated artifact is
 refused before a native library is loaded.  Hashes guard against corruption and accidental
-edits, not against an attacker who rewrites the manifest too (that needs a signature).
+edits, not against an attacker who rewrites the manifest too (that is the trust list's job).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from provmap.provenance.ids import model_sha256
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
 from provmap.provenance import store
@@ -53,9 +52,8 @@ FORMAT = "provmap-artifact"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.:+-]{1,200}")
 SOURCE_MODEL = "source/model.onnx"  # optional: the user's ONNX model (compile --embed-model)
 FORMAT_VERSION = 1
-#: An artifact with a concurrent schedule (see schedule.py) is written as version 2, so a provmap
-#: that cannot honour the schedule refuses it instead of running it differently; one without
-#: stays version 1 and older readers keep reading it.
+#: An artifact with a concurrent schedule (schedule.py) is version 2: a provmap that cannot honour
+#: it refuses it rather than run it differently; one without stays 1 for older readers.
 SCHEDULED_VERSION = 2
 READS_VERSIONS = (FORMAT_VERSION, SCHEDULED_VERSION)
 MANIFEST = trust.MANIFEST
@@ -136,6 +134,7 @@ class Artifact:
         import onnx
 
         from provmap.provenance.bundled import zoo
+        from provmap.provenance.ids import model_sha256  # onnx: not at import (offline start-up)
 
         info = self.manifest["model"]
         if given is None:
@@ -412,9 +411,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "partitions": parts,
         "constant_outputs": constants,
         "coverage": pmap.coverage(),
-        # Said once at compile, and by inspect/compare from here (a wrong declared output
-        # shape: provmap.provenance.normalize.reconcile_outputs).
-        "warnings": list(imp.warnings),
+        "warnings": list(imp.warnings),  # said at compile, and by inspect/compare from here
     }
     return Artifact(manifest=manifest, members=members, built_here=True)
 
@@ -441,6 +438,8 @@ def embed_source_model(art: Artifact, model) -> None:
     bisect work from the artifact alone; it roughly doubles the file (weights stored twice).
     The user's model as given, or, when only the derived one is at hand, that (named so by its
     hash)."""
+    from provmap.provenance.ids import model_sha256
+
     info = art.manifest["model"]
     digest = model_sha256(model)
     if digest not in (info["sha256"], info.get("derived_sha256")):

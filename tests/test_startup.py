@@ -1,5 +1,5 @@
 """Start-up (issue 36): the commands that only read an artifact, and the help, import no backend
-library (tvm, onnxruntime, openvino), and Ctrl-C while the command starts is one line.  Checked
+library (tvm, onnxruntime, openvino), nor onnx or sqlite_utils, and Ctrl-C while the command starts is one line.  Checked
 on the modules a fresh process holds at exit, never on time (bench/startup.py times them)."""
 
 from __future__ import annotations

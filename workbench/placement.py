@@ -24,10 +24,12 @@ import collections
 import functools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import onnx
+from provmap.provenance.model import FOLD_REASON
 
-from provmap.provenance.fold import FOLD_REASON
+if TYPE_CHECKING:  # reading an artifact's placement needs no onnx (offline start-up)
+    import onnx
 
 SCHEMA = "provmap.placement"
 #: 2: rows gained `state` and `carried_by`; `partitions`/`backends` list only partitions whose
@@ -80,13 +82,18 @@ def graph_id(model: onnx.ModelProto) -> str:
 def explorer_node_ids(model: onnx.ModelProto) -> list[str]:
     """Each top-level node's unique name as NameFixPass assigns it: an unnamed node becomes
     "node", "node_1", ...; a repeated name X becomes X_1, X_2, ... (first come, first kept)."""
+    return unique_node_names([node.name for node in model.graph.node])
+
+
+def unique_node_names(names: list[str]) -> list[str]:
+    """explorer_node_ids over bare names (a map's nodes: no onnx import to read an artifact)."""
     used: set[str] = set()
     counter: collections.Counter[str] = collections.Counter()
     out = []
-    for node in model.graph.node:
-        preferred = node.name or "node"
+    for given in names:
+        preferred = given or "node"
         name = preferred
-        if node.name and name not in used:
+        if given and name not in used:
             used.add(name)
             out.append(name)
             continue
@@ -142,11 +149,9 @@ def placement(model: onnx.ModelProto | None, mod) -> dict:
     lookup = mod.lookup
     backend_of = {p["id"]: p["backend"] for p in mod.manifest["partitions"]}
     if model is None:
-        nodes = [onnx.helper.make_node(n.op_type, list(n.inputs), list(n.outputs), name=n.name)
-                 for n in lookup.map.nodes]
-        ids = explorer_node_ids(onnx.helper.make_model(onnx.helper.make_graph(nodes, "", [], [])))
-        rows = [_row(k, node, ids[k], pn, lookup, backend_of)
-                for k, (node, pn) in enumerate(zip(nodes, lookup.map.nodes))]
+        ids = unique_node_names([n.name for n in lookup.map.nodes])
+        rows = [_row(k, pn, ids[k], pn, lookup, backend_of)
+                for k, pn in enumerate(lookup.map.nodes)]
         gid, over = "<main>", "compiled"
     else:
         by_outputs = {tuple(n.outputs): n for n in lookup.map.nodes}

@@ -7,13 +7,17 @@ wrong at some point, so the conversions live here."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
+
+# onnx is imported inside the conversions: reading an artifact sizes tensors with itemsize()
+# alone, and an offline command must not pay onnx's import (issue 36's start-up).
 
 
 def onnx_dtype(elem_type: int) -> str:
     """Dtype name of an ONNX element type ("float32", "bfloat16", "object" for STRING).
 
     Raises (KeyError/ValueError from onnx) for an element type numpy cannot hold."""
+    import onnx
+
     if elem_type == onnx.TensorProto.BFLOAT16:
         return "bfloat16"
     return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
@@ -21,6 +25,8 @@ def onnx_dtype(elem_type: int) -> str:
 
 def onnx_elem(dtype: str) -> int:
     """ONNX element type of a dtype name; the inverse of `onnx_dtype`."""
+    import onnx
+
     if str(dtype) == "bfloat16":
         return onnx.TensorProto.BFLOAT16
     return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
