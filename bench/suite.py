@@ -252,12 +252,14 @@ def paired_overhead(fns: dict, rooms: dict, repeats: int, passes: int = 8) -> di
     50% between passes at load 0 (MobileNet-v3, 2026-11-26: ORT pass medians 5.5, 7.1 and
     4.8 ms), and with a dozen alternatives between two blocks of the same library, the ratio
     of overall medians says more about when each block ran than about the container.  Adjacent
-    blocks of the pair see the same machine; the median over passes drops the odd pass."""
+    blocks of the pair see the same machine; the median over passes drops the odd pass, and the
+    order flips every pass (A B, B A) so a steady drift within a pass favours neither side."""
     from provmap.partition.measure.interleave import measure_interleaved
 
     art, lib = fns
     lat = measure_interleaved(fns, repeats=max(2 * passes, repeats), passes=passes,
-                              min_block_s=0.3, rooms=rooms, never_cap=tuple(fns))
+                              min_block_s=0.3, rooms=rooms, never_cap=tuple(fns),
+                              alternate=True)
     ratios = sorted(a / d for a, d in zip(lat[art].pass_medians_s, lat[lib].pass_medians_s))
     return {"paired_passes": len(ratios),
             "paired_overhead": statistics.median(ratios) - 1 if ratios else None,

@@ -202,3 +202,13 @@ def test_in_context_times_record_the_runs_actually_taken(tmp_path, monkeypatch):
     seconds, runs, _plan = cache.get_in_context(p["key"], be)
     assert rows[0]["in_context_ms"] == seconds * 1e3
     assert runs > 20 and runs * seconds < MIN_S  # a call is far under MIN_S / 20
+
+
+def test_alternate_flips_the_order_every_other_pass():
+    """A B, B A, A B: with a machine that drifts steadily within a pass, the pair's per-pass
+    ratio alternates around the truth instead of leaning one way (the container check)."""
+    opened = []
+    rooms = {k: (lambda k=k: opened.append(k), lambda: None) for k in "ab"}
+    measure_interleaved({"a": lambda: None, "b": lambda: None}, repeats=3, passes=3, warmup=1,
+                        settle_s=0, min_block_s=0, min_sample_s=0, rooms=rooms, alternate=True)
+    assert opened == ["a", "b", "a", "b", "b", "a", "a", "b"], opened  # warm-ups, then passes

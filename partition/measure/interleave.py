@@ -57,8 +57,8 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
                         min_block_s: float = 0.5, max_block_runs: int = 250,
                         slow_factor: float = 10.0, slow_budget_s: float = 10.0,
                         never_cap: tuple = (), min_sample_s: float = 1e-3,
-                        progress=None, rooms: Mapping[str, tuple] | None = None
-                        ) -> dict[str, Latency]:
+                        progress=None, rooms: Mapping[str, tuple] | None = None,
+                        alternate: bool = False) -> dict[str, Latency]:
     """Latency of each zero-argument callable.
 
     Each gets 1 + `warmup` calls, then `passes` rounds of one block each (at least repeats/passes
@@ -101,8 +101,11 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
         if k not in slow and v.first_call_s > 0:
             v.calls_per_sample = max(1, math.ceil(min_sample_s / v.first_call_s))
     per_block = max(repeats // passes, 1)
-    for _ in range(passes):
-        for k, f in fns.items():
+    for p in range(passes):
+        order = list(fns.items())
+        if alternate and p % 2:
+            order.reverse()
+        for k, f in order:
             if k in slow:
                 continue
             n = out[k].calls_per_sample
