@@ -272,3 +272,28 @@ def test_the_priced_limit_is_tightened_by_timing_its_plans_regions_in_context():
     assert any(line.startswith("  tightened by measuring its plans:")
                for line in format_priced({**p, "headroom_share": 0.375, "priced_ms": 1.25,
                                           "cuts": 1, "break_even_ms": None}))
+
+
+def test_a_twin_that_measured_its_cuts_cheaper_lowers_the_price_of_a_cut():
+    """The limit stays a bound only if no cut is charged more than cuts were seen to cost:
+    a same-cuts twin below kappa sets the price for what follows (floored at 0); a twin under
+    contention, or one above kappa, leaves kappa as it was."""
+    from provmap.workbench.cut_price import format_rounds
+    from provmap.workbench.tighten import _cheaper_kappa
+
+    own = {"cuts": 1, "per_cut_median_ms": 0.05, "per_cut_min_ms": 0.08, "below_kappa": True,
+           "vs_best_median": 0.01, "vs_best_min": 0.02, "kappa_ms": 0.168}
+    step = {}
+    assert _cheaper_kappa(own, 0.168, step) == pytest.approx(0.05)
+    assert step["kappa_after_ms"] == pytest.approx(0.05)
+    assert _cheaper_kappa({**own, "per_cut_median_ms": -0.688}, 0.168, {}) == 0.0
+    assert _cheaper_kappa({**own, "contended": "load 1.9"}, 0.168, {}) == 0.168
+    assert _cheaper_kappa({**own, "below_kappa": False}, 0.168, {}) == 0.168
+    assert _cheaper_kappa(None, 0.168, {}) == 0.168
+    lines = format_rounds({"tightened_share": 0.01, "tightened_ms": 12.4, "tightened_cuts": 1,
+                           "tightened_kappa_ms": 0.05, "stopped": "x", "rounds": [{
+                               "round": 1, "cuts": 1, "predicted_vs_best": -0.01,
+                               "vs_best_median": 0.2, "vs_best_min": 0.0, "own_cuts": own,
+                               **step}]})
+    assert "later rounds and the limit charge 0.050 ms a cut" in lines[0]
+    assert "1 cut(s) at 0.050 ms a cut, headroom 1.0%" in lines[1]

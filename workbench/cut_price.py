@@ -163,12 +163,18 @@ def format_rounds(p: dict) -> list[str]:
                            if own["below_kappa"] else "") + ")")
         else:
             own_text = ""
+        if r.get("kappa_after_ms") is not None:
+            own_text += (f"; later rounds and the limit charge {r['kappa_after_ms']:.3f} ms a "
+                         "cut, what these cuts measured")
         out.append(f"  round {r['round']}: {r['cuts']} cut(s), predicted "
                    f"{r['predicted_vs_best']:+.1%}, {got}" + (f"; timed in context: {timed}"
                                                               if timed else "") + own_text)
     share = p["tightened_share"]
     out.append(f"  tightened by measuring its plans: {p['tightened_ms']:.3f} ms, "
-               f"{p['tightened_cuts']} cut(s), headroom {share:.1%}: "
+               f"{p['tightened_cuts']} cut(s)"
+               + (f" at {p['tightened_kappa_ms']:.3f} ms a cut"
+                  if p.get("tightened_kappa_ms") is not None else "")
+               + f", headroom {share:.1%}: "
                + ("no room (<5%)" if share < NO_ROOM else f"room {share:.0%}")
                + f" (stopped: {p['stopped']})"
                + ("; measured under contention: not a result" if p.get("noisy") else ""))

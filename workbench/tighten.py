@@ -14,6 +14,10 @@ it; only timing the region where it runs can.  So, round by round:
    less one cut's price, which the path charges anyway).  The best single configuration's costs
    stay as profiled: they are the plan being compared against.
 
+Each round also measures the same cuts with every partition on the best single configuration
+(its same-cuts twin): where those cuts cost less than kappa, the later rounds and the final limit
+charge what they measured instead (`_cheaper_kappa`), so no cut is priced above what one cost.
+
 It stops when the path stays on one configuration, returns a plan already measured, a plan
 measures faster than the best single by median and minimum (a win: room that exists), or after
 `ROUNDS` rounds.  The limit it reports is the last path's cost over the costs measured so far:
@@ -65,6 +69,7 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
                 "vs_best_min": row.get("vs_best_min"), "timed": [],
                 "own_cuts": own_cuts(row, kappa)}
         log.append(step)
+        kappa = _cheaper_kappa(step["own_cuts"], kappa, step)
         if art is None:
             stopped = f"the {label} plan did not build"
             break
@@ -82,6 +87,7 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
     final_ms, _c, final_cuts = priced_path(costs, units, position, kappa)
     final_ms = min(final_ms, whole) if whole > 0 else final_ms
     p.update(rounds=log, stopped=stopped, tightened_ms=final_ms, tightened_cuts=final_cuts,
+             tightened_kappa_ms=kappa,
              noisy=bool(o.get("contended") or any(r.get("contended") for r in rows)),
              tightened_share=(whole - final_ms) / whole if whole > 0 else None)
     return rows
@@ -103,6 +109,22 @@ def own_cuts(row: dict, kappa: float) -> dict | None:
             "vs_best_median": sc["vs_best_median"], "vs_best_min": sc["vs_best_min"],
             "kappa_ms": kappa, "below_kappa": min(med, mn) < kappa,
             "contended": sc.get("contended")}
+
+
+def _cheaper_kappa(own: dict | None, kappa: float, step: dict) -> float:
+    """The price the later rounds and the final limit charge per cut: kappa, or the cheaper
+    price this round's own cuts measured on the best single (its same-cuts twin), floored at 0.
+
+    Why lower it: the limit is a bound only while no cut is charged more than cuts were seen to
+    cost.  kappa averages earlier plans' excess over additivity; a twin that measured its cuts
+    cheaper (EfficientNet-B0, 2026-11-27: a twin faster than the uncut best single) shows the
+    path charged too much, and keeping kappa would have claimed "no room" on an overpriced path.
+    A twin measured under contention prices nothing."""
+    if not own or own.get("failed") or own.get("contended") or not own.get("below_kappa"):
+        return kappa
+    lower = max(min(own["per_cut_median_ms"], own["per_cut_min_ms"]), 0.0)
+    step["kappa_after_ms"] = lower
+    return lower
 
 
 def _time_regions(art, bd: dict, costs: dict, best: str, kappa: float, scale: float
