@@ -41,3 +41,17 @@ def test_trust_on_an_artifact_without_native_code_says_there_was_nothing_to_trus
     assert notes == [f"provmap: warning: --trust: {artifact} holds no native code (its "
                      "partitions run on onnxruntime), so there was nothing to trust"], r.stderr
     assert "nothing to trust" not in provmap("run", artifact, "--random").stderr
+
+
+def test_inspect_says_which_model_its_node_states_are_over(artifact):
+    """`inspect --model` keys the placement to the user's model; in text mode the output was
+    the same with or without it, so nothing showed the option had been used."""
+    def over(*extra):
+        r = provmap("inspect", artifact, *extra)
+        assert r.returncode == 0, r.stderr
+        return next(ln for ln in r.stdout.splitlines() if ln.startswith("  over "))
+
+    assert over() == ("  over 66 ONNX nodes of the compiled copy (pass --model FILE to key them "
+                      "to your model)")
+    assert over("--model", "bundled:squeezenet") == ("  over 66 ONNX nodes of the model as "
+                                                     "given (bundled:squeezenet)")

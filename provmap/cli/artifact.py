@@ -19,7 +19,7 @@ from provmap.provenance.util.atomic import save_npz_atomic
 from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
                      backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
                      note_needless_trust, parse_backend_options, positive_int, repeats,
-                     say_progress, warn)
+                     say_progress, term_safe, warn)
 from .common import print_safe as _say
 from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
@@ -233,6 +233,12 @@ def cmd_inspect(args) -> int:
     from provmap.workbench.placement import describe_states
 
     _say(f"  node states: {describe_states(info['placement']['states'])}")
+    pl = info["placement"]  # which nodes those are: what --model changes (issue 36)
+    _say(f"  over {len(pl['nodes'])} ONNX nodes of "
+         + ("the model as given" + (f" ({term_safe(args.model)})" if args.model else
+                                    " (embedded in the artifact)")
+            if pl["model"] == "original" else
+            "the compiled copy (pass --model FILE to key them to your model)"))
     for name, b in info["backends"].items():
         _say(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
     for w in info["warnings"]:
