@@ -50,7 +50,12 @@ def _run(argv) -> tuple[float, int, list[str]]:
     return wall, r.returncode, heavy[-1] if heavy else ["?"]
 
 
-def run(runs: int = 5, progress=None) -> dict:
+#: The offline commands again on a user-sized artifact: reading verifies every member's hash,
+#: so time grows with the file (11-22 MB artifacts took 0.43-0.57 s, issue 36's fifth afternoon).
+LARGE_COMMANDS = [["inspect", "{a}"], ["lookup", "{a}", "--onnx-node", "{n}"], ["explain", "{a}"]]
+
+
+def run(runs: int = 5, progress=None, large: str | None = "bundled:resnet50") -> dict:
     from provmap.partition.compile import compile_model
 
     from .compile_scaling import neg_relu_chain
@@ -60,14 +65,25 @@ def run(runs: int = 5, progress=None) -> dict:
         art = Path(d) / "chain.provmap"
         compile_model(neg_relu_chain(20), strategy="single:onnxruntime", out=art)
         _run(["--version"])  # warm the file cache once, as a user's second command would be
-        for cmd in COMMANDS:
-            argv = [x.replace("{a}", str(art)) for x in cmd]
+        jobs = [(cmd, art, "n1", "ART") for cmd in COMMANDS]
+        if large:
+            big = Path(d) / "large.provmap"
+            compile_model(large, strategy="single:onnxruntime", out=big)
+            from provmap.runtime_module.artifact import read_artifact
+
+            node = read_artifact(big).manifest["partitions"][0]["onnx_nodes"][0]
+            mb = big.stat().st_size / 2**20
+            jobs += [(cmd, big, node, f"{large.split(':')[-1].upper()}({mb:.0f} MB)")
+                     for cmd in LARGE_COMMANDS]
+        for cmd, path, node, label in jobs:
+            argv = [x.replace("{a}", str(path)).replace("{n}", node) for x in cmd]
             walls, codes, heavy = [], set(), []
             for _ in range(runs):
                 w, rc, heavy = _run(argv)
                 walls.append(w)
                 codes.add(rc)
-            row = {"command": "provmap " + " ".join(c.replace("{a}", "ART") for c in cmd),
+            row = {"command": "provmap " + " ".join(c.replace("{a}", label).replace("{n}", node)
+                                                    for c in cmd),
                    "median_s": round(statistics.median(walls), 3),
                    "min_s": round(min(walls), 3), "runs": runs, "exit": sorted(codes),
                    "backend_modules": heavy}
@@ -83,7 +99,8 @@ def run(runs: int = 5, progress=None) -> dict:
 
 def markdown(res: dict) -> str:
     lines = [f"# Start-up wall time (fresh process; load average {res['load1']} at the end)", "",
-             "| command | median s | min s | backend libraries imported |", "|---|---:|---:|---|"]
+             "| command | median s | min s | libraries imported (of "
+             + ", ".join(HEAVY) + ") |", "|---|---:|---:|---|"]
     for r in res["rows"]:
         lines.append(f"| `{r['command']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | "
                      f"{', '.join(r['backend_modules']) or 'none'} |")

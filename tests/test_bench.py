@@ -312,8 +312,10 @@ def test_compile_scaling_times_every_stage_and_fits_both_series():
 def test_startup_bench_reports_every_command_without_backend_libraries():
     from provmap.bench import startup
 
-    res = startup.run(runs=1)
-    assert [r["command"].split()[1] for r in res["rows"]] == [c[0] for c in startup.COMMANDS]
+    res = startup.run(runs=1, large="bundled:squeezenet")
+    assert [r["command"].split()[1] for r in res["rows"]] == [
+        c[0] for c in startup.COMMANDS + startup.LARGE_COMMANDS]
+    assert "SQUEEZENET(5 MB)" in res["rows"][-1]["command"]
     for r in res["rows"]:
         assert r["exit"] == [0], r
         assert r["backend_modules"] == [], r
