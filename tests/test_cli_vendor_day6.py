@@ -55,3 +55,28 @@ def test_inspect_says_which_model_its_node_states_are_over(artifact):
                       "to your model)")
     assert over("--model", "bundled:squeezenet") == ("  over 66 ONNX nodes of the model as "
                                                      "given (bundled:squeezenet)")
+
+
+def test_the_reference_session_prints_no_raw_log_line(tmp_path):
+    """compare's reference ONNX Runtime session logged its own ERROR line at severity 3, with
+    the failing node's name raw (terminal escapes from a stranger's embedded model) before
+    provmap's escaped line.  Only the raised error may speak."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, onnx\n"
+            "from onnx import TensorProto, helper\n"
+            "from provmap.workbench.compare import reference_run\n"
+            "g = helper.make_graph([helper.make_node('Gather', ['t', 'i'], ['y'],\n"
+            "                       name='\\x1b[31mEVIL\\x1b]0;pwned\\x07gather')], 'g',\n"
+            "    [helper.make_tensor_value_info('i', TensorProto.INT64, [1])],\n"
+            "    [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 2])],\n"
+            "    [helper.make_tensor('t', TensorProto.FLOAT, [3, 2], [0.0] * 6)])\n"
+            "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=8)\n"
+            "try:\n"
+            "    reference_run(m, {'i': np.array([50], np.int64)}, [])\n"
+            "except Exception as e:\n"
+            "    print('raised', type(e).__name__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "raised" in r.stdout, (r.stdout, r.stderr)
+    assert "\x1b" not in r.stderr and "EVIL" not in r.stderr, r.stderr

@@ -34,7 +34,7 @@ def ort_types(light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypePr
             probe.graph.output.add().name = x
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors come back raised; its log prints node names raw
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
