@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cli_runner import provmap
+from cli_runner import digest, provmap, refused
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,26 @@ def test_the_reference_session_prints_no_raw_log_line(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "raised" in r.stdout, (r.stdout, r.stderr)
     assert "\x1b" not in r.stderr and "EVIL" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "{a}", "--random", "-o", "{m}"],
+    ["inspect", "{a}", "--sqlite", "{m}"],
+    ["report", "{a}", "-o", "{m}"],
+    ["compile", "bundled:squeezenet", "--strategy", "single:onnxruntime", "-o", "{m}"],
+])
+@pytest.mark.parametrize("name", ["model.onnx", "model-without-suffix"])
+def test_no_output_of_another_kind_replaces_an_onnx_model(tmp_path, artifact, argv, name):
+    """`run A -o model.onnx` (a typo for .npz) turned the user's model into an .npz, `inspect
+    --sqlite` into a database, `report -o` into a page, "existed: replaced" said afterwards;
+    annotate refused the same file."""
+    import onnx
+    import small_models
+
+    model = tmp_path / name
+    onnx.save(small_models.conv_relu(), model)
+    before = digest(model)
+    r = provmap(*[str(artifact) if x == "{a}" else str(model) if x == "{m}" else x
+                  for x in argv])
+    refused(r, f"{model} exists and is an ONNX model", f"`provmap {argv[0]}` would replace it")
+    assert digest(model) == before

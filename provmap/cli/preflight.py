@@ -73,10 +73,49 @@ def check_before_work(args) -> list[str]:
     _check_inputs_readable(args)
     ins = _inputs(args)  # once: a model's external data is found by parsing the model
     _check_no_clobbered_input(args, ins)
-    replaced = [(f, _identity(f)) for f in _check_outputs(args)]
+    outs = _check_outputs(args)
+    _refuse_replacing_a_model(args, outs)
+    replaced = [(f, _identity(f)) for f in outs]
     # the last line of defence: no write of this process replaces one of its inputs
     protect_inputs([v for _n, v in ins])
     return replaced
+
+
+def _refuse_replacing_a_model(args, replaced: list[str]) -> None:
+    """An existing ONNX model is replaced only by a command that writes an ONNX model there
+    (annotate's -o, the model.onnx/reproducer.onnx overlays and bisect write under theirs):
+    `run A -o model.onnx`, `inspect A --sqlite model.onnx` and `report A -o model.onnx` turned
+    the user's model into an .npz, a database and a page (issue 36's sixth afternoon), where
+    annotate refused the same file."""
+    command = getattr(args, "command", None)
+    for f in replaced:
+        if (command == "annotate" and f == getattr(args, "output", None)) or (
+                command in ("bisect", "overlays") and f.endswith(".onnx")):
+            continue
+        if _is_onnx_model(f):
+            raise ProvmapError(f"{f} exists and is an ONNX model; `provmap {command}` would "
+                               "replace it with a file of another kind: write the output "
+                               "elsewhere (or remove the model first)")
+
+
+def _is_onnx_model(path: str) -> bool:
+    """Named .onnx, or (up to _EXTERNAL_SCAN_MAX) parsing as a model with a graph."""
+    if path.lower().endswith(".onnx"):
+        return True
+    try:
+        if os.path.getsize(path) > _EXTERNAL_SCAN_MAX:
+            return False
+        with open(path, "rb") as f:
+            head = f.read(1)
+            if head != b"\x08":  # a model starts with its ir_version (field 1, varint)
+                return False
+            data = head + f.read()
+        import onnx
+
+        m = onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - unreadable or not a model: not one to protect
+        return False
+    return m.ir_version > 0 and m.HasField("graph")
 
 
 def _identity(path: str):
