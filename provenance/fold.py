@@ -79,12 +79,15 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _undeclared_outputs(model: onnx.ModelProto, copy: bool) -> onnx.ModelProto:
-    """`model` (or a copy) with its graph outputs' declared shapes dropped (element types
-    kept), so that inference computes them rather than merging with a declaration that may be
-    wrong."""
-    if not any(o.type.tensor_type.HasField("shape") for o in model.graph.output
-               if o.type.HasField("tensor_type")):
+def _undeclared_outputs(model: onnx.ModelProto, copy: bool, types: bool = False
+                        ) -> onnx.ModelProto:
+    """`model` (or a copy) with its graph outputs' declared shapes dropped, and with `types`
+    their element types too, so that inference computes them rather than merging with a
+    declaration that may be wrong.  ONNX's inference gets both dropped (infer_types puts a
+    declared element type back where nothing computed one; a computed one that differs is
+    refused by normalize.reconcile_outputs, as ONNX Runtime refuses it); the type oracle, an
+    ONNX Runtime session, needs the element types to load the model at all."""
+    if not any(o.type.HasField("tensor_type") for o in model.graph.output):
         return model
     out = model
     if copy:
@@ -93,6 +96,8 @@ def _undeclared_outputs(model: onnx.ModelProto, copy: bool) -> onnx.ModelProto:
     for o in out.graph.output:
         if o.type.HasField("tensor_type"):
             o.type.tensor_type.ClearField("shape")
+            if types:
+                o.type.tensor_type.elem_type = 0
     return out
 
 
@@ -115,15 +120,21 @@ def infer_types(model: onnx.ModelProto, declared: set | None = None,
     are hints the executor checks against what the backends return, not contracts.
     """
     light = weightless(model)
-    light = _undeclared_outputs(light, copy=light is model)
+    free = _undeclared_outputs(light, copy=True, types=True)  # for ONNX's inference
+    light = _undeclared_outputs(light, copy=light is model)  # for the type oracle
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(free, strict_mode=False, data_prop=True)
         vis = list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)
     except Exception:
         vis = list(model.graph.input) + list(model.graph.value_info)
     types = {vi.name: vi.type for vi in vis if vi.name}
+    for o in model.graph.output:  # an element type nothing computed: the declared one
+        tp = types.get(o.name)
+        if tp is not None and tp.HasField("tensor_type") and not tp.tensor_type.elem_type \
+                and o.type.HasField("tensor_type"):
+            tp.tensor_type.elem_type = o.type.tensor_type.elem_type
     missing = [o for n in model.graph.node for o in n.output if o and not _has_shape(types.get(o))]
     if missing and type_oracle is not None and unknown_domains(model):
         types.update(type_oracle.tensor_types(light, missing))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import onnx
 
 from . import ids as _ids
+from .util.errors import ProvmapError
 
 
 def normalize(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -132,6 +133,31 @@ def _merged(declared, computed) -> onnx.TensorShapeProto:
     return out
 
 
+def _refuse_other_dtype(model: onnx.ModelProto, vi: onnx.ValueInfoProto, tp) -> None:
+    """A graph output declared with one element type and computed as another: ONNX Runtime
+    refuses to load such a model, and provmap built an artifact that could never run (issue
+    36's sixth afternoon: float16 declared, float32 computed; the ORT build blamed the first
+    Conv).  Refused at import, naming the output, its producer and both types."""
+    from .util.dtypes import onnx_dtype
+
+    if not vi.type.HasField("tensor_type") or tp is None or not tp.HasField("tensor_type"):
+        return
+    want, got = vi.type.tensor_type.elem_type, tp.tensor_type.elem_type
+    if not want or not got or want == got:
+        return
+    names = []
+    for t in (want, got):
+        try:
+            names.append(onnx_dtype(t))
+        except Exception:  # noqa: BLE001 - a type numpy cannot hold: its ONNX number
+            names.append(f"element type {t}")
+    producer = next((n for n in model.graph.node if vi.name in n.output), None)
+    by = f" (by {producer.op_type} '{producer.name}')" if producer is not None else ""
+    raise ProvmapError(f"graph output '{vi.name}' is declared {names[0]} but the model computes "
+                       f"{names[1]}{by}; ONNX Runtime refuses such a model too: correct the "
+                       "output's declared type")
+
+
 def reconcile_outputs(model: onnx.ModelProto, types: dict, declared_only: set | None = None,
                       ) -> tuple[onnx.ModelProto, dict, list[str], set[str]]:
     """Graph outputs typed as computed, where shape inference computed them.
@@ -151,6 +177,7 @@ def reconcile_outputs(model: onnx.ModelProto, types: dict, declared_only: set | 
     replace: dict[int, onnx.TypeProto] = {}
     hints = {o.name for o in model.graph.output} & set(declared_only or ())
     for k, vi in enumerate(model.graph.output):
+        _refuse_other_dtype(model, vi, types.get(vi.name))
         if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape") \
                 or vi.name in hints:
             continue

@@ -94,13 +94,17 @@ class StoredZip:
             if i.flag_bits & 0x1:
                 raise ProvmapError(f"{self.path}: refused: member {name!r} is encrypted")
             kind = stat.S_IFMT(i.external_attr >> 16)  # 0: no type recorded (writestr)
+            if name.endswith("/") and i.file_size == 0 and kind in (0, stat.S_IFDIR):
+                # the directory entries `zip -r` writes hold nothing: skipped, not refused as
+                # "a special file" (issue 36's sixth afternoon: a hand re-zip needed -D)
+                continue
             if kind and kind != stat.S_IFREG:  # a symlink (or device) entry, as unzip sees it
                 raise ProvmapError(f"{self.path}: refused: member {name!r} is not a regular "
                                    "file (a symbolic link or special file entry)")
             if i.compress_type != zipfile.ZIP_STORED:
                 raise ProvmapError(f"{self.path}: refused: member {name!r} is compressed "
                                    f"(method {i.compress_type}); provmap writes stored members "
-                                   "only (an artifact re-zipped by hand: `zip -0`, or "
+                                   "only (an artifact re-zipped by hand: `zip -0 -r`, or "
                                    "zipfile.ZIP_STORED)")
             if i.file_size != i.compress_size or i.file_size > self.file_size:
                 raise ProvmapError(f"{self.path}: refused: member {name!r} declares "

@@ -103,3 +103,44 @@ def test_no_output_of_another_kind_replaces_an_onnx_model(tmp_path, artifact, ar
                   for x in argv])
     refused(r, f"{model} exists and is an ONNX model", f"`provmap {argv[0]}` would replace it")
     assert digest(model) == before
+
+
+def test_an_artifact_re_zipped_with_its_directory_entries_opens(tmp_path, artifact):
+    """`zip -0 -r` (the hint of the compressed-member refusal) writes an entry for each
+    directory; those were refused as "a symbolic link or special file entry", so only
+    `zip -0 -r -D` worked.  Directory entries hold nothing and are skipped."""
+    import zipfile
+
+    out = tmp_path / "rezipped.provmap"
+    with zipfile.ZipFile(artifact) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+        dirs = sorted({n.rsplit("/", 1)[0] + "/" for n in src.namelist() if "/" in n})
+        for d in dirs:  # as Info-ZIP writes them: mode drwxr-xr-x, MS-DOS directory bit
+            info = zipfile.ZipInfo(d)
+            info.external_attr = (0o40755 << 16) | 0x10
+            dst.writestr(info, b"")
+        for n in src.namelist():
+            dst.writestr(n, src.read(n))
+    r = provmap("inspect", out)
+    assert r.returncode == 0, r.stderr
+    assert "1 partition(s)" in r.stdout
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_an_output_declared_with_another_dtype_is_refused_at_compile(tmp_path, backend):
+    """float16 declared, float32 computed: ONNX Runtime refuses to load it; provmap wrote an
+    artifact on OpenVINO or TVM that failed at every run, and on ONNX Runtime blamed the
+    first node."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--strategy", f"single:{backend}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert ("graph output 'y' is declared float16 but the model computes float32 (by Relu "
+            "'relu')") in r.stderr.splitlines()[-1], r.stderr
+    assert not (tmp_path / "a.provmap").exists()

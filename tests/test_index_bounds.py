@@ -47,6 +47,29 @@ def test_out_of_range_ids_are_refused_on_every_backend(backend, tmp_path):
             mod.run({"ids": np.array(bad, np.int64)})
 
 
+def reshaped_embedding(through: str) -> onnx.ModelProto:
+    """GPT-2's export: ids reshaped (`view(-1, seq)`) or cast before the embedding Gather."""
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "table")
+    shape = numpy_helper.from_array(np.array([-1, 3], np.int64), "shape")
+    first = (helper.make_node("Reshape", ["ids", "shape"], ["flat"], name="view")
+             if through == "Reshape" else
+             helper.make_node("Cast", ["ids"], ["flat"], name="cast", to=TP.INT64))
+    nodes = [first, helper.make_node("Gather", ["table", "flat"], ["y"], name="wte", axis=0)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TP.INT32, [1, 3])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, 3, 4])],
+                          [table, shape])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("through", ["Reshape", "Cast"])
+def test_ids_that_pass_through_a_reshape_or_cast_are_checked_too(through):
+    """GPT-2's token ids reach the embedding through a Reshape; they went unchecked, and
+    OpenVINO returned zeros (exit 0) where TVM crashed (issue 36's sixth afternoon)."""
+    art = compile_model(reshaped_embedding(through), "single:onnxruntime")
+    assert art.manifest["model"]["index_inputs"] == {"ids": {"node": "wte", "op": "Gather",
+                                                             "size": 10}}
+
+
 def test_the_cli_says_it_in_one_line(tmp_path):
     onnx.save(embedding(), tmp_path / "m.onnx")
     art = tmp_path / "a.provmap"
