@@ -28,7 +28,7 @@ from .fold import FOLD_REASON, fold_constants, infer_types
 from .int8_pairs import saturation_warning
 from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,
                     mark_vm_evaluated)
-from .normalize import for_checker, normalize, reconcile_outputs
+from .normalize import drop_stale_value_info, for_checker, normalize, reconcile_outputs
 from .shapes import apply_input_shapes, failure_hint
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
 from .type_oracle import TypeOracle
@@ -189,6 +189,9 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     if model is not normalized:
         derived.append("input shapes fixed (" + ", ".join(
             f"{k}={'x'.join(map(str, v))}" for k, v in (shape_dict or {}).items()) + ")")
+    model, stale = drop_stale_value_info(model)
+    if stale:
+        derived.append("stale value_info dropped")
     shaped = model
     model, nid = _sorted(model, label)
     if model is not shaped:
@@ -233,7 +236,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.derived = derived
     if model is not given:
         imported.source_sha256 = _ids.model_sha256(given)
-    imported.warnings = [f"{label}: {w}" for w in notes + saturation_warning(model)]
+    imported.warnings = [f"{label}: {w}" for w in stale + notes + saturation_warning(model)]
     imported.output_hints = sorted(hints)
     return imported
 

@@ -212,3 +212,52 @@ def reconcile_outputs(model: onnx.ModelProto, types: dict, declared_only: set | 
     for k, tp in replace.items():
         out.graph.output[k].type.tensor_type.shape.CopyFrom(tp.tensor_type.shape)
     return out, types, warnings, hints
+
+
+def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """Intermediate shape declarations (graph.value_info) that the model's own computation
+    contradicts, dropped, with one note each (at most three, then a count).
+
+    ONNX Runtime merges them leniently and runs the model; ONNX's inference keeps a stale
+    declaration and carries it downstream, so a boundary tensor got the declared size and the
+    next partition failed to build, blaming a node three ops later (issue 36's sixth
+    afternoon: a MaxPool output declared [1,24,7,7], computed [1,24,16,16]).  The computed
+    shapes come from an inference with no value_info at all; a declaration that inference
+    cannot check (after com.microsoft ops, data-dependent sizes) stays."""
+    import warnings
+
+    from .fold import static_shape, weightless
+
+    if not model.graph.value_info:
+        return model, []
+    bare = onnx.ModelProto()
+    bare.CopyFrom(weightless(model))
+    del bare.graph.value_info[:]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False,
+                                                         data_prop=True)
+    except Exception:  # noqa: BLE001 - nothing computed: nothing to contradict
+        return model, []
+    computed = {vi.name: static_shape(vi.type) for vi in inferred.graph.value_info}
+    stale = []
+    for vi in model.graph.value_info:
+        want, got = static_shape(vi.type), computed.get(vi.name)
+        if want is not None and got is not None and want != got:
+            stale.append((vi.name, want, got))
+    if not stale:
+        return model, []
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    names = {n for n, _w, _g in stale}
+    keep = [vi for vi in out.graph.value_info if vi.name not in names]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(keep)
+    notes = [f"tensor '{n}' is declared {list(w)} in value_info but the model computes "
+             f"{list(g)}; the computed shape is used (as ONNX Runtime does)"
+             for n, w, g in stale[:3]]
+    if len(stale) > 3:
+        notes.append(f"{len(stale) - 3} more value_info declaration(s) the model contradicts "
+                     "were dropped the same way")
+    return out, notes

@@ -144,3 +144,33 @@ def test_an_output_declared_with_another_dtype_is_refused_at_compile(tmp_path, b
     assert ("graph output 'y' is declared float16 but the model computes float32 (by Relu "
             "'relu')") in r.stderr.splitlines()[-1], r.stderr
     assert not (tmp_path / "a.provmap").exists()
+
+
+def test_a_stale_value_info_on_a_boundary_takes_the_computed_shape(tmp_path):
+    """ORT merges a stale intermediate declaration leniently and runs the model; provmap sized
+    the boundary from it and the next partition failed to build, blaming a later node."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+         helper.make_node("Sigmoid", ["a"], ["y"], name="sig")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4, 2])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    art = tmp_path / "a.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", "greedy:openvino,onnxruntime",
+                "--backend-option", "openvino.exclude_ops=Sigmoid")
+    assert r.returncode == 0, r.stderr
+    assert ("tensor 'a' is declared [1, 4, 2] in value_info but the model computes [1, 4, 8]; "
+            "the computed shape is used") in r.stderr
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 4, 8)
+    np.savez(tmp_path / "in.npz", x=x)
+    r = provmap("run", art, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["y"],
+                               1 / (1 + np.exp(-np.maximum(x, 0))), rtol=1e-5)
