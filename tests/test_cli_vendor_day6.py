@@ -174,3 +174,27 @@ def test_a_stale_value_info_on_a_boundary_takes_the_computed_shape(tmp_path):
     assert r.returncode == 0, r.stderr
     np.testing.assert_allclose(np.load(tmp_path / "out.npz")["y"],
                                1 / (1 + np.exp(-np.maximum(x, 0))), rtol=1e-5)
+
+
+def test_compare_names_an_unnamed_node_as_lookup_finds_it(tmp_path):
+    """compare called an unnamed node "Relu#423" (numbered by tensors), which lookup refused;
+    it now gives the node's ID, which lookup and inspect use."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]),
+                           helper.make_node("Sigmoid", ["a"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", model, "-o", art, "--strategy", "greedy:openvino,onnxruntime",
+                   "--backend-option", "openvino.exclude_ops=Sigmoid").returncode == 0
+    r = provmap("compare", art, "--model", model, "--json")
+    assert r.returncode == 0, r.stderr
+    labels = {t["tensor"]: t["onnx_node"] for t in json.loads(r.stdout)["tensors"]}
+    for tensor in ("a", "y"):
+        found = provmap("lookup", art, "--onnx-node", labels[tensor])
+        assert found.returncode == 0, (labels, found.stderr)

@@ -51,7 +51,8 @@ def test_explain_headroom_shows_the_oracle_and_the_captured_share(tmp_path):
     assert "room" in line  # the verdict: 'no room (<5%)' or 'room N%'
     assert "x calibration scale" in text.stdout
     assert "kept plan" in text.stdout and ("of the headroom" in text.stdout
-                                           or "no headroom measured" in text.stdout)
+                                           or "no headroom measured" in text.stdout
+                                           or "no headroom to capture" in text.stdout)
     assert "measuring conditions:" in text.stdout  # the search's record, contended or not
     # --oracle-plans: the limit's own plans built and measured (or why none)
     text = provmap("explain", art, "--oracle-plans", "--repeats", "3")
@@ -297,3 +298,16 @@ def test_a_twin_that_measured_its_cuts_cheaper_lowers_the_price_of_a_cut():
                                **step}]})
     assert "later rounds and the limit charge 0.050 ms a cut" in lines[0]
     assert "1 cut(s) at 0.050 ms a cut, headroom 1.0%" in lines[1]
+
+
+def test_a_share_of_almost_no_headroom_is_not_printed():
+    """captured -53049% of a 0.002 ms headroom (issue 36's sixth afternoon): under the 5% line
+    the kept plan is set against the best single instead."""
+    from provmap.workbench.headroom import format_headroom
+
+    h = {"oracle_ms": 0.106, "best_single": "onnxruntime", "best_single_ms": 0.108,
+         "headroom_ms": 0.002, "headroom_share": 0.0185, "kept_ms": 1.302, "captured": -530.49,
+         "per_backend": {}, "nodes_fastest_on": {}, "nodes": 0}
+    text = "\n".join(format_headroom(h))
+    assert "kept plan 1.302 ms (+1105.6% against the best single): no headroom to capture" in text
+    assert "%" not in text.split("kept plan")[1].split("no headroom")[1].split("\n")[0]

@@ -198,9 +198,12 @@ def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str =
     """Every partition output and model output, artifact vs reference (see module doc)."""
     tol = tol or Tolerance()
     producer = {}
-    for node in model.graph.node:
+    # an unnamed node is called by its ID, which lookup and inspect use too ("Relu#423",
+    # numbered by tensors, named no node lookup could find: issue 36's sixth afternoon)
+    node_id = {o: n.id for n in mod.lookup.map.nodes for o in n.outputs if o}
+    for k, node in enumerate(model.graph.node):
         for o in node.output:
-            producer[o] = node.name or f"{node.op_type}#{len(producer)}"
+            producer[o] = node.name or node_id.get(o) or f"{node.op_type} (node {k})"
     graph_in = {i.name for i in model.graph.input}
     graph_out = [o.name for o in model.graph.output]
     captured: dict[str, tuple] = {}  # tensor -> (partition module, array)

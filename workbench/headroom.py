@@ -318,9 +318,18 @@ def format_headroom(h: dict) -> list[str]:
     if h.get("bound_by"):
         lines.append(f"  bound: {h['bound_by']}")
     if h.get("kept_ms") is not None:
-        lines.append(f"  kept plan {h['kept_ms']:.3f} ms: captured "
-                     + (f"{share:.0%} of the headroom" if share is not None
-                        else "- (no headroom measured)"))
+        best = h.get("best_single_ms")
+        vs = (f" ({h['kept_ms'] / best - 1:+.1%} against the best single)"
+              if best else "")
+        if share is not None and h.get("headroom_share") is not None \
+                and h["headroom_share"] < NO_ROOM:
+            # a share of a near-zero headroom is a huge meaningless number (-53049%: issue
+            # 36's sixth afternoon): the kept plan against the best single says it
+            lines.append(f"  kept plan {h['kept_ms']:.3f} ms{vs}: no headroom to capture")
+        else:
+            lines.append(f"  kept plan {h['kept_ms']:.3f} ms{vs}: captured "
+                         + (f"{share:.0%} of the headroom" if share is not None
+                            else "- (no headroom measured)"))
     per = ", ".join(
         f"{b} {p['e2e_ms']:.3f} / {p['nodes_ms']:.3f}"
         + (f" x{p['scale']:.2f}" if p.get("scale") is not None else "")
