@@ -393,8 +393,9 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
         assert r["paired_overhead_min"] == pytest.approx(
             r["container_min_ms"] / r["library_min_ms"] - 1)
         # the noise floor (the library against itself) and the executor alone, measured too
-        assert r["aa_paired_passes"] == 2 and r["exec_paired_passes"] == 2
-        assert r["exec_library_min_ms"] > 0 and r["aa_library_min_ms"] > 0
+        assert r["aa_paired_passes"] == 2 and r["aa_library_min_ms"] > 0
+        assert r["executor_calls"] == 200 and r["executor_ms"] >= 0  # measured inside calls
+        assert 0 <= r["executor_share"] < 1
         assert container_run.within(r) in ("yes", "no: the executor", "n/a (<1 ms)",
                                            "no: above the library's own spread")
     assert "| onnxruntime |" in (out / "container.md").read_text()
