@@ -28,7 +28,8 @@ from .fold import FOLD_REASON, fold_constants, infer_types
 from .int8_pairs import saturation_warning
 from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,
                     mark_vm_evaluated)
-from .normalize import drop_stale_value_info, for_checker, normalize, reconcile_outputs
+from .normalize import (drop_stale_value_info, file_order_of, for_checker, normalize,
+                        reconcile_outputs)
 from .shapes import apply_input_shapes, failure_hint
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
 from .type_oracle import TypeOracle
@@ -223,6 +224,9 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
         raise ProvmapError(f"{label}: import failed: {type(e).__name__}: {msg[-1] if msg else ''}"
                            f"{failure_hint(model)}") from None
     imported = _build_map(mod, imp, original, nid, label)
+    file_order = file_order_of(given, imported.pmap.nodes)
+    if file_order is not None:  # "#N" says the node's position in the user's file
+        imported.pmap.meta["file_order"] = file_order
     for i, why in folded.items():
         if why == FOLD_REASON:
             imported.pmap.nodes[i].elided = why

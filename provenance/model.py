@@ -94,6 +94,20 @@ class ProvenanceMap:
     site_exprs: list[tuple[str, str, str]] = field(default_factory=list)  # (site_id, expr_id, role)
 
     # ---- derived views -------------------------------------------------------------------
+    def file_index(self, index: int) -> int:
+        """The position in the model as the user gave it of the node at `index` (its position
+        in the graph provmap imported).  They differ when provmap sorted an unsorted model
+        (meta "file_order": position as imported -> position in the file); "ONNX node #52" then
+        named another node of the user's file (issue 36's sixth afternoon).  A file_order that
+        is not a permutation of the nodes (a stranger's map) is not used."""
+        order = self.meta.get("file_order")
+        if not isinstance(order, list) or len(order) != len(self.nodes):
+            return index
+        if getattr(self, "_order_ok", None) is None:
+            self._order_ok = (all(type(x) is int for x in order)
+                              and sorted(order) == list(range(len(order))))
+        return order[index] if self._order_ok and 0 <= index < len(order) else index
+
     def node_sites(self) -> list[tuple[str, str, str]]:
         """(node_id, site_id, role) for every ONNX node reachable from a kernel site.
 

@@ -261,3 +261,14 @@ def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
         notes.append(f"{len(stale) - 3} more value_info declaration(s) the model contradicts "
                      "were dropped the same way")
     return out, notes
+
+
+def file_order_of(given: onnx.ModelProto, nodes) -> list[int] | None:
+    """Each imported node's position in the model as given, when normalize (or the importer)
+    put the nodes in another order (None when they kept the file's).  Nodes are matched by
+    their outputs, which sorting leaves as they are."""
+    pos = {tuple(n.output): i for i, n in enumerate(given.graph.node)}
+    order = [pos.get(tuple(n.outputs)) for n in nodes]
+    if None in order or order == list(range(len(order))) or len(set(order)) != len(order):
+        return None
+    return order

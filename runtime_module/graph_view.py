@@ -123,7 +123,8 @@ class GraphView:
 
     def describe(self, i: int) -> str:
         # The node as the user wrote it (provmap.provenance.fold may have replaced it by a Constant).
-        return describe_node(i, self.imported.pmap.nodes[i])
+        pmap = self.imported.pmap
+        return describe_node(pmap.file_index(i), pmap.nodes[i])
 
     def helper_closure(self, ops: Iterable[int]) -> set[int]:
         """Helper nodes feeding `ops` through helper-only paths (each subgraph copies them)."""

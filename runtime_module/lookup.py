@@ -15,6 +15,7 @@ from provmap.provenance.map_index import MapIndex
 class Lookup:
     def __init__(self, manifest: dict, pmap: ProvenanceMap):
         self.map = pmap
+        self._pmap = pmap
         self._index = MapIndex(pmap)
         self._kernels = {k.name: k for k in pmap.kernels}
         self._by_bare: dict[str, list[str]] = {}
@@ -35,7 +36,8 @@ class Lookup:
     # -- answers ---------------------------------------------------------------------------
     def _node_dict(self, nid: str) -> dict:
         n = self._nodes[nid]
-        return {"id": n.id, "name": n.name, "op_type": n.op_type, "index": n.index}
+        return {"id": n.id, "name": n.name, "op_type": n.op_type,
+                "index": self._pmap.file_index(n.index)}
 
     def _answer_node(self, n) -> dict:
         per_kernel: dict[str, dict] = {}

@@ -198,3 +198,37 @@ def test_compare_names_an_unnamed_node_as_lookup_finds_it(tmp_path):
     for tensor in ("a", "y"):
         found = provmap("lookup", art, "--onnx-node", labels[tensor])
         assert found.returncode == 0, (labels, found.stderr)
+
+
+def test_node_numbers_are_positions_in_the_users_file(tmp_path):
+    """An unsorted model is sorted before import; "ONNX node #N" and lookup's index counted in
+    that sorted copy, so "#52" named another node of the user's file (issue 36's sixth
+    afternoon).  They count in the file as given, as inspect's placement table does."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Sigmoid", ["a"], ["y"], name="second"),
+                           helper.make_node("Relu", ["x"], ["a"], name="first")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", model, "-o", art, "--strategy", "single:onnxruntime").returncode == 0
+    r = provmap("lookup", art, "--onnx-node", "second")
+    assert r.returncode == 0 and r.stdout.startswith("ONNX node #0 'second' (Sigmoid)"), r.stdout
+    r = provmap("lookup", art, "--onnx-node", "first", "--json")
+    assert json.loads(r.stdout)["results"][0]["index"] == 1
+    for extra in ((), ("--model", str(model))):
+        rows = json.loads(provmap("inspect", art, "--json", *extra).stdout)["placement"]["nodes"]
+        assert {r["name"]: r["index"] for r in rows} == {"second": 0, "first": 1}
+
+
+@pytest.mark.parametrize("order, want", [([1, 0], 1), ([1, 1], 0), ([0, "1"], 0), ([7, 0], 0),
+                                         ([0], 0), ({"0": 1}, 0)])
+def test_a_strangers_file_order_is_used_only_when_it_is_a_permutation(order, want):
+    from provmap.provenance.model import OnnxNode, ProvenanceMap
+
+    nodes = [OnnxNode(f"n{i}", f"x{i}", "Relu", "", i, [], [f"t{i}"]) for i in range(2)]
+    assert ProvenanceMap(meta={"file_order": order}, nodes=nodes).file_index(0) == want

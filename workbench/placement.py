@@ -150,7 +150,7 @@ def placement(model: onnx.ModelProto | None, mod) -> dict:
     backend_of = {p["id"]: p["backend"] for p in mod.manifest["partitions"]}
     if model is None:
         ids = unique_node_names([n.name for n in lookup.map.nodes])
-        rows = [_row(k, pn, ids[k], pn, lookup, backend_of)
+        rows = [_row(lookup.map.file_index(k), pn, ids[k], pn, lookup, backend_of)
                 for k, pn in enumerate(lookup.map.nodes)]
         gid, over = "<main>", "compiled"
     else:
