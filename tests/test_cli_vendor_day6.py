@@ -15,6 +15,22 @@ def artifact(squeezenet_cli_artifact):
     return squeezenet_cli_artifact
 
 
+def _saved_model(tmp_path, nodes, inputs, outputs, value_info=()):
+    """A one-graph model at opset 17, IR 8, saved as m.onnx: inputs/outputs/value_info are
+    (name, TensorProto dtype, shape) triples."""
+    import onnx
+    from onnx import helper
+
+    def info(triples):
+        return [helper.make_tensor_value_info(*t) for t in triples]
+
+    g = helper.make_graph(nodes, "g", info(inputs), info(outputs), value_info=info(value_info))
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    return model
+
+
 @pytest.mark.parametrize("argv", [
     ["inspect", "--json", "--json", "{a}"],
     ["lookup", "{a}", "--json", "--onnx-node", "x", "--json"],
@@ -130,15 +146,10 @@ def test_an_output_declared_with_another_dtype_is_refused_at_compile(tmp_path, b
     """float16 declared, float32 computed: ONNX Runtime refuses to load it; provmap wrote an
     artifact on OpenVINO or TVM that failed at every run, and on ONNX Runtime blamed the
     first node."""
-    import onnx
     from onnx import TensorProto, helper
 
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4])])
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              model)
+    model = _saved_model(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                         [("x", TensorProto.FLOAT, [1, 4])], [("y", TensorProto.FLOAT16, [1, 4])])
     r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--strategy", f"single:{backend}")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert ("graph output 'y' is declared float16 but the model computes float32 (by Relu "
@@ -150,18 +161,12 @@ def test_a_stale_value_info_on_a_boundary_takes_the_computed_shape(tmp_path):
     """ORT merges a stale intermediate declaration leniently and runs the model; provmap sized
     the boundary from it and the next partition failed to build, blaming a later node."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper
 
-    g = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["a"], name="relu"),
-         helper.make_node("Sigmoid", ["a"], ["y"], name="sig")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
-        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4, 2])])
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              model)
+    model = _saved_model(tmp_path, [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                                    helper.make_node("Sigmoid", ["a"], ["y"], name="sig")],
+                         [("x", TensorProto.FLOAT, [1, 4, 8])], [("y", TensorProto.FLOAT, [1, 4, 8])],
+                         value_info=[("a", TensorProto.FLOAT, [1, 4, 2])])
     art = tmp_path / "a.provmap"
     r = provmap("compile", model, "-o", art, "--strategy", "greedy:openvino,onnxruntime",
                 "--backend-option", "openvino.exclude_ops=Sigmoid")
@@ -179,16 +184,11 @@ def test_a_stale_value_info_on_a_boundary_takes_the_computed_shape(tmp_path):
 def test_compare_names_an_unnamed_node_as_lookup_finds_it(tmp_path):
     """compare called an unnamed node "Relu#423" (numbered by tensors), which lookup refused;
     it now gives the node's ID, which lookup and inspect use."""
-    import onnx
     from onnx import TensorProto, helper
 
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]),
-                           helper.make_node("Sigmoid", ["a"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              model)
+    model = _saved_model(tmp_path, [helper.make_node("Relu", ["x"], ["a"]),
+                                    helper.make_node("Sigmoid", ["a"], ["y"])],
+                         [("x", TensorProto.FLOAT, [1, 4])], [("y", TensorProto.FLOAT, [1, 4])])
     art = tmp_path / "a.provmap"
     assert provmap("compile", model, "-o", art, "--strategy", "greedy:openvino,onnxruntime",
                    "--backend-option", "openvino.exclude_ops=Sigmoid").returncode == 0
@@ -204,16 +204,11 @@ def test_node_numbers_are_positions_in_the_users_file(tmp_path):
     """An unsorted model is sorted before import; "ONNX node #N" and lookup's index counted in
     that sorted copy, so "#52" named another node of the user's file (issue 36's sixth
     afternoon).  They count in the file as given, as inspect's placement table does."""
-    import onnx
     from onnx import TensorProto, helper
 
-    g = helper.make_graph([helper.make_node("Sigmoid", ["a"], ["y"], name="second"),
-                           helper.make_node("Relu", ["x"], ["a"], name="first")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              model)
+    model = _saved_model(tmp_path, [helper.make_node("Sigmoid", ["a"], ["y"], name="second"),
+                                    helper.make_node("Relu", ["x"], ["a"], name="first")],
+                         [("x", TensorProto.FLOAT, [1, 4])], [("y", TensorProto.FLOAT, [1, 4])])
     art = tmp_path / "a.provmap"
     assert provmap("compile", model, "-o", art, "--strategy", "single:onnxruntime").returncode == 0
     r = provmap("lookup", art, "--onnx-node", "second")
@@ -231,4 +226,5 @@ def test_a_strangers_file_order_is_used_only_when_it_is_a_permutation(order, wan
     from provmap.provenance.model import OnnxNode, ProvenanceMap
 
     nodes = [OnnxNode(f"n{i}", f"x{i}", "Relu", "", i, [], [f"t{i}"]) for i in range(2)]
-    assert ProvenanceMap(meta={"file_order": order}, nodes=nodes).file_index(0) == want
+    d = ProvenanceMap(meta={"file_order": order}, nodes=nodes).to_dict()
+    assert ProvenanceMap.from_dict(d).file_index(0) == want
