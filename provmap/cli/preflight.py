@@ -110,12 +110,11 @@ def _is_onnx_model(path: str) -> bool:
             if head != b"\x08":  # a model starts with its ir_version (field 1, varint)
                 return False
             data = head + f.read()
-        import onnx
-
-        m = onnx.load_model_from_string(data)
-    except Exception:  # noqa: BLE001 - unreadable or not a model: not one to protect
+    except OSError:  # unreadable: not one to protect
         return False
-    return m.ir_version > 0 and m.HasField("graph")
+    from provmap.cli.source_model import parse_model
+
+    return parse_model(data) is not None
 
 
 def _identity(path: str):

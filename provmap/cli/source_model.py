@@ -20,7 +20,7 @@ def refuse_source_model(mod, output) -> None:
     with open(output, "rb") as f:
         data = f.read()
     known = (info.get("sha256"), info.get("derived_sha256"))
-    model = _parse(data)
+    model = parse_model(data)
     loaded = _loaded_sha256(model, output) if model is not None else None
     if hashlib.sha256(data).hexdigest() in known or loaded in known:
         raise ProvmapError(f"-o/--output {output} is the model this artifact was compiled from: "
@@ -33,8 +33,9 @@ def refuse_source_model(mod, output) -> None:
                            "file; write it elsewhere")
 
 
-def _parse(data: bytes):
-    """The ONNX model in `data` (its external data not read), or None when it is not one."""
+def parse_model(data: bytes):
+    """The ONNX model in `data` (its external data not read), or None when it is not one: the
+    one test of "is this file an ONNX model" that the output guards share."""
     import onnx
 
     try:
