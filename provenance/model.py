@@ -98,15 +98,10 @@ class ProvenanceMap:
         """The position in the model as the user gave it of the node at `index` (its position
         in the graph provmap imported).  They differ when provmap sorted an unsorted model
         (meta "file_order": position as imported -> position in the file); "ONNX node #52" then
-        named another node of the user's file (issue 36's sixth afternoon).  A file_order that
-        is not a permutation of the nodes (a stranger's map) is not used."""
+        named another node of the user's file (issue 36's sixth afternoon).  A map read from a
+        file keeps file_order only when it is a permutation of its nodes (from_dict)."""
         order = self.meta.get("file_order")
-        if not isinstance(order, list) or len(order) != len(self.nodes):
-            return index
-        if getattr(self, "_order_ok", None) is None:
-            self._order_ok = (all(type(x) is int for x in order)
-                              and sorted(order) == list(range(len(order))))
-        return order[index] if self._order_ok and 0 <= index < len(order) else index
+        return order[index] if order and 0 <= index < len(order) else index
 
     def node_sites(self) -> list[tuple[str, str, str]]:
         """(node_id, site_id, role) for every ONNX node reachable from a kernel site.
@@ -176,8 +171,12 @@ class ProvenanceMap:
                 f"provenance map schema version {d.get('schema_version')!r} is not supported "
                 f"(this provmap reads version {SCHEMA_VERSION})"
             )
+        meta = dict(d.get("meta", {}))
+        order = meta.get("file_order")
+        if order is not None and not _is_permutation(order, len(d["onnx_nodes"])):
+            del meta["file_order"]  # a stranger's: "#N" then counts as imported, never past it
         return cls(
-            meta=dict(d.get("meta", {})),
+            meta=meta,
             nodes=[OnnxNode(**n) for n in d["onnx_nodes"]],
             exprs=[RelaxExpr(**e) for e in d["relax_exprs"]],
             kernels=[Kernel(**k) for k in d["kernels"]],
@@ -216,3 +215,8 @@ def mark_vm_evaluated(pmap: ProvenanceMap) -> int:
                         "tensor known only at run time), not by a kernel")
             marked += 1
     return marked
+
+
+def _is_permutation(order, n: int) -> bool:
+    return (isinstance(order, list) and len(order) == n and all(type(x) is int for x in order)
+            and sorted(order) == list(range(n)))
