@@ -67,9 +67,8 @@ def container_rows(specs: list[str], repeats: int, passes: int, say) -> list[dic
                     if window.contended:
                         row["contended"] = True
                         row["contended_why"] = "; ".join(window.reasons)
-                    mod.close()
                 row.update(executor_cost(mod, feeds))
-                mod.close()
+                mod.close()  # the rooms closed it after each block; executor_cost reopened it
                 rows.append(row)
                 log(f"artifact vs library {row['paired_overhead']:+.1%} by median of passes "
                     f"(library vs itself {row['aa_paired_overhead']:+.1%}), executor "
