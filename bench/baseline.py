@@ -79,8 +79,10 @@ def _predicted(search: dict | None) -> float | None:
     return predicted_vs_measured(search, search.get("kept") or "")["predicted_ms"]
 
 
-def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = None) -> dict:
-    """One model's baseline row from its latency rows (all from one run)."""
+def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = None,
+          confirm: list[dict] | None = None) -> dict:
+    """One model's baseline row from its latency rows (all from one run), with the kept plan's
+    gain measured again against each best configuration (`confirm`, bench/paired.py)."""
     singles = [r for r in rows if library(r["strategy"])]
     defaults = [r for r in singles if is_default(r["strategy"])]
     kept = next((r for r in rows if r["strategy"].startswith("collage")), None)
@@ -111,6 +113,9 @@ def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = 
         out[f"kept_{by}_ms"] = kept[key] if kept else None
         out[f"partitioning_gain_{by}"] = _gain(bc[key] if bc else None,
                                                kept[key] if kept else None)
+        again = next((c for c in confirm or () if c["by"] == by), None)
+        out[f"confirmed_gain_{by}"] = again[f"gain_{by}"] if again else None
+        out[f"confirmed_contended_{by}"] = bool(again and again.get("contended"))
     out["kept"] = kept["kept"] if kept else None
     out["kept_backends"] = kept.get("backends") if kept else None
     out["kept_partitions"] = kept.get("partitions") if kept else None

@@ -32,7 +32,8 @@ def container_rows(specs: list[str], repeats: int, passes: int, say) -> list[dic
     from provmap.runtime_module.module import ArtifactModule
 
     from .limits import measured_with_load
-    from .suite import _direct, _load_model, paired_overhead
+    from .paired import paired_overhead
+    from .suite import _direct, _load_model
 
     rows = []
     for spec in specs:

@@ -132,7 +132,10 @@ def gains_table(res: dict) -> list[str]:
                if g.get("best_config_min") != g.get("best_config_median") else ""),
             (f"{g['kept']} [{', '.join(g.get('kept_backends') or [])}] "
              f"{_ms(g.get('kept_median_ms'))}" if g.get("kept") else "- (no collage row)"),
-            _pair(g, "variant_gain"), f"**{_pair(g, 'partitioning_gain')}**", pred, bound,
+            _pair(g, "variant_gain"), f"**{_pair(g, 'partitioning_gain')}**",
+            _pair(g, "confirmed_gain") + (" (contended)" if g.get("confirmed_contended_min")
+                                          or g.get("confirmed_contended_median") else ""),
+            pred, bound,
             verdict(g.get("limit_headroom")) if g.get("limit_ms") is not None else "-", load])
     return _table(
         "Gains, all from one interleaved latency run per model (ms are medians; gains by "
@@ -141,7 +144,11 @@ def gains_table(res: dict) -> list[str]:
         "library, each thread count, spinning setting and performance hint a user sets in one "
         "option included; variant gain = that configuration against its library's default; "
         "**partitioning gain** = the kept plan against the best single configuration (what "
-        "provmap adds over setting one option); predicted / measured = the search's estimate "
+        "provmap adds over setting one option); measured again = the kept plan against that "
+        "best configuration (by minimum, then by median) in a fresh paired run, order flipping "
+        "every pass: the best of eight configurations picked by the same samples reads low, so "
+        "the run's own gain is biased against the kept plan (bench/paired.py); '+0.0%' without "
+        "a run when the kept plan is that very configuration; predicted / measured = the search's estimate "
         "of the kept plan and its measured median; bound = the per-node oracle with each "
         "backend's node times calibrated to add up to its profiled whole (so at most every "
         "profiled single configuration); its headroom over the best single configuration comes "
@@ -151,7 +158,7 @@ def gains_table(res: dict) -> list[str]:
         "the profile recorded its share; verdict = 'no room (<5%)' when that headroom is under 5%, "
         "else 'room N%'; load = CPUs other processes used / CPUs during the latency run.",
         ["model", "best default single", "best single configuration", "kept plan",
-         "variant gain", "partitioning gain", "predicted / measured ms", "bound ms", "verdict",
+         "variant gain", "partitioning gain", "measured again", "predicted / measured ms", "bound ms", "verdict",
          "load"],
         rows)
 

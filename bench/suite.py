@@ -38,6 +38,7 @@ import numpy as np
 from .baseline import gains, is_default, library
 from .costs import artifact_stats, provenance_cost
 from .limits import headroom, measured_with_load, row_load
+from .paired import confirm_gains, paired_overhead
 
 DEFAULT_MODELS = ["bundled:transformer", "bundled:squeezenet", "bundled:bvlc_alexnet",
                   "bundled:inception_v1", "bundled:resnet50", "bundled:vgg19"]
@@ -244,31 +245,6 @@ def _direct(backend: str, model) -> _Direct | None:
     return _Direct(backend, model) if backend in ("onnxruntime", "openvino") else None
 
 
-def paired_overhead(fns: dict, rooms: dict, repeats: int, passes: int = 8) -> dict:
-    """The container's overhead from the two alone, artifact then library, in `passes` short
-    paired blocks: the median of the per-pass ratios, and the ratio of minimums.
-
-    Why not the latency run's medians: on this 2-core guest the machine's speed drifts by
-    50% between passes at load 0 (MobileNet-v3, 2026-11-26: ORT pass medians 5.5, 7.1 and
-    4.8 ms), and with a dozen alternatives between two blocks of the same library, the ratio
-    of overall medians says more about when each block ran than about the container.  Adjacent
-    blocks of the pair see the same machine; the median over passes drops the odd pass, and the
-    order flips every pass (A B, B A) so a steady drift within a pass favours neither side."""
-    from provmap.partition.measure.interleave import measure_interleaved
-
-    art, lib = fns
-    lat = measure_interleaved(fns, repeats=max(2 * passes, repeats), passes=passes,
-                              min_block_s=0.3, rooms=rooms, never_cap=tuple(fns),
-                              alternate=True)
-    ratios = sorted(a / d for a, d in zip(lat[art].pass_medians_s, lat[lib].pass_medians_s))
-    return {"paired_passes": len(ratios),
-            "paired_overhead": statistics.median(ratios) - 1 if ratios else None,
-            "paired_overhead_min": (min(lat[art].samples_s) / min(lat[lib].samples_s) - 1
-                                    if lat[art].samples_s and lat[lib].samples_s else None),
-            "container_min_ms": min(lat[art].samples_s) * 1e3 if lat[art].samples_s else None,
-            "library_min_ms": min(lat[lib].samples_s) * 1e3 if lat[lib].samples_s else None}
-
-
 def plan_signature(manifest: dict) -> tuple:
     """What makes two artifacts the same plan: each partition's backend, build options and
     ONNX nodes."""
@@ -384,12 +360,13 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                                      **paired_overhead({k: fns[k] for k in keys},
                                                        {k: rooms[k] for k in keys},
                                                        opts.repeats)})
+        out["confirm"] = confirm_gains(out["rows"], fns, rooms, same, opts.repeats, log)
         del mods, fns, direct
         if opts.headroom_repeats > 0 and any(s.startswith("collage") for s in strategies):
             kept_path = next((p for s, p in paths.items() if s.startswith("collage")), None)
             out["headroom"] = headroom(view, opts, out["rows"], log, opts.headroom_repeats,
                                        kept_artifact=kept_path)
-        out["gains"] = gains(out["rows"], out["search"], out["headroom"])
+        out["gains"] = gains(out["rows"], out["search"], out["headroom"], out["confirm"])
         if opts.provenance_repeats > 0:
             log("provenance overhead: TVM import+compile, plain vs tracked")
             out["provenance"] = {"model": name, **provenance_cost(model, opts.provenance_repeats)}

@@ -98,7 +98,8 @@ def test_results_before_the_baseline_are_rebased_and_tabled():
     assert {r["best_single"] for r in new["rows"]} == {"single:onnxruntime[threads=1]"}
     lines = "\n".join(gains_table(new))
     for col in ("best default single", "best single configuration", "kept plan",
-                "variant gain", "partitioning gain", "predicted / measured ms", "bound ms",
+                "variant gain", "partitioning gain", "measured again", "predicted / measured ms",
+                "bound ms",
                 "verdict", "load"):
         assert f" {col} |" in lines
     assert "**+9.1% / +10.0%**" in lines  # partitioning gain by min (5.0 vs 5.5) / by median
@@ -106,6 +107,45 @@ def test_results_before_the_baseline_are_rebased_and_tabled():
     rows = [dict(r) for r in ROWS]
     rebase_rows(rows)
     assert rows[-1]["ratio_min_to_best_single"] == pytest.approx(5.0 / 5.5)
+
+
+def test_the_kept_plans_gain_measured_again_is_tabled_beside_the_runs():
+    confirm = [{"by": "min", "best": "single:onnxruntime[allow_spinning=0]", "gain_min": -0.004,
+                "gain_median": 0.01, "passes": 8, "same_plan": False, "contended": False},
+               {"by": "median", "best": "single:onnxruntime[threads=1]", "gain_min": 0.02,
+                "gain_median": 0.03, "passes": 8, "same_plan": False, "contended": True}]
+    g = gains(ROWS, None, None, confirm)
+    assert g["confirmed_gain_min"] == -0.004 and g["confirmed_gain_median"] == 0.03
+    assert not g["confirmed_contended_min"] and g["confirmed_contended_median"]
+    lines = "\n".join(gains_table({"gains": [g]}))
+    assert "| -0.4% / +3.0% (contended) |" in lines
+    assert gains(ROWS)["confirmed_gain_min"] is None  # a run without the second measurement
+
+
+def test_confirm_measures_each_distinct_best_once_and_never_a_plan_against_itself():
+    from provmap.bench.paired import confirm_gains
+
+    opened = {}
+
+    def room(k):
+        return (lambda: opened.__setitem__(k, opened.get(k, 0) + 1), lambda: None)
+
+    keys = ["single:onnxruntime", "single:openvino", "collage:onnxruntime,openvino"]
+    fns = {k: (lambda: None) for k in keys}
+    rooms = {k: room(k) for k in keys}
+    rows = [_row("single:onnxruntime", 6.0, 5.0), _row("single:openvino", 6.5, 5.5),
+            _row("collage:onnxruntime,openvino", 6.2, 5.2, kept="collage")]
+    got = confirm_gains(rows, fns, rooms, {}, repeats=2, say=lambda m: None)
+    assert [(c["by"], c["best"]) for c in got] == [("min", "single:onnxruntime"),
+                                                   ("median", "single:onnxruntime")]
+    assert got[0]["passes"] == 8 and isinstance(got[0]["gain_min"], float)
+    assert got[1]["gain_min"] == got[0]["gain_min"]  # one pair measured for both
+    assert "single:openvino" not in opened and opened["collage:onnxruntime,openvino"] >= 8
+    # the kept plan is the best configuration's very plan: gain 0, nothing measured
+    opened.clear()
+    got = confirm_gains(rows, fns, rooms, {"collage:onnxruntime,openvino": "single:onnxruntime"},
+                        repeats=2, say=lambda m: None)
+    assert all(c["same_plan"] and c["gain_min"] == 0.0 for c in got) and not opened
 
 
 def _provmap(*args):
