@@ -267,11 +267,6 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
 
 # -- building --------------------------------------------------------------------------------
 
-def _progress(cb, msg):
-    if cb is not None:
-        cb(msg)
-
-
 def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
                    progress=None, blobs: dict | None = None) -> Artifact:
     """Build every partition of `plan` with its backend and assemble the artifact in memory.
@@ -287,6 +282,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
     from .index_bounds import index_inputs
     from .subgraph import Subgraph
 
+    say = progress or (lambda _msg: None)
     plan = order_plan(view, plan)
     backends = quiet_spinning(plan, backends)
     imp = view.imported
@@ -301,7 +297,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         if be is None:
             raise ProvmapError(f"plan {plan.strategy}: backend {p.backend!r} was not configured")
         sub = Subgraph(view, p.ops)
-        _progress(progress, f"building {p.id} on {p.backend} ({len(p.ops)} op node{'s' if len(p.ops) != 1 else ''})")
+        say(f"building {p.id} on {p.backend} ({len(p.ops)} op node{'s' if len(p.ops) != 1 else ''})")
         bkey = (tuple(sorted(p.ops)), p.backend, json.dumps(be.options(), sort_keys=True,
                                                           default=str))
         blob = (blobs or {}).get(bkey)
@@ -313,6 +309,8 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
                                    f"{view.describe(p.ops[0])}): {e}") from None
             if blobs is not None:
                 blobs[bkey] = blob
+        for note in be.build_notes(sub):
+            say(f"note: {p.id} ({p.backend}): {note}")
         files = {}
         for name, data in blob.files.items():
             member = f"partitions/{p.id}/{name}"

@@ -212,6 +212,12 @@ class Backend(ABC):
         specs.update({o.name: o for o in cls.OPTIONS})
         return specs
 
+    def build_notes(self, sub: "Subgraph") -> list[str]:
+        """Lines compile prints for a partition this backend builds: what it will compute
+        otherwise than the model says in cases no check can see at build time (OpenVINO's
+        int64 arithmetic in 32 bits).  None by default."""
+        return []
+
     @classmethod
     def host_problem(cls, options: dict) -> str | None:
         """None when this machine can honour `options` as given, else why not (e.g. a

@@ -309,6 +309,9 @@ class ArtifactModule(Module):
         self._check_inputs(inputs)
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        if not isinstance(inputs, Mapping):  # a list read as names: numpy's "truth value" error
+            raise ProvmapError(f"inputs must map each input name to an array "
+                               f"({', '.join(self.input_specs)}), not a {type(inputs).__name__}")
         env = {}
         want = self.__dict__.get("_want_dtypes")
         if want is None:  # dtype objects compare in nanoseconds; str(dtype) took a microsecond
@@ -375,6 +378,8 @@ def _call(step, env: dict) -> tuple:
         t0 = time.perf_counter()
         results = runner(args)
         return results, args, time.perf_counter() - t0
+    except BackendError as e:  # the backend's own words, said of its partition
+        raise ProvmapError(f"partition {m.id} ({m.backend}): {e}") from None
     except ProvmapError:
         raise
     except Exception as e:

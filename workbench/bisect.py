@@ -85,7 +85,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
         try:
             got = _run_region(view, order[: k + 1], backend, values, expose=judged)
         except BackendError as e:
-            raise ProvmapError(f"bisect: {backend.name} cannot build the prefix ending at "
+            raise ProvmapError(f"bisect: {backend.name} cannot build or run the prefix ending at "
                                f"{view.describe(order[k])}: {e}") from None
         found[k] = _diverging(got, ref, tol, judged, steps)
         return found[k]

@@ -1,32 +1,27 @@
 """OpenVINO backend: the cut ONNX model, converted by OpenVINO's ONNX frontend, on the CPU plugin.
 
-Precision.  OpenVINO's CPU plugin defaults to bf16 inference on CPUs with AVX512-BF16/AMX, which
-would silently change the model's numerics.  This backend always passes
-``INFERENCE_PRECISION_HINT`` explicitly: ``"f32"`` unless the ``precision`` option asks for
-``"bf16"`` or ``"f16"``; the precision is recorded in the blob's meta.  Other options:
-``performance_hint`` (``"LATENCY"``, default, or ``"THROUGHPUT"``) and ``threads``
-(``INFERENCE_NUM_THREADS``; default: the plugin's choice).  Likewise `supports` refuses nodes
-with a float64 input or output (the CPU plugin has no f64 kernels and would run them in float32)
-and the ops `ov_refusals` lists, whose conversion computes wrong numbers (``build`` does not
-refuse them, if a caller insists).
+Precision.  The CPU plugin defaults to bf16 on CPUs with AVX512-BF16/AMX, which would silently
+change the model's numerics: ``INFERENCE_PRECISION_HINT`` is always explicit, ``"f32"`` unless
+the ``precision`` option asks for ``"bf16"`` or ``"f16"``, and recorded in the blob's meta.
+Other options: ``performance_hint`` (``"LATENCY"``, default, or ``"THROUGHPUT"``) and
+``threads`` (``INFERENCE_NUM_THREADS``; default: the plugin's choice).  `supports` refuses
+float64 nodes (no f64 kernels: they would run in float32) and the ops `ov_refusals` lists,
+whose conversion computes wrong numbers; int64 is computed in 32 bits (`ov_int64`).
 
 Support.  ``query_model`` on the converted whole model, its operations mapped back to ONNX
 nodes as below; only if the whole model does not convert is each op node converted alone, and
 the frontend's message ("No conversion rule found for operations: MaxUnpool-17") becomes the
 reason.  Verdicts are cached per view (and per backend instance, i.e. per configuration).
 
-Blob.  ``model.xml``/``model.bin``: the OpenVINO IR of the converted model (saved with
-``compress_to_fp16=False``, so weights keep their ONNX precision).  At build time the IR is read
-back from those bytes and compiled, so the kernels reported are those of what `load` runs.
-
-Kernels: one `KernelInfo` per executed layer of the compiled model; `ov_kernels` maps each
-layer back to ONNX nodes.
+Blob.  ``model.xml``/``model.bin``: the OpenVINO IR (``compress_to_fp16=False``: weights keep
+their ONNX precision), read back from those bytes and compiled at build time, so the kernels
+reported are those of what `load` runs.  Kernels: one `KernelInfo` per executed layer of the
+compiled model, mapped back to ONNX nodes by `ov_kernels`.
 
 Outputs.  `OpenVINORunner` has one infer request; inputs are shared with it (no copy; an input
-of another dtype is converted to the compiled one, a read-only or non-contiguous one is copied),
-and outputs are copied out of the request's buffers, because those buffers are overwritten by the
-next call and callers keep outputs across calls (the copy is measured to be small next to
-inference; see `OpenVINORunner`).
+of another dtype is converted, a read-only or non-contiguous one copied), and outputs are
+copied out of the request's buffers, which the next call overwrites while callers keep
+outputs across calls (the copy is small next to inference; see `OpenVINORunner`).
 """
 
 from __future__ import annotations
@@ -51,6 +46,7 @@ from ..onnx_external import external_data_file, weight_bytes
 from ..subgraph import Subgraph
 from .ov_ports import kept_inputs as _kept_inputs, port_order as _port_order
 from .ov_kernels import op_owners, profiled_kernel_names, runtime_kernels
+from .ov_int64 import RangeGuard, int64_notes
 from .ov_refusals import refuse_wrong_numbers
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -296,6 +292,9 @@ class OpenVINOBackend(Backend):
         return Blob(backend=self.name, files={"model.xml": xml, "model.bin": weights}, meta=meta,
                     kernels=kernels, source=header + source)
 
+    def build_notes(self, sub: "Subgraph") -> list[str]:
+        return int64_notes(sub, _DEVICE)
+
     def _read_ir(self, xml: bytes, weights: bytes):
         try:
             return _get_core().read_model(bytes(xml), bytes(weights))
@@ -317,16 +316,13 @@ class OpenVINOBackend(Backend):
         except KeyError:
             raise BackendError(f"OpenVINO: blob lacks model.xml/model.bin "
                                f"(members: {sorted(blob.files)})") from None
-        prec = blob.meta.get("precision", self.precision)
-        if prec != self.precision:  # load exactly as built
-            opts = dict(self._options, precision=prec)
-            return OpenVINOBackend(**opts).load(blob)
+        prec = blob.meta.get("precision", self.precision)  # an artifact's: = its options
+        if prec != self.precision:  # load exactly as built (artifact_schema checks the two)
+            return OpenVINOBackend(**dict(self._options, precision=prec)).load(blob)
         model = self._read_ir(xml, weights)
         compiled = self._compile(model, "the blob's IR")
-        in_names = list(blob.meta.get("input_names") or [p.get_any_name() for p in compiled.inputs])
-        out_names = list(blob.meta.get("output_names")
-                         or [p.get_any_name() for p in compiled.outputs])
-        return OpenVINORunner(compiled, in_names, out_names)
+        return OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
+            p.get_any_name() for p in getattr(compiled, f"{k}s")]) for k in ("input", "output")])
 
     def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
         """PERF_COUNT of the executed layers (this backend's kernels, paired by
@@ -400,6 +396,7 @@ class OpenVINORunner(Runner):
             except Exception:
                 self._dtypes.append(None)
         self._bf16_out = [o.get_element_type() == ov.Type.bf16 for o in self._outputs]
+        self._guard = RangeGuard(input_names, self._dtypes)  # int64 narrowed: ov_int64
         self._request = compiled.create_infer_request()
         self._tensor = ov.Tensor
         try:
@@ -426,6 +423,10 @@ class OpenVINORunner(Runner):
         if len(inputs) != len(self.input_names):
             raise BackendError(f"OpenVINO: expected {len(self.input_names)} inputs "
                                f"({', '.join(self.input_names)}), got {len(inputs)}")
+        if self._guard.ports:
+            why = self._guard.check(inputs)
+            if why:
+                raise BackendError(f"OpenVINO: {why}")
         feed = {p: self._as_tensor(x, dt) for p, x, dt in zip(self._in_ports, inputs, self._dtypes)}
         try:
             if self._native_infer is not None:
