@@ -123,6 +123,8 @@ def _check_model(v: _V, model, members: dict) -> None:
     for k in ("inputs", "outputs"):
         for i, t in enumerate(v.list_(model[k], f"model.{k}")):
             v.tensor(t, f"model.{k}[{i}]", open_dims=True)
+    if not model["outputs"]:  # `run` had written an empty .npz, exit 0
+        v.fail("model.outputs", "empty: every model provmap compiles has an output")
     for k in ("onnx_nodes", "op_nodes", "folded_before_import"):
         if k in model:
             v.int_(model[k], f"model.{k}")
@@ -179,6 +181,13 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
             for k in ("input_names", "output_names"):
                 if meta.get(k) is not None:
                     v.strs(meta[k], f"{at}.blob_meta.{k}")
+            # the loader builds the backend from backends.<b>.options: a precision the blob
+            # alone records would run unseen by inspect (issue 36's seventh afternoon)
+            opts = (backends.get(p["backend"]) or {}).get("options") or {}
+            if "precision" in meta and meta["precision"] != opts.get("precision", "f32"):
+                v.fail(f"{at}.blob_meta.precision",
+                       f"{_short(meta['precision'])} differs from backends."
+                       f"{_key(p['backend'])}.options ({opts.get('precision', 'f32')})")
         prefix = f"partitions/{pid}/"
         for name, h in v.dict_(p["files"], f"{at}.files").items():
             fp = f"{at}.files[{_short(name)}]"
