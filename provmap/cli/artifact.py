@@ -20,7 +20,7 @@ from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add
                      backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
                      note_needless_trust, parse_backend_options, positive_int, repeats,
                      say_progress, term_safe, warn)
-from .common import print_safe as _say
+from .common import print_safe as _say, print_text_safe
 from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
                             set_tuning_db, strategy_of)
@@ -219,7 +219,7 @@ def cmd_inspect(args) -> int:
         if args.json:  # --json was ignored here: the text is a field of the usual object
             print(json.dumps({**info, "relax": relax}, indent=2))
         else:
-            _say(relax)
+            print_text_safe(relax)
         return 0
     if args.json:
         print(json.dumps(info, indent=2))
@@ -249,7 +249,8 @@ def cmd_inspect(args) -> int:
     for p in info["partitions"]:
         ops = [n for n in p["onnx_nodes"] if not n["helper"] and n.get("ran", True)]
         nk = len(p["kernels"])
-        _say(f"\n{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
+        print()
+        _say(f"{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
               f"{nk} kernel{'s' if nk != 1 else ''}  [{p.get('why', '')}]")
         for t in p["inputs"]:
             _say(f"  in   {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B  <- {t['producer']}")

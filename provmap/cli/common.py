@@ -21,13 +21,13 @@ if TYPE_CHECKING:  # pragma: no cover  (numpy is imported where arrays are read:
 
 
 def say_progress(msg: str) -> None:
-    print(f"provmap: {msg}", file=sys.stderr, flush=True)
+    print(f"provmap: {term_safe(msg)}", file=sys.stderr, flush=True)
 
 
 def warn(lines) -> None:
     """Warnings about the model (the artifact's manifest "warnings"), one line each on stderr."""
     for line in lines or ():
-        print(f"provmap: warning: {line}", file=sys.stderr, flush=True)
+        print(f"provmap: warning: {term_safe(line)}", file=sys.stderr, flush=True)
 
 
 MODEL_HELP = ("ONNX file, or bundled:NAME (resnet50, squeezenet, vgg19, inception_v1, "
@@ -199,6 +199,11 @@ def load_inputs(path: str) -> dict:
         raise ProvmapError(f"{path}: a directory, not an .npz file of input arrays")
     with open(path, "rb") as f:
         head = f.read(512)
+    if head[:2] != b"PK" and head.lstrip()[:1] == b"[" and path.lower().endswith(".json"):
+        raise ProvmapError(f"{path}: a JSON file: --inputs reads an .npz of input arrays; a "
+                           "Polygraphy inputs file (what --save-inputs FILE.json writes) is for "
+                           "`polygraphy run --load-inputs`; write the inputs with "
+                           "--save-inputs FILE.npz to feed them back here")
     if head[:2] != b"PK":  # np.load takes anything else for a pickle and says so
         what = ("a single .npy array" if head[:6] == b"\x93NUMPY" else
                 "an empty file" if not head else
@@ -390,8 +395,15 @@ def term_safe(text) -> str:
 
 
 def print_safe(text) -> None:
-    """Text output of names from an artifact or model (someone else's): control characters
-    shown escaped, line by line, rather than acted on by the terminal (JSON escapes itself)."""
+    """One line of output holding names from an artifact or model (someone else's): control
+    characters shown escaped rather than acted on by the terminal, a newline among them (a
+    name holding one had forged a line of its own: issue 36's seventh afternoon).  JSON
+    escapes itself."""
+    print(term_safe(text))
+
+
+def print_text_safe(text) -> None:
+    """A block of text (Relax source, a model's listing) line by line, each line escaped."""
     print("\n".join(term_safe(line) for line in str(text).split("\n")))
 
 

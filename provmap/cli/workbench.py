@@ -13,8 +13,8 @@ import os
 
 from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
-                     non_negative, note_needless_trust, read_json_file, repeats, term_safe,
-                     warn)
+                     non_negative, note_needless_trust, print_safe, read_json_file, repeats,
+                     term_safe, warn)
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.util.atomic import write_bytes_atomic
 
@@ -88,19 +88,19 @@ def cmd_compare(args) -> int:
     res["warnings"] = list(mod.manifest.get("warnings") or [])
     res["artifact_digest"] = mod.artifact.digest  # overlays --errors checks whose it is
     if args.json:
-        print(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=1))  # JSON escapes itself
     else:
         for line in _aligned([["ok" if t["ok"] else "FAIL", t["partition"], t["backend"],
                                 f"{t['tensor']} (from {t['onnx_node']}): {_metrics_text(t)}"
                                 + (f" [{t['note']}]" if t.get("note") else "")]
                                for t in res["tensors"]]):
-            print(line)
+            print_safe(line)
         c = res["first_divergent_partition"]
         if c:
-            print(f"first divergent partition: {c['partition']} ({c['backend']}), ONNX nodes "
+            print_safe(f"first divergent partition: {c['partition']} ({c['backend']}), ONNX nodes "
                   f"{', '.join(c['onnx_nodes'][:20])}{' ...' if len(c['onnx_nodes']) > 20 else ''}; "
                   f"diverging outputs from {', '.join(map(str, c['diverging_nodes']))}")
-        print("match" if res["match"] else f"{res['mismatches']} tensor(s) differ beyond "
+        print_safe("match" if res["match"] else f"{res['mismatches']} tensor(s) differ beyond "
               f"atol {res['atol']:g} / rtol {res['rtol']:g} vs {res['reference']}")
     return 0 if res["match"] else 1
 
@@ -129,35 +129,35 @@ def cmd_bisect(args) -> int:
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
                  progress=say_progress)
     if args.json:
-        print(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=1))  # JSON escapes itself
     elif not res["diverges"]:
         worst = max(res["outputs"], key=lambda t: t["max_abs"] or 0.0, default=None)
-        print(f"{args.backend} matches {res['reference']} on every output ({res['runs']} "
+        print_safe(f"{args.backend} matches {res['reference']} on every output ({res['runs']} "
               "run(s))" + (f"; largest difference {worst['tensor']}: {_metrics_text(worst)}"
                            if worst else ""))
     elif res.get("fused_only"):
         for t in res["tensors"]:
-            print(f"  diverging model output {t['tensor']}: {_metrics_text(t)}")
-        print(f"{args.backend} differs from {res['reference']} on the whole model, but with "
+            print_safe(f"  diverging model output {t['tensor']}: {_metrics_text(t)}")
+        print_safe(f"{args.backend} differs from {res['reference']} on the whole model, but with "
               "every intermediate exposed each node matches: the difference comes from how "
               f"{args.backend} fuses nodes together (exposing them prevents it), so no single "
               "node is to blame and no reproducer was written")
     else:
-        print(f"first diverging node: {res['node']} ({res['op_type']}, {res['node_id']}), "
+        print_safe(f"first diverging node: {res['node']} ({res['op_type']}, {res['node_id']}), "
               f"position {res['position']} of {res['op_nodes']}, found in {res['runs']} runs")
         for t in res["tensors"]:
-            print(f"  diverging tensor {t['tensor']}: {_metrics_text(t)}")
+            print_safe(f"  diverging tensor {t['tensor']}: {_metrics_text(t)}")
         for t in res["reproducer_tensors"]:
-            print(f"  the node alone, {t['tensor']}: {'FAIL' if not t['ok'] else 'ok'}, "
+            print_safe(f"  the node alone, {t['tensor']}: {'FAIL' if not t['ok'] else 'ok'}, "
                   f"{_metrics_text(t)}")
         if not res["reproducer_diverges"]:
-            print("  the node alone, fed the reference's inputs, matches: the divergence is "
+            print_safe("  the node alone, fed the reference's inputs, matches: the divergence is "
                   "small upstream differences amplified here (accumulated error), not a wrong "
                   "kernel for this node")
         if "reproducer" in res:
             checks = ", ".join(t["tensor"] for t in res["reproducer_tensors"]) or \
                 "none of them (not outputs of this node)"
-            print(f"reproducer: {res['reproducer']['model']} (inputs "
+            print_safe(f"reproducer: {res['reproducer']['model']} (inputs "
                   f"{res['reproducer']['inputs']}, expected {res['reproducer']['expected']}); "
                   f"checks {checks}; fails alone: {res['reproducer_diverges']}")
     return 1 if res["diverges"] else 0  # as compare: 0 match, 1 divergence, 2 error
@@ -444,5 +444,4 @@ def add_workbench_commands(sub) -> None:
                    help="profiled runs per plan for --headroom (default 10)")
     add_trust_option(e)
     e.set_defaults(func=cmd_explain)
-
 
