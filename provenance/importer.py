@@ -28,8 +28,8 @@ from .fold import FOLD_REASON, fold_constants, infer_types
 from .int8_pairs import saturation_warning
 from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,
                     mark_vm_evaluated)
-from .normalize import (drop_stale_value_info, file_order_of, for_checker, normalize,
-                        reconcile_outputs)
+from .normalize import (drop_stale_value_info, file_order_of, for_checker, frozen_inputs,
+                        normalize, reconcile_outputs)
 from .shapes import apply_input_shapes, failure_hint
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
 from .type_oracle import TypeOracle
@@ -240,7 +240,8 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     imported.derived = derived
     if model is not given:
         imported.source_sha256 = _ids.model_sha256(given)
-    imported.warnings = [f"{label}: {w}" for w in stale + notes + saturation_warning(model)]
+    imported.warnings = [f"{label}: {w}" for w in stale + notes + saturation_warning(model)
+                         + frozen_inputs(given)]
     imported.output_hints = sorted(hints)
     return imported
 
@@ -445,3 +446,4 @@ def mark_not_compilable(pmap: ProvenanceMap, imported: Imported) -> int:
                     "placeholder calls, and no TVM kernel computes it")
         unbuilt.add(n.index)
     return len(imported.opaque)
+

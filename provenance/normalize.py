@@ -133,7 +133,9 @@ def _merged(declared, computed) -> onnx.TensorShapeProto:
     return out
 
 
-def _refuse_other_dtype(model: onnx.ModelProto, vi: onnx.ValueInfoProto, tp) -> None:
+def _refuse_other_dtype(model: onnx.ModelProto, vi: onnx.ValueInfoProto, tp,
+                        what: str = "graph output", where: str = "",
+                        fix: str = "correct the output's declared type") -> None:
     """A graph output declared with one element type and computed as another: ONNX Runtime
     refuses to load such a model, and provmap built an artifact that could never run (issue
     36's sixth afternoon: float16 declared, float32 computed; the ORT build blamed the first
@@ -153,9 +155,8 @@ def _refuse_other_dtype(model: onnx.ModelProto, vi: onnx.ValueInfoProto, tp) -> 
             names.append(f"element type {t}")
     producer = next((n for n in model.graph.node if vi.name in n.output), None)
     by = f" (by {producer.op_type} '{producer.name}')" if producer is not None else ""
-    raise ProvmapError(f"graph output '{vi.name}' is declared {names[0]} but the model computes "
-                       f"{names[1]}{by}; ONNX Runtime refuses such a model too: correct the "
-                       "output's declared type")
+    raise ProvmapError(f"{what} '{vi.name}' is declared {names[0]}{where} but the model "
+                       f"computes {names[1]}{by}; ONNX Runtime refuses such a model too: {fix}")
 
 
 def reconcile_outputs(model: onnx.ModelProto, types: dict, declared_only: set | None = None,
@@ -245,8 +246,13 @@ def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     except Exception:  # noqa: BLE001 - nothing computed: nothing to contradict
         return model, []
     computed = {vi.name: static_shape(vi.type) for vi in inferred.graph.value_info}
+    types = {vi.name: vi.type for vi in inferred.graph.value_info}
     stale = []
     for vi in model.graph.value_info:
+        # another element type is no stale size: ONNX Runtime refuses the model (the seventh
+        # afternoon's double declared for a float Gemm output), and so does provmap
+        _refuse_other_dtype(model, vi, types.get(vi.name), "tensor", " in value_info",
+                            "correct or drop its value_info entry")
         want, got = static_shape(vi.type), computed.get(vi.name)
         if want is not None and got is not None and want != got:
             stale.append((vi.name, want, got))
@@ -276,3 +282,19 @@ def file_order_of(given: onnx.ModelProto, nodes) -> list[int] | None:
     if None in order or order == list(range(len(order))) or len(set(order)) != len(order):
         return None
     return order
+
+def frozen_inputs(model) -> list[str]:
+    """Graph inputs that also have an initializer: ONNX Runtime lets a caller override them
+    (an "overridable initializer"); provmap compiles their initializer in as a constant.  Said
+    once at compile (issue 36's seventh afternoon: `run` later refused the input by name, with
+    no word of why)."""
+    if model.ir_version < 4:  # before IR 4 every initializer had to be listed as an input
+        return []
+    init = {t.name for t in model.graph.initializer}
+    frozen = [i.name for i in model.graph.input if i.name in init]
+    if not frozen:
+        return []
+    more = f" and {len(frozen) - 3} more" if len(frozen) > 3 else ""
+    return [f"graph input(s) {', '.join(repr(n) for n in frozen[:3])}{more} also have an "
+            "initializer: ONNX Runtime lets a caller override them; provmap compiles the "
+            "initializer in as a constant, and `run` takes only the other inputs"]

@@ -70,8 +70,9 @@ def count_states(rows) -> dict:
 
 
 def describe_states(counts: dict) -> str:
-    """The counts in words, zero states left out: "21 ran on a backend, 23 folded ..."."""
-    return ", ".join(f"{n} {STATES[s]}" for s, n in counts.items() if n)
+    """The counts in words, zero states left out: "21 ran on a backend, 23 folded ..."; "no
+    nodes" for a model without any (inspect had printed "node states: " and nothing)."""
+    return ", ".join(f"{n} {STATES[s]}" for s, n in counts.items() if n) or "no nodes"
 
 
 def graph_id(model: onnx.ModelProto) -> str:
