@@ -18,8 +18,11 @@ import re
 import sys
 import threading
 
-#: `[HH:MM:SS] path/file.ext:LINE: Warning|Info|Debug: ...`: TVM's (dmlc-style) C++ logger.
-_NATIVE = re.compile(rb"^\[\d\d:\d\d:\d\d\] \S+:\d+: (Warning|Info|Debug|W|I|D)\b")
+#: `[HH:MM:SS] path/file.ext:LINE: Warning|Info|Debug: ...`: TVM's (dmlc-style) C++ logger;
+#: `YYYY-MM-DD HH:MM:SS.mmm WARNING ...`: TVM's Python loggers (its RPC client's "Cannot
+#: connect to tracker ..., retry in 5 secs" came before provmap's own error: issue 36).
+_NATIVE = re.compile(rb"^(\[\d\d:\d\d:\d\d\] \S+:\d+: (Warning|Info|Debug|W|I|D)\b"
+                     rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ (WARNING|INFO|DEBUG) )")
 
 
 @contextlib.contextmanager

@@ -72,6 +72,9 @@ class Parser(argparse.ArgumentParser):
     seen: dict[int, dict] = {}
 
     def __init__(self, *args, **kwargs):
+        # no prefixes: `bench --models F.onnx` was read as --models-dir, which only matters
+        # with --user-models, and ran the default models for six minutes (issue 36)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
