@@ -7,6 +7,9 @@ this too; provmap does not pass it on silently:
 - at run time, the runner refuses an int64/uint64 input holding a value outside 32 bits, in one
   line naming the tensor, before the plugin narrows it (`RangeGuard`; a few comparisons on what
   are usually small id or shape tensors);
+- at support time, a node reading an int64/uint64 constant of the model (an initializer or a
+  Constant) that holds a value outside 32 bits is refused, so greedy and collage place it
+  elsewhere (`refuse_wide_constants`; the eighth afternoon's Concat with 2**40 + 5 in it);
 - at build time, a partition computing int64 arithmetic on run-time values is named in a note
   (`int64_arithmetic`): a sum of in-range inputs can still leave the range inside the
   partition, where no check sees it.
@@ -85,3 +88,46 @@ def _data_tensors(view) -> set[str]:
         if any(x in data for x in node.input if x):
             data.update(o for o in node.output if o)
     return data
+
+
+def refuse_wide_constants(view, verdicts: dict, device: str) -> None:
+    """Turn into a refusal, in place, the verdict of each node reading an int64/uint64 constant
+    that holds a value outside 32 bits: known at compile time, so never left to wrap."""
+    from ..backend import Support
+
+    wide: dict[str, str | None] = {}
+    for i in view.op_nodes:
+        if not verdicts[i].ok:
+            continue
+        for x in view.node_inputs[i]:
+            if x and x not in wide:
+                wide[x] = _outside_32_bits(view, x)
+            if x and wide[x]:
+                verdicts[i] = Support(False, f"OpenVINO {device} computes int64 in 32 bits and "
+                                             f"the constant '{x}' {wide[x]}: it would wrap")
+                break
+
+
+def _outside_32_bits(view, name: str) -> str | None:
+    from onnx import TensorProto, numpy_helper
+
+    t = view.initializers.get(name)
+    if t is None:
+        p = view.producer.get(name)
+        node = view.nodes[p] if p is not None else None
+        if node is None or node.op_type != "Constant" or view.is_op(p):
+            return None
+        t = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+        if t is None:
+            return None
+    if t.data_type not in (TensorProto.INT64, TensorProto.UINT64):
+        return None
+    a = numpy_helper.to_array(t)
+    if not a.size:
+        return None
+    lo, hi, narrow = _WIDE[a.dtype]
+    low, high = a.min(), a.max()
+    if low >= lo and high <= hi:
+        return None
+    return f"holds {int(low) if low < lo else int(high)}, outside {narrow}"
+

@@ -10,6 +10,7 @@ Both rules keep provmap's promise that a backend computes what the model says or
   measured up to 252 quantization steps off, on every saturating element).  ONNX Runtime, the
   reference implementation of that domain, saturates.  tests/test_published_models.py checks
   plain OpenVINO still does this, so the rule goes when OpenVINO is fixed.
+- an int64/uint64 constant outside 32 bits: see ov_int64.py.
 - a non-empty result computed from a zero-size tensor (a reduction over nothing): see
   empty_tensors.py.
 - Attention's window, causal-with-cache-and-mask and bfloat16 padded settings, and ReduceMax /
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..backend import Support
 from .empty_tensors import refuse_reductions_over_nothing
 from .shared_refusals import refuse_shared
+from .ov_int64 import refuse_wide_constants
 from .ov_numeric import wrong_numbers
 from .ov_attention import infinite_tensors, wrong_attention, wrong_reduction, wrong_shift
 
@@ -60,6 +62,7 @@ def refuse_wrong_numbers(view: "GraphView", verdicts: dict[int, Support], device
         if wide:
             verdicts[i] = Support(False, f"OpenVINO {device} would compute float64 tensor "
                                          f"'{wide[0]}' in float32 (it has no f64 kernels)")
+    refuse_wide_constants(view, verdicts, device)
     refuse_reductions_over_nothing(view, verdicts, "OpenVINO")
     refuse_shared(view, verdicts, "OpenVINO")
 
