@@ -53,7 +53,7 @@ def _reference_model(mod, given):
 def _tol(args):
     from provmap.workbench.compare import Tolerance
 
-    return Tolerance(atol=args.atol, rtol=args.rtol, quant_steps=args.quant_steps)
+    return Tolerance(args.atol, args.rtol, quant_steps=args.quant_steps, ulps=args.ulps)
 
 
 def _metrics_text(t: dict) -> str:
@@ -372,6 +372,9 @@ def _tolerances(p):
                    "place of atol/rtol; a DequantizeLinear's float output with one constant "
                    "scale also matches within that many steps of its scale (default "
                    "%(default)s; 0 for exact)")
+    p.add_argument("--ulps", type=count, default=4,
+                   help="float16/bfloat16 tensors also match within N units in the last place "
+                   "of the reference (default %(default)s; 0: --atol/--rtol only)")
 
 
 def add_workbench_commands(sub) -> None:
