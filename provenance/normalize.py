@@ -14,6 +14,7 @@ file's.  What is still wrong afterwards is refused by onnx.checker, in one line.
 - An IR-version-3 model whose initializers are not all graph inputs (ORT's `quantize_static`
   writes them) is read as IR version 4, which made such initializers constants, as ORT treats
   them.
+- Model-local functions are inlined, as ORT does when it loads the file.
 - A declared graph-output shape that disagrees with the computed one loses to it
   (`reconcile_outputs`, after shape inference), as in ORT, which only warns.
 """
@@ -28,6 +29,8 @@ from .util.errors import ProvmapError
 
 def normalize(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with the fixes of the module docstring applied (a copy if any applies)."""
+    if model.functions:  # model-local functions, inlined as ONNX Runtime does
+        model = _inlined(model)
     order = _topological_order(model.graph)
     negative = _has_negative_dims(model.graph)
     ir3 = model.ir_version < 4 and bool(_initializers_not_inputs(model.graph))
@@ -46,6 +49,24 @@ def normalize(model: onnx.ModelProto) -> onnx.ModelProto:
     if ir3:
         out.ir_version = 4
     return out
+
+
+def _inlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Calls of the model's own functions (torch's `export_modules_as_functions`, a hand-made
+    `my.domain.Swish`) replaced by their bodies, nodes named `<call>/<node>` by onnx's inliner.
+    ONNX Runtime inlines them when it loads the file; each backend took the call for an
+    operator of an unknown domain and refused it, ONNX Runtime too, since a node cut out alone
+    lost the function's definition (issue 36's eighth afternoon).  A function the model
+    declares but never calls goes too."""
+    from onnx import inliner
+
+    try:
+        return inliner.inline_local_functions(model)
+    except Exception as e:  # noqa: BLE001 - the checker will name what is wrong
+        from .util.errors import first_line
+
+        raise ProvmapError(f"the model's local functions cannot be inlined: "
+                           f"{first_line(e)}") from None
 
 
 def _topological_order(graph: onnx.GraphProto) -> list[int] | None:
