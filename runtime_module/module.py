@@ -274,9 +274,10 @@ class ArtifactModule(Module):
             for n in drop:
                 env.pop(n, None)
         # Constants are copied: a caller writing into a returned array must not change what
-        # the next run returns.
+        # the next run returns; nor an output that is a graph input, the caller's own array.
         consts = self._constant_outputs()
-        return {n: consts[n].copy() if n in consts else env[n] for n in self.output_names}
+        return {n: consts[n].copy() if n in consts else
+                np.array(env[n]) if n in self.input_specs else env[n] for n in self.output_names}
 
     def _output_shape_differs(self, m: "PartitionModule", name: str, a: np.ndarray,
                               spec: tuple) -> None:

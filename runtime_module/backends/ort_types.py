@@ -86,7 +86,15 @@ def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str
         # working directory.  No guessing (auto_merge, guess_output_rank off): only what it
         # computed is taken, and only fully static output shapes.
         sym = SymbolicShapeInference(2**31 - 1, False, False, 0)
-        with contextlib.redirect_stdout(io.StringIO()):
+        # its logger warns on stderr ("unsupported broadcast between 64 100"): its guesses
+        # are not taken, so its words are not the user's business (issue 36)
+        import logging
+
+        quiet = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.ExitStack() as stack:
+            stack.callback(quiet.setLevel, level)
             sym._preprocess(probe)
             while sym.run_:
                 sym._infer_impl()
