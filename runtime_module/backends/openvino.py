@@ -43,7 +43,6 @@ from ..options import Option, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
 from ..onnx_external import external_data_file, weight_bytes
-from ..subgraph import Subgraph
 from .ov_ports import kept_inputs as _kept_inputs, port_order as _port_order
 from .ov_kernels import op_owners, profiled_kernel_names, runtime_kernels
 from .ov_int64 import RangeGuard, int64_notes
@@ -51,6 +50,7 @@ from .ov_refusals import refuse_wrong_numbers
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
+    from ..subgraph import Subgraph  # imports tvm: `run` of an OpenVINO artifact never needs it
 
 _DEVICE = "CPU"
 _PRECISIONS = ("f32", "bf16", "f16")
@@ -228,6 +228,8 @@ class OpenVINOBackend(Backend):
         """The whole model did not convert: convert each op node alone (with its helpers)."""
         out: dict[int, Support] = {}
         for i in view.op_nodes:
+            from ..subgraph import Subgraph
+
             try:
                 sub = Subgraph(view, [i])
                 cut = sub.onnx_model()
@@ -441,10 +443,3 @@ class OpenVINORunner(Runner):
     def close(self) -> None:
         self._request = None
         self.compiled = None
-
-
-# ------------------------------------------------------------------------------------------
-# converted model / runtime graph -> ONNX nodes
-# ------------------------------------------------------------------------------------------
-
-
