@@ -58,6 +58,19 @@ def test_compile_still_imports_what_it_needs(artifact, tmp_path):
     assert "onnxruntime" in heavy
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_running_an_artifact_without_tvm_partitions_imports_no_tvm(tmp_path, backend):
+    """OpenVINO's backend module imported Subgraph, and with it TVM (and through tvm_ffi,
+    torch where installed): `run` of an OpenVINO artifact took 2-2.8 s to start."""
+    import provmap
+
+    art = tmp_path / "a.provmap"
+    provmap.compile(small_models.conv_relu(), out=art, strategy=f"single:{backend}")
+    r, heavy = _probe("run", art, "--random")
+    assert r.returncode == 0, r.stderr
+    assert backend in heavy and "tvm" not in heavy, heavy
+
+
 def _interrupted(setup: str, argv: list[str], cwd=None) -> str:
     """Run `setup` (which arranges a SIGINT at one moment), then the CLI on `argv`; the command
     must exit 130 with no traceback.  Returns its stderr.  The argv goes in sys.argv, as the
