@@ -349,10 +349,10 @@ class ArtifactModule(Module):
                                    f"({spec['shape']}): give the inputs (--inputs FILE.npz)")
             if dt.kind == "f":
                 out[name] = rng.standard_normal(spec["shape"]).astype(dt)
-            elif dt.kind in "iu":
-                out[name] = rng.integers(0, 2, size=spec["shape"]).astype(dt)
-            else:
-                out[name] = rng.integers(0, 2, size=spec["shape"]).astype(dt)
+            else:  # 0/1 (masks, bools), or any row of the table an integer input indexes
+                size = (self._index_inputs.get(name) or {}).get("size") if dt.kind in "iu" else 0
+                high = min(size, int(np.iinfo(dt).max) + 1) if type(size) is int and size > 2 else 2
+                out[name] = rng.integers(0, high, size=spec["shape"]).astype(dt)
         return out
 
     def close(self) -> None:

@@ -127,3 +127,21 @@ def test_an_output_that_is_an_input_is_a_copy(tmp_path):
     out = pm.load(str(art)).run({"x": x})
     out["x"][0] = 42.0
     assert x[0] == -1.0
+
+
+def test_random_token_ids_cover_the_table_they_index(tmp_path):
+    """input_ids were always 0 or 1 (two rows of a 100-row embedding) though the manifest
+    records the table's size; a mask stays 0/1."""
+    import provmap as pm
+
+    model = _save(tmp_path / "m.onnx",
+                  [helper.make_node("Gather", ["E", "ids"], ["e"], name="emb"),
+                   helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT, name="cast")],
+                  [("ids", TensorProto.INT64, [1, 64]), ("mask", TensorProto.INT64, [1, 64])],
+                  [("e", TensorProto.FLOAT, [1, 64, 4]), ("m", TensorProto.FLOAT, [1, 64])],
+                  [helper.make_tensor("E", TensorProto.FLOAT, [100, 4], [0.0] * 400)])
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", model, "-o", art, "--strategy", "single:onnxruntime").returncode == 0
+    feeds = pm.load(str(art), runnable=False).random_inputs(0)
+    assert feeds["ids"].max() > 1 and feeds["ids"].min() >= 0 and feeds["ids"].max() < 100
+    assert set(np.unique(feeds["mask"])) <= {0, 1}
