@@ -9,7 +9,7 @@ import warnings
 import onnx
 
 from provmap.provenance.bundled import zoo
-from provmap.provenance.util.errors import ProvmapWarning
+from provmap.provenance.util.errors import ProvmapError, ProvmapWarning
 from provmap.runtime_module.artifact import (Artifact, build_artifact, embed_source_model,
                                              with_schedule)
 from provmap.runtime_module.plan import Plan
@@ -97,6 +97,7 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
     `progress` gets one line at a time: the import (a ModelRead) and its warnings, then the
     search's and the builds'.
     """
+    _check_arguments(strategy, backend_options, model)
     strategy = parse_strategy(strategy)  # read once; everything below takes the value
     # The CLI checks these too, before the import; a script calling this gets the same errors
     # instead of a plan silently made without its options.
@@ -127,3 +128,18 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
     if out is not None:
         art.save(out, record_built=True)  # built here: its native code is ours to run
     return art
+
+
+def _check_arguments(strategy, backend_options, model) -> None:
+    """A script's wrong types as one ProvmapError naming the argument (issue 36: a list of
+    options was an AttributeError, model bytes a 'no such file' of the bytes)."""
+    if not isinstance(strategy, (str, Strategy)):
+        raise ProvmapError(f"strategy: expected text such as 'single:onnxruntime' or a Strategy, "
+                           f"got {type(strategy).__name__}")
+    if backend_options is not None and not (isinstance(backend_options, dict) and all(
+            isinstance(v, dict) for v in backend_options.values())):
+        raise ProvmapError("backend_options: expected {backend: {option: value}}, got "
+                           f"{type(backend_options).__name__}")
+    if isinstance(model, (bytes, bytearray)):
+        raise ProvmapError("model: bytes are not read as a model; give a path, bundled:NAME or "
+                           "an onnx.ModelProto (onnx.load_model_from_string(data))")

@@ -14,7 +14,8 @@ file's.  What is still wrong afterwards is refused by onnx.checker, in one line.
 - An IR-version-3 model whose initializers are not all graph inputs (ORT's `quantize_static`
   writes them) is read as IR version 4, which made such initializers constants, as ORT treats
   them.
-- Model-local functions are inlined, as ORT does when it loads the file.
+- Model-local functions are inlined, and sparse initializers made dense, as ORT does when it
+  loads the file.
 - A declared graph-output shape that disagrees with the computed one loses to it
   (`reconcile_outputs`, after shape inference), as in ORT, which only warns.
 """
@@ -31,6 +32,8 @@ def normalize(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with the fixes of the module docstring applied (a copy if any applies)."""
     if model.functions:  # model-local functions, inlined as ONNX Runtime does
         model = _inlined(model)
+    if model.graph.sparse_initializer:  # dense, as ONNX Runtime makes them when it loads
+        model = _densified(model)
     order = _topological_order(model.graph)
     negative = _has_negative_dims(model.graph)
     ir3 = model.ir_version < 4 and bool(_initializers_not_inputs(model.graph))
@@ -67,6 +70,27 @@ def _inlined(model: onnx.ModelProto) -> onnx.ModelProto:
 
         raise ProvmapError(f"the model's local functions cannot be inlined: "
                            f"{first_line(e)}") from None
+
+
+def _densified(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Sparse initializers as dense ones: every backend reads initializers, and a node reading
+    a sparse one was refused as reading "a tensor nothing defines" (issue 36's eighth
+    afternoon), though ONNX Runtime runs the file."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for sp in model.graph.sparse_initializer:
+        dims = tuple(sp.dims)
+        values = numpy_helper.to_array(sp.values)
+        idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+        dense = np.zeros(int(np.prod(dims, dtype=np.int64)), dtype=values.dtype)
+        flat = idx if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), dims)
+        dense[flat] = values.ravel()
+        out.graph.initializer.append(numpy_helper.from_array(dense.reshape(dims), sp.values.name))
+    del out.graph.sparse_initializer[:]
+    return out
 
 
 def _topological_order(graph: onnx.GraphProto) -> list[int] | None:

@@ -140,12 +140,20 @@ class _V:
             n *= self.int_(d, f"{path}.shape[{i}]")
         self.int_(t["bytes"], f"{path}.bytes")
         try:
-            size = n * itemsize(t["dtype"])
+            each = itemsize(t["dtype"])
         except (TypeError, AttributeError):
-            size = n * 8
+            each = None
+        size = n * (each or 8)
         if size > memory_bytes():
             self.fail(f"{path}.shape", f"{t['shape']} of {t['dtype']} is {size} bytes, more "
                       "than this machine's memory")
+        if each is not None and None not in t["shape"]:  # TensorSpec.nbytes (a 0 dim counts 1)
+            written = each
+            for d in t["shape"]:
+                written *= d or 1
+            if t["bytes"] != written:  # inspect printed a stranger's "1 B" for 64 KiB
+                self.fail(f"{path}.bytes", f"{t['bytes']} is not the size of {t['dtype']}"
+                          f"{t['shape']} ({written})")
         return t
 
 

@@ -145,3 +145,54 @@ def test_random_token_ids_cover_the_table_they_index(tmp_path):
     feeds = pm.load(str(art), runnable=False).random_inputs(0)
     assert feeds["ids"].max() > 1 and feeds["ids"].min() >= 0 and feeds["ids"].max() < 100
     assert set(np.unique(feeds["mask"])) <= {0, 1}
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"backend_options": ["openvino.threads=1"]}, "backend_options: expected {backend:"),
+    ({"strategy": None}, "strategy: expected text"),
+    ({"model": b"\x08\x08:"}, "model: bytes are not read as a model"),
+])
+def test_the_python_api_names_a_wrong_argument(tmp_path, kw, words):
+    """A list of options was an AttributeError; model bytes a 'no such file' of the bytes."""
+    import provmap as pm
+
+    from provmap.provenance.util.errors import ProvmapError
+
+    args = {"model": "bundled:transformer", "out": tmp_path / "a.provmap", **kw}
+    with pytest.raises(ProvmapError, match=words.replace("{", r"\{")):
+        pm.compile(args.pop("model"), **args)
+    assert not (tmp_path / "a.provmap").exists()
+
+
+def test_a_boundary_size_that_disagrees_with_its_shape_is_refused(tmp_path):
+    from attack_kit import members, relu_artifact, repack
+
+    from cli_runner import refused
+
+    manifest, files = members(relu_artifact(tmp_path))
+    manifest["partitions"][0]["inputs"][0]["bytes"] = 1
+    bad = repack(tmp_path / "bad.provmap", manifest, files)
+    refused(provmap("inspect", bad), "partitions[0].inputs[0].bytes: 1 is not the size of")
+
+
+def test_a_sparse_initializer_is_read_as_onnx_runtime_reads_it(tmp_path):
+    """It was refused as 'a tensor which no input, initializer or node defines'."""
+    from onnx import numpy_helper
+
+    vals = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "W")
+    idx = numpy_helper.from_array(np.array([1, 4], np.int64), "W_idx")
+    g = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    g.sparse_initializer.append(helper.make_sparse_tensor(vals, idx, [2, 3]))
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    x = np.ones((2, 3), np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    art = tmp_path / "a.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", "single:openvino")
+    assert r.returncode == 0, r.stderr
+    assert provmap("run", art, "--inputs", tmp_path / "in.npz", "-o",
+                   tmp_path / "out.npz").returncode == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], _ort(model, {"x": x})["y"])
