@@ -135,8 +135,14 @@ def _split_assignment(text: str, flag: str) -> tuple[str, str]:
 
 def _check_backend(backend: str, backends: list[str], flag: str) -> None:
     if backend not in backends:
-        raise ProvmapError(f"{flag}: unknown backend {backend!r} (the search uses "
-                           f"{', '.join(backends) or 'no backend'})"
+        from provmap.runtime_module.registry import available_backends, parse_variant
+
+        known = parse_variant(backend)[0] in available_backends() if backend else False
+        what = "a backend this search does not use" if known else "unknown backend"
+        fix = (f"; name it in the strategy, collage:{','.join([*backends, backend])}, to pin "
+               "to it" if known else "")
+        raise ProvmapError(f"{flag}: {what} {backend!r} (the search uses "
+                           f"{', '.join(backends) or 'no backend'}{fix})"
                            + did_you_mean(backend, backends))
 
 

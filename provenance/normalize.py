@@ -343,3 +343,20 @@ def frozen_inputs(model) -> list[str]:
     return [f"graph input(s) {', '.join(repr(n) for n in frozen[:3])}{more} also have an "
             "initializer: ONNX Runtime lets a caller override them; provmap compiles the "
             "initializer in as a constant, and `run` takes only the other inputs"]
+
+
+def duplicate_node_names(model) -> list[str]:
+    """ONNX Runtime refuses a file naming two nodes alike ("two nodes with same node name");
+    provmap keys nodes by content IDs and compiles it, but the reference compare runs would
+    then fail on it: said once at compile (issue 36's eighth afternoon)."""
+    seen: dict[str, int] = {}
+    for n in model.graph.node:
+        if n.name:
+            seen[n.name] = seen.get(n.name, 0) + 1
+    dup = [k for k, c in seen.items() if c > 1]
+    if not dup:
+        return []
+    return [f"node name(s) {', '.join(repr(d) for d in dup[:3])}"
+            f"{f' and {len(dup) - 3} more' if len(dup) > 3 else ''} appear more than once: "
+            "ONNX Runtime refuses such a file, so `compare` and `bisect` cannot use it as the "
+            "reference; provmap's node IDs tell the nodes apart"]

@@ -454,7 +454,7 @@ def test_constraint_node_naming(views):
                                             r"'openvno' .*; did you mean 'openvino'\?"),
     (dict(pins=["layer1/relu"]), r"expected NODE=BACKEND"),
     (dict(pins=["layer1/relu=openvino[threads=1]"]),           # a variant: named whole
-     r"unknown backend 'openvino\[threads=1\]'"),
+     r"a backend this search does not use 'openvino\[threads=1\]'"),
     (dict(pins=["layer1/relu=tvm", "re:layer1/.*=openvino"]),
      r"ONNX node #0 'layer1/relu' \(Relu\) is pinned to two backends: tvm \(--pin "
      r"layer1/relu=tvm\) and openvino \(--pin re:layer1/\.\*=openvino\)"),

@@ -196,3 +196,21 @@ def test_a_sparse_initializer_is_read_as_onnx_runtime_reads_it(tmp_path):
     assert provmap("run", art, "--inputs", tmp_path / "in.npz", "-o",
                    tmp_path / "out.npz").returncode == 0
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], _ort(model, {"x": x})["y"])
+
+
+def test_wording_of_three_refusals(tmp_path):
+    """Duplicate node names (ORT refuses the file) are said at compile; `report --model` was
+    told "did you mean --help?"; `--pin X=tvm` called TVM unknown when the search just did
+    not use it."""
+    model = _save(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["a"], name="dup"),
+                                        helper.make_node("Sigmoid", ["a"], ["y"], name="dup")],
+                  [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
+    art = tmp_path / "a.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", "single:openvino")
+    assert r.returncode == 0 and "node name(s) 'dup' appear more than once" in r.stderr, r.stderr
+    r = provmap("report", art, "-o", tmp_path / "r.html", "--model", model)
+    assert r.returncode == 2 and "unrecognized arguments: --model" in r.stderr, r.stderr
+    assert "--help?" not in r.stderr
+    r = provmap("compile", model, "-o", tmp_path / "b.provmap", "--strategy",
+                "collage:onnxruntime,openvino", "--pin", "dup=tvm", "--search-budget", "5")
+    one_error(r, "a backend this search does not use 'tvm'", "collage:onnxruntime,openvino,tvm")

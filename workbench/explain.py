@@ -157,7 +157,10 @@ def _tie_reason(e: dict, tb: dict, k: str) -> str:
     if med[k] <= med[w] * (1 + tb["margin"]):
         return f"{k} (median {med[k]:.3f} within {tb['margin']:.0%} of {med[w]:.3f})"
     if low.get(k) is not None and low.get(w) is not None:
-        return (f"{k} (its minimum {low[k]:.3f} is under {low[w]:.3f}, though its median "
+        digits = 3  # enough digits that "under" reads true ("0.045 is under 0.045" did not)
+        while digits < 9 and f"{low[k]:.{digits}f}" == f"{low[w]:.{digits}f}":
+            digits += 1
+        return (f"{k} (its minimum {low[k]:.{digits}f} is under {low[w]:.{digits}f}, though its median "
                 f"{med[k]:.3f} is not within {tb['margin']:.0%} of {med[w]:.3f})")
     return k
 

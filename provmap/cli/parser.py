@@ -122,7 +122,9 @@ def _did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
         return ""
     m = re.search(r"unrecognized arguments: (\S+)", message)
     if m and m.group(1).startswith("-"):
+        # never "--help" for a word like "--model": the command takes no such option, and
+        # help is what the line's end already offers (issue 36)
         options = [s for a in parser._actions for s in a.option_strings
-                   if a.help != argparse.SUPPRESS]
+                   if a.help != argparse.SUPPRESS and s not in ("-h", "--help")]
         return _close(m.group(1).split("=", 1)[0], options)
     return ""
