@@ -214,3 +214,9 @@ def test_wording_of_three_refusals(tmp_path):
     r = provmap("compile", model, "-o", tmp_path / "b.provmap", "--strategy",
                 "collage:onnxruntime,openvino", "--pin", "dup=tvm", "--search-budget", "5")
     one_error(r, "a backend this search does not use 'tvm'", "collage:onnxruntime,openvino,tvm")
+
+
+def test_warmup_is_bounded_like_repeats(tmp_path):
+    """`run --warmup 100000000` was accepted and started three days of untimed runs."""
+    r = provmap("run", tmp_path / "any.provmap", "--warmup", "100000000")
+    assert r.returncode == 2 and "a whole number from 0 to 1000000" in r.stderr, r.stderr

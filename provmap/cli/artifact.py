@@ -19,7 +19,7 @@ from provmap.provenance.util.atomic import save_npz_atomic
 from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
                      backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
                      note_needless_trust, parse_backend_options, positive_int, repeats,
-                     say_progress, term_safe, warn)
+                     say_progress, term_safe, warmups, warn)
 from .common import print_safe as _say, print_text_safe
 from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
@@ -384,7 +384,7 @@ def add_artifact_commands(sub) -> None:
     r.add_argument("--save-inputs", help=".npz to write the inputs used (the random ones "
                    "without --inputs); a .json name writes Polygraphy's inputs file, for "
                    "`polygraphy run --load-inputs`")
-    r.add_argument("--warmup", type=count, default=0, metavar="N",
+    r.add_argument("--warmup", type=warmups, default=0, metavar="N",
                    help="untimed runs first (default 0)")
     r.add_argument("--repeats", type=repeats, default=1, metavar="N",
                    help="timed runs; the latency summary covers these (default 1)")

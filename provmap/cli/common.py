@@ -59,6 +59,8 @@ positive_int = _number(int, 0, True, "a whole number >= 1")
 #: Timed runs: `profile --repeats 99999999999999999999` ran until killed.
 repeats = _number(int, 0, True, "a whole number from 1 to 1000000", high=1_000_000)
 count = _number(int, 0, False, "a whole number >= 0")
+#: Untimed runs: `run --warmup 100000000` started three days of work (issue 36).
+warmups = _number(int, 0, False, "a whole number from 0 to 1000000", high=1_000_000)
 seconds = _number(float, 0.0, False, "a number of seconds >= 0")
 non_negative = _number(float, 0.0, False, "a number >= 0")
 
