@@ -30,7 +30,7 @@ from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxEx
                     mark_vm_evaluated)
 from .normalize import (drop_stale_value_info, duplicate_node_names, file_order_of,
                         for_checker, frozen_inputs, normalize, reconcile_outputs)
-from .shapes import apply_input_shapes, failure_hint
+from .shapes import apply_input_shapes, failure_hint, named_size_conflicts
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
 from .type_oracle import TypeOracle
 
@@ -241,7 +241,8 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     if model is not given:
         imported.source_sha256 = _ids.model_sha256(given)
     imported.warnings = [f"{label}: {w}" for w in stale + notes + saturation_warning(model)
-                         + frozen_inputs(given) + duplicate_node_names(given)]
+                         + frozen_inputs(given) + duplicate_node_names(given)
+                         + named_size_conflicts(given, shape_dict)]
     imported.output_hints = sorted(hints)
     return imported
 

@@ -142,6 +142,31 @@ def failure_hint(model: onnx.ModelProto) -> str:
     return f"; inputs with open dimensions: {names}; fixing them may help, e.g. {hint}"
 
 
+def named_size_conflicts(model: onnx.ModelProto, shapes: dict | None) -> list[str]:
+    """A symbolic dimension the model names alike in two inputs (a batch `N`) given two sizes.
+    ONNX reads one name as one size, and the first node joining the two then failed on some
+    backend that took the blame ("Where is not supported by tvm": issue 36's ninth
+    afternoon); ONNX Runtime runs such inputs where no node joins them, so it is said, not
+    refused."""
+    inputs = {i.name: i for i in runtime_inputs(model.graph)}
+    seen: dict[str, tuple[str, int]] = {}
+    out = []
+    for name, want in (shapes or {}).items():
+        vi = inputs.get(name)
+        if vi is None or not vi.type.HasField("tensor_type") or \
+                not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d, w in zip(vi.type.tensor_type.shape.dim, want):
+            if not d.dim_param or _fixed(d):
+                continue
+            first = seen.setdefault(d.dim_param, (name, int(w)))
+            if first[1] != int(w):
+                out.append(f"{FLAG}: dimension '{d.dim_param}' is {first[1]} for input "
+                           f"{first[0]!r} but {int(w)} for input {name!r}; the model names "
+                           "them alike, so a node joining them will fail")
+    return out
+
+
 def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                        require_static: bool = True) -> onnx.ModelProto:
     """Fix the model's input shapes; refuse (naming every open dimension) what stays symbolic.
