@@ -29,3 +29,22 @@ def test_two_sizes_for_one_named_dimension_are_said_before_a_backend_is_blamed(t
     r = provmap("compile", model, "-o", tmp_path / "b.provmap", "--strategy", "single:tvm",
                 "--input-shape", "x=2x4", "--input-shape", "m=2x4")
     assert r.returncode == 0 and "names them alike" not in r.stderr, r.stderr
+
+
+def test_a_tvm_only_search_skips_the_default_one_thread_variant(tmp_path):
+    """`compile --backends tvm` failed on the default variant threads=1, which TVM does not
+    take (docs/collage.md says it is skipped), suggesting 'trials'."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                           helper.make_node("Sigmoid", ["a"], ["y"], name="sig")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--backends", "tvm",
+                "--search-budget", "3", "--refine-budget", "0")
+    assert r.returncode == 0, r.stderr
+    r = provmap("compile", model, "-o", tmp_path / "b.provmap", "--backends", "tvm",
+                "--search-budget", "3", "--variant", "thred=1")
+    assert r.returncode == 2 and "variant 'thred=1': no searched backend takes option 'thred'" \
+        in r.stderr, r.stderr  # a typo is still one
