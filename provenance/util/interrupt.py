@@ -16,6 +16,7 @@ import signal
 import sys
 
 _interrupted = False
+_recorded = 0  # SIGINTs recorded without raising (inside `deferred`)
 
 
 def _handler(signum, frame):
@@ -50,6 +51,9 @@ def install() -> None:
     except ValueError:  # not the main thread (e.g. main() called from a worker thread)
         return
     sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
+    from .import_guard import guard_imports
+
+    guard_imports(_record)
 
 
 @contextlib.contextmanager
@@ -57,22 +61,26 @@ def deferred():
     """Ctrl-C inside the block is recorded and raised when it ends.  numpy's C extension
     prints the whole traceback of an exception raised while it imports its Python helpers,
     then fails as ImportError (issue 36: Ctrl-C 0.2 s after start printed 14-30 lines), so
-    such imports must not see a KeyboardInterrupt."""
+    such imports must not see a KeyboardInterrupt.  Only a Ctrl-C that came inside is raised:
+    cleanup after an earlier one (already handled) runs blocks like this too."""
     try:
         previous = signal.signal(signal.SIGINT, _record)
     except ValueError:  # not the main thread: nothing to defer
         yield
         return
+    seen = _recorded
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    raise_if_interrupted()
+    if _recorded != seen:
+        raise KeyboardInterrupt
 
 
 def _record(signum, frame):
-    global _interrupted
+    global _interrupted, _recorded
     _interrupted = True
+    _recorded += 1
 
 
 def at_teardown() -> None:

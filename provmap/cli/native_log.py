@@ -13,10 +13,13 @@ lines are filtered the same way.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import re
 import sys
 import threading
+
+from provmap.provenance.util import interrupt
 
 #: `[HH:MM:SS] path/file.ext:LINE: Warning|Info|Debug: ...`: TVM's (dmlc-style) C++ logger;
 #: `YYYY-MM-DD HH:MM:SS.mmm WARNING ...`: TVM's Python loggers (its RPC client's "Cannot
@@ -27,18 +30,47 @@ _NATIVE = re.compile(rb"^(\[\d\d:\d\d:\d\d\] \S+:\d+: (Warning|Info|Debug|W|I|D)
 
 @contextlib.contextmanager
 def native_log_filtered(enabled: bool = True):
+    """fd 2 through the filter for the block.  Setting up and restoring fd 2 happen with
+    Ctrl-C held back (recorded, raised after): a KeyboardInterrupt between pointing fd 2 at the
+    pipe and starting its reader left "provmap: interrupted" in a pipe nobody read (exit 130,
+    empty stderr: once in 150 Ctrl-Cs at start-up)."""
     if not enabled:
         yield
         return
+    with interrupt.deferred():
+        fds = _redirect()
+    if fds is None:  # no fd 2 (embedded interpreters): nothing to filter
+        yield
+        return
+    real, thread = fds
+    # A crash's trace (PYTHONFAULTHANDLER / -X faulthandler) goes to the terminal itself: the
+    # pump thread dies with the process, and a segfault once left CI an empty stderr.
+    tracing = faulthandler.is_enabled()
+    try:
+        if tracing:
+            faulthandler.enable(file=real, all_threads=True)
+        yield
+    finally:
+        with interrupt.deferred():
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(real, 2)  # closes our end of the pipe: the reader sees EOF once children have
+            if tracing:
+                faulthandler.enable(file=2, all_threads=True)
+            thread.join(timeout=5.0)
+            os.close(real)
+
+
+def _redirect():
+    """fd 2 -> a pipe read by a filtering thread: (the real stderr's fd, the thread), or None."""
     try:
         sys.stderr.flush()
         real = os.dup(2)
         read_end, write_end = os.pipe()
         os.dup2(write_end, 2)
         os.close(write_end)
-    except (OSError, ValueError):  # no fd 2 (embedded interpreters): nothing to filter
-        yield
-        return
+    except (OSError, ValueError):
+        return None
 
     def pump() -> None:
         pending = b""
@@ -58,14 +90,7 @@ def native_log_filtered(enabled: bool = True):
 
     thread = threading.Thread(target=pump, name="provmap-stderr", daemon=True)
     thread.start()
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
-        os.dup2(real, 2)  # closes our end of the pipe: the reader sees EOF once children have
-        thread.join(timeout=5.0)
-        os.close(real)
+    return real, thread
 
 
 def _forward(fd: int, lines: list[bytes], newline: bool = True) -> None:
