@@ -244,6 +244,59 @@ def _worker_main(conn) -> None:
             return
 
 
+class _SessionChild:
+    """The worker as a fresh interpreter in its own session, with multiprocessing's API.
+
+    Ctrl-C reaches the terminal's whole process group; a worker spawned by multiprocessing was
+    in it and spent seconds importing (numpy, tvm, torch through tvm_ffi) before it could
+    ignore SIGINT, so it printed a 50-line traceback under the CLI's one line (issue 36).  In
+    its own session no terminal signal reaches it at all; the parent stops it (and it ends on
+    its own when the pipe closes: the parent is gone)."""
+
+    def __init__(self, conn):
+        import subprocess
+        import sys
+        import weakref
+
+        code = ("import sys, json; sys.path[:] = json.loads(sys.argv[2]); "
+                "from multiprocessing.connection import Connection; "
+                "from provmap.partition.measure.worker import _worker_main; "
+                "_worker_main(Connection(int(sys.argv[1])))")
+        fd = conn.fileno()
+        self._p = subprocess.Popen([sys.executable, "-c", code, str(fd), json.dumps(sys.path)],
+                                   pass_fds=[fd], start_new_session=True,
+                                   stdin=subprocess.DEVNULL)
+        self.pid = self._p.pid
+        weakref.finalize(self, _kill, self._p)  # at exit too, as multiprocessing's daemons
+
+    @property
+    def exitcode(self):
+        return self._p.poll()
+
+    def is_alive(self) -> bool:
+        return self._p.poll() is None
+
+    def join(self, timeout=None) -> None:
+        import subprocess
+
+        try:
+            self._p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        _kill(self._p)
+
+
+def _kill(popen) -> None:
+    if popen.poll() is None:
+        try:
+            popen.kill()
+            popen.wait(5)
+        except Exception:  # noqa: BLE001 - gone already, or exiting: nothing left to do
+            pass
+
+
 class WorkerDied(Exception):
     def __init__(self, reason: str, cacheable: bool = True):
         super().__init__(reason)
@@ -256,6 +309,7 @@ class Worker:
 
     def __init__(self, start_method: str = "spawn"):
         self.ctx = mp.get_context(start_method)
+        self.start_method = start_method
         self.proc = None
         self.conn = None
         self.starts = 0
@@ -270,9 +324,12 @@ class Worker:
         cannot start is this installation's problem, not a candidate's: ProvmapError."""
         t0 = time.perf_counter()
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main, args=(child,), daemon=True,
-                                name="provmap-cost-worker")
-        proc.start()
+        if self.start_method == "spawn":
+            proc = _SessionChild(child)
+        else:  # "fork"/"forkserver", for a caller who asks (shares the terminal's Ctrl-C)
+            proc = self.ctx.Process(target=_worker_main, args=(child,), daemon=True,
+                                    name="provmap-cost-worker")
+            proc.start()
         child.close()
         self.proc, self.conn = proc, parent
         msg = None
@@ -286,10 +343,9 @@ class Worker:
             code = proc.exitcode
             self._discard()
             raise ProvmapError(
-                f"cost measurement worker did not start (exit code {code}); with the "
-                f"{self.ctx.get_start_method()!r} start method the main script must guard its "
-                "code with `if __name__ == \"__main__\":`, and provmap must import in a fresh "
-                "interpreter; or use MeasuredEstimator(isolate=False)")
+                f"cost measurement worker did not start (exit code {code}); provmap must "
+                "import in a fresh interpreter (`python -c \"import provmap.partition\"`), or "
+                "use MeasuredEstimator(isolate=False)")
         self.starts += 1
         self.start_s += time.perf_counter() - t0
 
@@ -346,7 +402,11 @@ class Worker:
                                   cacheable=False)
 
     def stop(self) -> None:
-        if self.conn is not None and self.alive():
+        """Ask the worker to finish; after Ctrl-C, kill it at once (a worker still importing
+        would have held the command's exit up to 5 s)."""
+        from provmap.provenance.util.interrupt import interrupted
+
+        if self.conn is not None and self.alive() and not interrupted():
             try:
                 self.conn.send(None)
                 self.proc.join(5)
