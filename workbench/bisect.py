@@ -1,7 +1,7 @@
 """Find the first ONNX node whose output on a backend diverges from the reference.
 
 Polygraphy-style: the reference (ONNX Runtime on the whole model, every intermediate exposed)
-runs once; then topological prefixes of the model are built and run on the backend under test,
+runs once (and once more with nothing exposed, for the whole-model verdict compare gives); then topological prefixes of the model are built and run on the backend under test,
 every intermediate of the prefix exposed as an output (so "prefix k diverges" is monotonic in k:
 a saturating Softmax or a ReLU that hides an upstream difference cannot make the whole model
 look right), and a binary search finds the shortest prefix with a diverging tensor, in
@@ -102,16 +102,19 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
                                "every prefix of the model on it")
     say(f"bisect: {len(order)} op node{'s' if len(order) != 1 else ''}, reference {reference}")
     last = prefix_diverges(len(order) - 1)
-    # The whole model as compare runs it, nothing exposed: exposing every intermediate keeps
-    # the backend from fusing across them, and a QDQ model whose fused kernels round one step
-    # apart matched that way while compare failed it (issue 36's fifth afternoon).
+    # The whole model as compare runs it, nothing exposed, on both sides: exposing every
+    # intermediate keeps a library from fusing across them.  A QDQ model whose fused kernels
+    # round one step apart matched with the backend exposed (issue 36's fifth afternoon), and
+    # with only the reference exposed (ORT then skips its int8 QDQ fusion) bisect printed
+    # "max abs 0" where compare found the step (the tenth).
     try:
         whole = _run_region(view, order, backend, values)
     except BackendError as e:
         raise ProvmapError(f"bisect: {backend.name} cannot build the whole model: {e}") from None
     runs += 1
-    outputs = [(n, metrics(whole[n], ref[n], tol, steps.get(n)))
-               for n in view.graph_outputs if n in whole and n in ref]
+    ref_whole = reference_run(view.model, inputs, [], reference)
+    outputs = [(n, metrics(whole[n], ref_whole[n], tol, steps.get(n)))
+               for n in view.graph_outputs if n in whole and n in ref_whole]
     base = {"backend": backend.name, "runs": runs, "op_nodes": len(order),
             "reference": reference, "atol": tol.atol, "rtol": tol.rtol,
             "outputs": [{"tensor": n, **m} for n, m in outputs]}

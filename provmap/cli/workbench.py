@@ -139,9 +139,9 @@ def cmd_bisect(args) -> int:
         for t in res["tensors"]:
             print_safe(f"  diverging model output {t['tensor']}: {_metrics_text(t)}")
         print_safe(f"{args.backend} differs from {res['reference']} on the whole model, but with "
-              "every intermediate exposed each node matches: the difference comes from how "
-              f"{args.backend} fuses nodes together (exposing them prevents it), so no single "
-              "node is to blame and no reproducer was written")
+              "every intermediate exposed each node matches: the difference comes from nodes "
+              f"fused together ({args.backend}, {res['reference']} or both fuse them when nothing "
+              "is exposed), so no single node is to blame and no reproducer was written")
     else:
         print_safe(f"first diverging node: {res['node']} ({res['op_type']}, {res['node_id']}), "
               f"position {res['position']} of {res['op_nodes']}, found in {res['runs']} runs")
