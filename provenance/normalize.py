@@ -26,6 +26,7 @@ import onnx
 
 from . import ids as _ids
 from .util.errors import ProvmapError
+from .util.listing import first_few
 
 
 def normalize(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -339,8 +340,7 @@ def frozen_inputs(model) -> list[str]:
     frozen = [i.name for i in model.graph.input if i.name in init]
     if not frozen:
         return []
-    more = f" and {len(frozen) - 3} more" if len(frozen) > 3 else ""
-    return [f"graph input(s) {', '.join(repr(n) for n in frozen[:3])}{more} also have an "
+    return [f"graph input(s) {first_few(frozen, quote=True)} also have an "
             "initializer: ONNX Runtime lets a caller override them; provmap compiles the "
             "initializer in as a constant, and `run` takes only the other inputs"]
 
@@ -356,7 +356,6 @@ def duplicate_node_names(model) -> list[str]:
     dup = [k for k, c in seen.items() if c > 1]
     if not dup:
         return []
-    return [f"node name(s) {', '.join(repr(d) for d in dup[:3])}"
-            f"{f' and {len(dup) - 3} more' if len(dup) > 3 else ''} appear more than once: "
+    return [f"node name(s) {first_few(dup, quote=True)} appear more than once: "
             "ONNX Runtime refuses such a file, so `compare` and `bisect` cannot use it as the "
             "reference; provmap's node IDs tell the nodes apart"]

@@ -183,9 +183,9 @@ def reference_run(model: onnx.ModelProto, inputs: dict, extra_outputs: list[str]
     except ProvmapError:
         raise
     except Exception as e:
-        from provmap.runtime_module.backends.openvino import _ov_error
+        from provmap.runtime_module.backends.openvino import ov_error
 
-        why = _ov_error(e) if reference == "openvino" else first_line(e)
+        why = ov_error(e) if reference == "openvino" else first_line(e)
         raise ProvmapError(f"reference {reference} failed on the model: {why}") from None
 
 

@@ -115,7 +115,7 @@ _NOISE = re.compile(r"^(Exception from |Check '.*' failed at |FrontEnd API faile
                     r"Model wasn't fully converted|Summary:|To facilitate|\[ GENERAL_ERROR \]$)")
 
 
-def _ov_error(e: BaseException) -> str:
+def ov_error(e: BaseException) -> str:
     """The informative part of an OpenVINO exception (not its C++ source locations)."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     useful = [ln for ln in lines if not _NOISE.match(ln)]
@@ -205,7 +205,7 @@ class OpenVINOBackend(Backend):
         try:
             supported = set(core.query_model(model, _DEVICE, self.config()))
         except Exception as e:
-            return {i: Support(False, f"OpenVINO {_DEVICE} query_model failed: {_ov_error(e)}")
+            return {i: Support(False, f"OpenVINO {_DEVICE} query_model failed: {ov_error(e)}")
                     for i in nodes}
         owners = op_owners(model, producer)
         bad: dict[int, list[str]] = {}
@@ -244,7 +244,7 @@ class OpenVINOBackend(Backend):
                     out[i] = self._query(view, model, [i], producer)[i]
             except _ConversionFailed as e:
                 out[i] = Support(False, f"OpenVINO ONNX frontend cannot convert "
-                                        f"{view.describe(i)}: {_ov_error(e.__cause__)}")
+                                        f"{view.describe(i)}: {ov_error(e.__cause__)}")
         return out
 
     # -- build -----------------------------------------------------------------------------
@@ -259,7 +259,7 @@ class OpenVINOBackend(Backend):
                     ov.save_model(converted, xml_path, compress_to_fp16=False)
                 except Exception as e:
                     raise BackendError(f"OpenVINO: cannot serialize the converted model: "
-                                       f"{_ov_error(e)}") from None
+                                       f"{ov_error(e)}") from None
                 with open(xml_path, "rb") as f:
                     xml = f.read()
                 with open(os.path.join(tmp, "model.bin"), "rb") as f:
@@ -267,7 +267,7 @@ class OpenVINOBackend(Backend):
                 del converted
         except _ConversionFailed as e:
             raise BackendError(f"OpenVINO {self.version()}: ONNX frontend cannot convert "
-                               f"subgraph {sub.key[:12]}: {_ov_error(e.__cause__)}") from None
+                               f"subgraph {sub.key[:12]}: {ov_error(e.__cause__)}") from None
         # Compile what load() will compile: the IR read back from its bytes.
         model = self._read_ir(xml, weights)
         compiled = self._compile(model, f"subgraph {sub.key[:12]}")
@@ -302,14 +302,14 @@ class OpenVINOBackend(Backend):
             return _get_core().read_model(bytes(xml), bytes(weights))
         except Exception as e:
             raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
-                               f"{_ov_error(e)}") from None
+                               f"{ov_error(e)}") from None
 
     def _compile(self, model, what: str):
         try:
             return _get_core().compile_model(model, _DEVICE, self.config())
         except Exception as e:
             raise BackendError(f"OpenVINO {self.version()}: {_DEVICE} plugin cannot compile "
-                               f"{what}: {_ov_error(e)}") from None
+                               f"{what}: {ov_error(e)}") from None
 
     # -- load ------------------------------------------------------------------------------
     def load(self, blob: Blob) -> Runner:
@@ -436,7 +436,7 @@ class OpenVINORunner(Runner):
             else:  # pragma: no cover
                 res = self._request.infer(feed, share_inputs=True, share_outputs=False)
         except Exception as e:
-            raise BackendError(f"OpenVINO: inference failed: {_ov_error(e)}") from None
+            raise BackendError(f"OpenVINO: inference failed: {ov_error(e)}") from None
         return [res[o].view(_BF16) if bf else res[o]
                 for o, bf in zip(self._outputs, self._bf16_out)]
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from provmap.provenance.util.listing import first_few
+
 #: ops whose int64 result can leave the range of their inputs
 GROWING_OPS = frozenset({"Add", "Sub", "Mul", "Pow", "Neg", "Abs", "Sum", "ReduceSum",
                          "ReduceProd", "ReduceSumSquare", "CumSum", "MatMul", "Einsum", "Range"})
@@ -72,8 +74,7 @@ def int64_notes(sub, device: str) -> list[str]:
     found = int64_arithmetic(sub)
     if not found:
         return []
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    return [f"OpenVINO's {device} plugin computes int64 in 32 bits: {', '.join(found[:3])}{more}: "
+    return [f"OpenVINO's {device} plugin computes int64 in 32 bits: {first_few(found)}: "
             "results past 2**31 wrap with no error (inputs outside 32 bits are refused at run time; "
             "docs/backends.md, 'int64 on OpenVINO')"]
 
