@@ -261,6 +261,28 @@ def _check_dataflow(v: _V, m: dict) -> None:
                 v.fail(f"partitions[{i}].blob_meta.output_names",
                        f"{_short(name)} is not among the partition's outputs")
         available |= outs
+    _check_model_outputs(v, m, declared)
+
+
+def _check_model_outputs(v: _V, m: dict, declared: dict) -> None:
+    """The model's outputs as their makers declare them (inputs were checked, outputs not: a
+    stranger's float64 output over a float32 partition was shown by inspect as given, and an
+    output nothing makes was refused only by `run`, without naming the field)."""
+    consts = m.get("constant_outputs") if isinstance(m.get("constant_outputs"), dict) else {}
+    seen = set()
+    for i, t in enumerate(m["model"]["outputs"]):
+        at, name = f"model.outputs[{i}]", t["name"]
+        if name in seen:
+            v.fail(at, f"{_short(name)} is listed twice")
+        seen.add(name)
+        was = declared.get(name)
+        if was is None:
+            if name not in consts:
+                v.fail(at, f"{_short(name)} is made by no partition, is no graph input and no "
+                       "stored constant")
+        elif not _same_type(was, (t.get("dtype"), t.get("shape"))):
+            v.fail(at, f"{_short(name)} is {t.get('dtype')}{t.get('shape')} here but "
+                   f"{was[0]}{was[1]} where it is made")
 
 
 def check_schedule_doc(v: _V, sched, partitions: list, ids: list[str]) -> None:

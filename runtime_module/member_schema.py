@@ -96,6 +96,7 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
     if manifest is None:
         return d
     parts = manifest.get("partitions", ())
+    kernel_lib = {r["name"]: (k, r["backend"]) for k, r in enumerate(d["kernels"])}
     for i, p in enumerate(parts):
         for key, known in (("onnx_nodes", "onnx_nodes"), ("ops", "onnx_nodes"),
                            ("kernels", "kernels")):
@@ -103,6 +104,14 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
             if missing:
                 raise SchemaError(f"{where}: manifest.json: partitions[{i}].{key}: "
                                   f"{_short(missing[0])} is not in map.json")
+        # a kernel's library is its partition's (lookup printed a stranger's "openvino"
+        # kernel inside an ONNX Runtime partition as given: tenth afternoon)
+        runs_on = str(p.get("backend", "")).split("[", 1)[0]
+        for name in p.get("kernels", ()):
+            k, lib = kernel_lib[name]
+            if lib.split("[", 1)[0] != runs_on:
+                v.fail(f"kernels[{k}].backend", f"{_short(lib)}, but its partition "
+                       f"{_short(p.get('id'))} runs on {_short(p.get('backend'))}")
     # the coverage counts inspect and compile print are the map's own (999 of 8 was printed)
     cov = manifest.get("coverage") or {}
     for part, total, key in (("onnx_nodes_mapped", "onnx_nodes_total", "onnx_nodes"),

@@ -52,6 +52,10 @@ def _as_openvino(src, dst, xml: bytes):
                                             "partitions/p0/model.bin": ""}
     manifest["backends"] = {"openvino": {"name": "openvino", "options": {}, "version": "x"}}
     manifest["strategy"] = "single:openvino"
+    pmap = json.loads(files["map.json"])
+    for k in pmap["kernels"]:  # its kernels are OpenVINO's too
+        k["backend"] = "openvino"
+    files["map.json"] = json.dumps(pmap).encode()
     return repack(dst, manifest, files)
 
 
@@ -262,8 +266,16 @@ def _edited(art, dst, edit):
      ("partitions[0].inputs[0]", "float64[4] here")),
     (lambda m: m["partitions"][0].update(onnx_nodes=[]),
      ("map.json: onnx_nodes[0]", "runs in no partition of manifest.json")),
-    (lambda m: m.update(partitions=[]),
-     ("map.json: kernels[0]", "is compiled in no partition of manifest.json")),
+    (lambda m: m.update(partitions=[]),  # the outputs, then the map's kernels, have no maker
+     ("model.outputs[0]", "is made by no partition")),
+    # model.outputs as their makers say (tenth afternoon: inspect showed a float64 output of a
+    # float32 partition, and an output nothing makes was refused only by `run`)
+    (lambda m: m["model"]["outputs"][0].update(dtype="float64", bytes=32),
+     ("model.outputs[0]", "float64[4] here but float32[4] where it is made")),
+    (lambda m: m["model"]["outputs"][0].update(name="ghost"),
+     ("model.outputs[0]", "'ghost' is made by no partition, is no graph input")),
+    (lambda m: m["model"]["outputs"].append(dict(m["model"]["outputs"][0])),
+     ("model.outputs[1]", "is listed twice")),
 ])
 def test_a_manifest_that_disagrees_with_itself_or_its_map_is_refused(capsys, art, tmp_path,
                                                                       edit, words):
@@ -271,6 +283,18 @@ def test_a_manifest_that_disagrees_with_itself_or_its_map_is_refused(capsys, art
     backend", coverage 999 of 8, a strategy naming a library no partition uses)."""
     bad = _edited(art, tmp_path / "bad.provmap", edit)
     _refused(capsys, ["inspect", bad], *words)
+
+
+def test_a_kernel_of_another_library_than_its_partition_is_refused(capsys, art, tmp_path):
+    """lookup printed a stranger's map kernel "[openvino, ...] in p0" inside an ONNX Runtime
+    partition as given (tenth afternoon)."""
+    manifest, files = members(art)
+    d = json.loads(files["map.json"])
+    d["kernels"][0]["backend"] = "openvino"
+    files["map.json"] = json.dumps(d).encode()
+    bad = repack(tmp_path / "bad.provmap", manifest, files)
+    _refused(capsys, ["lookup", bad, "--onnx-node", "relu"], "map.json: kernels[0].backend",
+             "'openvino', but its partition 'p0' runs on 'onnxruntime'")
 
 
 def test_an_option_value_the_backend_refuses_is_refused_before_running(capsys, art, tmp_path):

@@ -6,6 +6,7 @@ stands in for a device here: the same test (not a regular file), without risking
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -92,6 +93,10 @@ def test_an_unknown_backend_in_a_manifest_is_named_as_such(tmp_path):
     for p in m["partitions"]:
         p["backend"] = "nosuch"
     m["strategy"] = "single:nosuch"
+    pmap = json.loads(files["map.json"])
+    for k in pmap["kernels"]:  # the map agrees with the partitions (it is checked against them)
+        k["backend"] = "nosuch"
+    files["map.json"] = json.dumps(pmap).encode()
     repack(tmp_path / "u.provmap", m, files)
     np.savez(tmp_path / "in.npz", x=np.ones(2, np.float32))
     for extra in ((), ("--trust",)):
