@@ -277,7 +277,7 @@ def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     a 150 ms import of ResNet-50 declaring all 414 intermediate tensors (2026-11-27)."""
     import warnings
 
-    from .fold import static_shape, weightless
+    from .fold import weightless
 
     if not model.graph.value_info:
         return model, []
@@ -291,7 +291,7 @@ def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
                                                          data_prop=True)
     except Exception:  # noqa: BLE001 - nothing computed: nothing to contradict
         return model, []
-    computed = {vi.name: static_shape(vi.type) for vi in inferred.graph.value_info}
+    computed = {vi.name: _dim_tuple(vi.type) for vi in inferred.graph.value_info}
     types = {vi.name: vi.type for vi in inferred.graph.value_info}
     stale = []
     for vi in model.graph.value_info:
@@ -299,8 +299,8 @@ def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
         # afternoon's double declared for a float Gemm output), and so does provmap
         _refuse_other_dtype(model, vi, types.get(vi.name), "tensor", " in value_info",
                             "correct or drop its value_info entry")
-        want, got = static_shape(vi.type), computed.get(vi.name)
-        if want is not None and got is not None and want != got:
+        want, got = _dim_tuple(vi.type), computed.get(vi.name)
+        if want is not None and got is not None and _contradicts(want, got):
             stale.append((vi.name, want, got))
     if not stale:
         return model, []
@@ -310,13 +310,34 @@ def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     keep = [vi for vi in out.graph.value_info if vi.name not in names]
     del out.graph.value_info[:]
     out.graph.value_info.extend(keep)
-    notes = [f"tensor '{n}' is declared {list(w)} in value_info but the model computes "
-             f"{list(g)}; the computed shape is used (as ONNX Runtime does)"
+    notes = [f"tensor '{n}' is declared {_shown(w)} in value_info but the model computes "
+             f"{_shown(g)}; the computed shape is used (as ONNX Runtime does)"
              for n, w, g in stale[:3]]
     if len(stale) > 3:
         notes.append(f"{len(stale) - 3} more value_info declaration(s) the model contradicts "
                      "were dropped the same way")
     return out, notes
+
+
+def _dim_tuple(tp) -> tuple | None:
+    """A declared or computed shape: each dimension an int, a name, or None; None when the
+    rank is unknown."""
+    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                 for d in tp.tensor_type.shape.dim)
+
+
+def _shown(dims: tuple) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _contradicts(want: tuple, got: tuple) -> bool:
+    """Another rank, or a dimension both sides know as a number, another number ("N" against
+    16 is no contradiction: N is whatever the input gives).  A symbolic declaration of the
+    wrong rank or width was dropped silently (the tenth afternoon: ["N", 99] for [N, 16])."""
+    return len(want) != len(got) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                        for a, b in zip(want, got))
 
 
 def file_order_of(given: onnx.ModelProto, nodes) -> list[int] | None:

@@ -175,3 +175,38 @@ def test_ctrl_c_inside_a_librarys_import_waits_for_the_import_to_finish(tmp_path
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert r.stdout.splitlines() == ["raised after: True 19999900000", "interrupted: True",
                                      "later import ok"], r.stdout
+
+
+def test_a_symbolic_or_wrong_rank_stale_value_info_is_said_too(tmp_path):
+    """value_info ["N", 99] for a computed [N, 16], or of another rank, was dropped without a
+    word, where [2, 99] warned (the tenth afternoon; docs/guide.md promises the warning)."""
+    from cli_runner import provmap
+    from test_cli_vendor_day6 import _saved_model
+
+    model = _saved_model(tmp_path, [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                                    helper.make_node("Sigmoid", ["a"], ["b"], name="sig"),
+                                    helper.make_node("Neg", ["b"], ["y"], name="neg")],
+                         [("x", TensorProto.FLOAT, ["N", 4, 8])],
+                         [("y", TensorProto.FLOAT, ["N", 4, 8])],
+                         value_info=[("a", TensorProto.FLOAT, ["N", 4, 2]),
+                                     ("b", TensorProto.FLOAT, ["N", 4, 8, 1])])
+    r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--strategy",
+                "single:onnxruntime", "--input-shape", "x=2x4x8")
+    assert r.returncode == 0, r.stderr
+    assert "tensor 'a' is declared [N, 4, 2] in value_info but the model computes" in r.stderr
+    assert "tensor 'b' is declared [N, 4, 8, 1] in value_info but the model computes" in r.stderr
+
+
+def test_an_artifact_given_where_the_onnx_model_goes_is_named_as_such(tmp_path):
+    """`bisect x.provmap` said "not a readable ONNX model (DecodeError: ... Wire format was
+    corrupt)" (tenth afternoon)."""
+    from cli_runner import provmap, refused
+
+    model = _qdq_cnn(tmp_path)
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", model, "-o", art, "--strategy", "single:onnxruntime",
+                   "--input-shape", "img=1x3x32x32").returncode == 0
+    for argv in (("bisect", art, "--backend", "openvino"),
+                 ("compile", art, "-o", tmp_path / "b.provmap")):
+        refused(provmap(*argv), f"{art}: a provmap artifact, not an ONNX model; give the "
+                    "ONNX model it was compiled from")
