@@ -24,6 +24,7 @@ from tvm import relax
 
 from . import ids as _ids
 from .util.errors import ProvmapError, first_line
+from .util.files import unreadable_model
 from .fold import FOLD_REASON, fold_constants, infer_types
 from .int8_pairs import saturation_warning
 from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,
@@ -48,8 +49,7 @@ def read_model(source) -> tuple[onnx.ModelProto, str]:
     try:
         model = onnx.load(label)
     except Exception as e:  # DecodeError, truncated files, external-data problems
-        raise ProvmapError(f"{label}: not a readable ONNX model ("
-                           f"{first_line(e, with_type=True)})") from None
+        raise unreadable_model(label, first_line(e, with_type=True)) from None
     if not model.graph.node and not model.graph.output:
         raise ProvmapError(f"{label}: not a readable ONNX model (empty graph)")
     return model, label

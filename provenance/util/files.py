@@ -34,3 +34,25 @@ def refuse_special_file(path) -> None:
     kind = special_kind(mode)
     if kind is not None and not stat.S_ISDIR(mode):
         raise ProvmapError(f"{p}: not a regular file ({kind})")
+
+
+def is_artifact_file(path) -> bool:
+    """A zip whose directory names a manifest.json: what `compile` writes (an ONNX-taking
+    command given one said "Wire format was corrupt")."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return "manifest.json" in z.namelist()
+    except Exception:  # noqa: BLE001 - not a zip, or unreadable: not an artifact
+        return False
+
+
+def unreadable_model(path, why: str):
+    """The error for a file onnx cannot read as a model (a ProvmapError to raise)."""
+    from .errors import ProvmapError
+
+    if is_artifact_file(path):
+        return ProvmapError(f"{path}: a provmap artifact, not an ONNX model; give the ONNX "
+                            "model it was compiled from")
+    return ProvmapError(f"{path}: not a readable ONNX model ({why})")
