@@ -26,7 +26,7 @@ def _hint(word: str, known) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
-def _option_problem(cls, opts: dict):
+def _option_problem(cls, opts: dict, variant: dict | None = None):
     """The first thing wrong with `opts` for backend class `cls`, as (kind, option, detail):
     kind "name" (no such option; detail: the known names), "value" (detail: what it expects)
     or "host" (this machine cannot honour them; option ""); None when nothing is."""
@@ -40,6 +40,9 @@ def _option_problem(cls, opts: dict):
         if why:
             return "value", k, why
         opts[k] = canonical(specs.get(k), v)  # stored in the table's spelling from here on
+    lone = cls.combination_problem({**(variant or {}), **opts})  # a variant's own options too
+    if lone:
+        return "host", "", f"option {lone[0]} {lone[1]}"
     why = cls.host_problem(opts)
     return ("host", "", why) if why else None
 
@@ -95,7 +98,7 @@ def check_backend_options(strategy: Strategy, options: dict) -> None:
     for backend, opts in options.items():
         flag = f"--backend-option {backend}.{next(iter(opts), '')}"
         try:
-            base = parse_variant(backend)[0]
+            base, variant = parse_variant(backend)
         except BackendError as e:
             raise ProvmapError(f"{flag}: {e}") from None
         known = available_backends()
@@ -111,7 +114,7 @@ def check_backend_options(strategy: Strategy, options: dict) -> None:
         except BackendError as e:
             raise ProvmapError(f"{flag}: {e}") from None
         _check_op_lists_disjoint(backend, opts)
-        bad = _option_problem(cls, opts)
+        bad = _option_problem(cls, opts, variant)
         if bad is None:
             continue
         kind, name, detail = bad

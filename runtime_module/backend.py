@@ -219,6 +219,13 @@ class Backend(ABC):
         return []
 
     @classmethod
+    def combination_problem(cls, options: dict) -> tuple[str, str] | None:
+        """(option, why) for an option that acts only beside another one `options` lack (TVM's
+        trials without tune=metaschedule did nothing, and the label said tvm[trials=5]), else
+        None."""
+        return None
+
+    @classmethod
     def host_problem(cls, options: dict) -> str | None:
         """None when this machine can honour `options` as given, else why not (e.g. a
         precision the CPU lacks, which a library would replace without a word)."""

@@ -80,7 +80,15 @@ def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
     if not tvm:
         raise ProvmapError(f"--tuning-db applies to TVM backends; {strategy.as_given} uses "
                            "none, so it would be ignored")
-    for b in tvm:
+    # only where something is tuned: an untuned TVM takes no database (the option alone is
+    # refused: it did nothing and still named the backend's variant; eleventh afternoon)
+    tuned = [b for b in tvm if str({**dict(b.options or {}), **backend_options.get(b.name, {})}
+                                   .get("tune", "none")) == "metaschedule"]
+    if not tuned:
+        raise ProvmapError("--tuning-db acts only with tune=metaschedule: nothing is tuned "
+                           f"under {strategy.as_given} as given (add --backend-option "
+                           "tvm.tune=metaschedule)")
+    for b in tuned:
         backend_options.setdefault(b.name, {})["tuning_db"] = path
 
 

@@ -220,6 +220,14 @@ class TVMBackend(Backend):
     )
 
     @classmethod
+    def combination_problem(cls, options: dict) -> tuple[str, str] | None:
+        if str(options.get("tune", "none")) == "metaschedule":
+            return None
+        lone = next((k for k in ("trials", "tune_budget", "tuning_db") if k in options), None)
+        return (lone, "acts only with tune=metaschedule: nothing is tuned without it (add "
+                "--backend-option tvm.tune=metaschedule)") if lone else None
+
+    @classmethod
     def host_problem(cls, options: dict) -> str | None:
         """An mcpu whose instructions this CPU lacks built fine, and `run` then died with
         "Illegal instruction" (issue 36): refused unless the build is declared a cross-build."""
