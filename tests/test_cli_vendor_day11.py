@@ -29,3 +29,23 @@ def test_tuning_options_without_tuning_are_refused(tmp_path):
     refused(provmap("compile", model, "-o", out, "--strategy", "single:tvm[trials=5;tune_budget=3]"),
             "option trials " + why)
     assert not out.exists() and not (tmp_path / "db").exists()
+
+
+def test_a_bisect_reproducer_is_what_the_reference_computes_for_the_node_alone(tmp_path):
+    """The reproducer's expected values were the reference's whole-model values: ONNX Runtime's
+    fp16 HardSwish inside MobileNet-v3 was 29 ulps off the HardSwish of its own inputs, so a
+    correct TVM "failed alone" and the vendor got a reproducer the reference itself fails.
+    Now the reference on the node alone is the expectation: it passes its own reproducer."""
+    import json
+
+    from provmap.runtime_module.registry import get_backend
+    from provmap.workbench.bisect import check_reproducer
+
+    out = tmp_path / "repro"
+    r = provmap("bisect", "bundled:squeezenet", "--backend", "openvino", "--atol", "0",
+                "--rtol", "0", "--ulps", "0", "-o", out, "--json")
+    assert r.returncode == 1, r.stderr
+    res = json.loads(r.stdout)
+    assert res["node"] and "reference_alone_differs" in res
+    assert check_reproducer(out / "reproducer.onnx", out / "reproducer_inputs.npz",
+                            out / "reproducer_expected.npz", get_backend("onnxruntime")) == []

@@ -150,7 +150,12 @@ def cmd_bisect(args) -> int:
         for t in res["reproducer_tensors"]:
             print_safe(f"  the node alone, {t['tensor']}: {'FAIL' if not t['ok'] else 'ok'}, "
                   f"{_metrics_text(t)}")
-        if not res["reproducer_diverges"]:
+        if not res["reproducer_diverges"] and res.get("reference_alone_differs"):
+            print_safe(f"  the node alone matches {res['reference']} on the node alone; "
+                       f"{res['reference']} computes it otherwise inside the model than alone "
+                       "(fused, or in another precision), and that is what differs: not a wrong "
+                       "kernel for this node")
+        elif not res["reproducer_diverges"]:
             print_safe("  the node alone, fed the reference's inputs, matches: the divergence is "
                   "small upstream differences amplified here (accumulated error), not a wrong "
                   "kernel for this node")
