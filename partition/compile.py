@@ -116,18 +116,36 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
         if out is not None:
             art.save(out, record_built=True)
         return art
-    if view.op_nodes:
-        plan, backends = make_plan(view, strategy, backend_options)
-    else:  # every output is a constant: nothing to partition, search or build
-        plan, backends = Plan(strategy=strategy.as_given, partitions=[],
-                              info={"note": "no node computes at run time"}), {}
-    art = build_artifact(view, plan, backends, progress=progress)
+    try:
+        if view.op_nodes:
+            plan, backends = make_plan(view, strategy, backend_options)
+        else:  # every output is a constant: nothing to partition, search or build
+            plan, backends = Plan(strategy=strategy.as_given, partitions=[],
+                                  info={"note": "no node computes at run time"}), {}
+        art = build_artifact(view, plan, backends, progress=progress)
+    except ProvmapError:
+        _unrunnable_shapes(view, input_shapes)
+        raise
     _record_given(art, model)
     if embed_model:
         embed_source_model(art, _given_model(model, view))
     if out is not None:
         art.save(out, record_built=True)  # built here: its native code is ours to run
     return art
+
+
+def _unrunnable_shapes(view, input_shapes) -> None:
+    """After a failure under given input shapes: the model itself may not run at them (a
+    backend was blamed for it: the eleventh afternoon), said in ONNX Runtime's words."""
+    if not input_shapes:
+        return
+    from provmap.runtime_module.shape_check import ort_refuses
+
+    why = ort_refuses(view.model)
+    if why:
+        given = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in input_shapes.items())
+        raise ProvmapError(f"--input-shape {given}: the model cannot run at these input "
+                           f"shapes; ONNX Runtime on zeros of them: {why}") from None
 
 
 def _check_arguments(strategy, backend_options, model) -> None:
