@@ -80,3 +80,40 @@ def test_input_shapes_the_model_cannot_run_at_are_not_blamed_on_a_backend(tmp_pa
     r = provmap("compile", model, "-o", out, "--strategy", "single:openvino", "--input-shape",
                 "x=1x8")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_partition_exact_on_the_references_inputs_is_not_left_as_the_culprit(tmp_path,
+                                                                                monkeypatch):
+    """Two int8 inputs each one step off (a match) gave ORT's QLinearAdd two steps off, and
+    compare named that exact partition "first divergent".  Here the reference's `a` sits just
+    inside the tolerance from the artifact's, and y = a + a doubles the gap past it: the Add
+    partition, fed the reference's own `a`, matches, and compare says so."""
+    import numpy as np
+
+    import provmap.workbench.compare as compare
+    from provmap.runtime_module.module import load
+
+    g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["a"], name="mul"),
+                           helper.make_node("Add", ["a", "a"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model, art = tmp_path / "m.onnx", tmp_path / "a.provmap"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    r = provmap("compile", model, "-o", art, "--strategy", "greedy:openvino,onnxruntime",
+                "--backend-option", "openvino.only_ops=Mul")
+    assert r.returncode == 0, r.stderr
+    x = {"x": np.linspace(0, 1, 8, dtype=np.float32).reshape(1, 8)}
+    real = compare.reference_run
+
+    def nudged(m, inputs, extra, reference="onnxruntime"):
+        out = real(m, inputs, extra, reference)
+        out["a"] = out["a"] + np.float32(0.7e-4)  # within atol 1e-4 (x = 0 keeps rtol out)
+        out["y"] = out["a"] + out["a"]
+        return out
+
+    monkeypatch.setattr(compare, "reference_run", nudged)
+    res = compare.compare_artifact(load(art), onnx.load(model), x)
+    c = res["first_divergent_partition"]
+    assert not res["match"] and c["backend"] == "onnxruntime", res
+    assert c["inexact_inputs"] == ["a"] and c["matches_on_reference_inputs"] is True, c

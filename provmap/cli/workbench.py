@@ -100,6 +100,11 @@ def cmd_compare(args) -> int:
             print_safe(f"first divergent partition: {c['partition']} ({c['backend']}), ONNX nodes "
                   f"{', '.join(c['onnx_nodes'][:20])}{' ...' if len(c['onnx_nodes']) > 20 else ''}; "
                   f"diverging outputs from {', '.join(map(str, c['diverging_nodes']))}")
+            if c.get("matches_on_reference_inputs"):
+                print_safe(f"  but {c['partition']} matches when fed the reference's own inputs: "
+                           f"its inputs from {', '.join(c['inexact_from'])} were within tolerance,"
+                           " not equal, and the differences added up here; no partition diverges"
+                           " on its own")
         print_safe("match" if res["match"] else f"{res['mismatches']} tensor(s) differ beyond "
               f"atol {res['atol']:g} / rtol {res['rtol']:g} vs {res['reference']}")
     return 0 if res["match"] else 1
