@@ -168,6 +168,9 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
         if p["backend"] not in backends:
             v.fail(f"{at}.backend", f"{_short(p['backend'])} is not in the manifest's backends")
         v.str_(p["type_key"], f"{at}.type_key")
+        if p["type_key"] != f"provmap.{p['backend']}":  # what build_artifact writes
+            v.fail(f"{at}.type_key", f"{_short(p['type_key'])}, but the partition's backend "
+                   f"is {_short(p['backend'])}")
         if "why" in p:
             v.str_(p["why"], f"{at}.why", max_len=MAX_TEXT)
         for k in ("ops", "onnx_nodes", "exprs", "runner_inputs", "runner_outputs"):
@@ -194,6 +197,11 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
             v.str_(name, fp)
             if not name.startswith(prefix) or members.get(name) != h:
                 v.fail(fp, f"not a member of the artifact under {prefix} with that SHA-256")
+            if name.endswith(_NATIVE_SUFFIXES) and not _native_backend(p["backend"]):
+                # a TVM lib.so relabelled onnxruntime: `trust` said "needs no trust" and
+                # inspect showed an ONNX Runtime partition (the eleventh afternoon)
+                v.fail(fp, f"native code in a partition of {_short(p['backend'])}, whose "
+                       "partitions are model files")
         v.str_(p["source"], f"{at}.source")
         if p["source"] not in members:
             v.fail(f"{at}.source", f"{_short(p['source'])} is no member of the artifact")
@@ -204,6 +212,15 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
         if "key" in p:
             v.str_(p["key"], f"{at}.key")
     return ids
+
+
+_NATIVE_SUFFIXES = (".so", ".dll", ".dylib")
+
+
+def _native_backend(backend: str) -> bool:
+    from .trust import loads_native_code
+
+    return loads_native_code(backend)
 
 
 def _check_strategy(v: _V, strategy: str, parts: list) -> None:

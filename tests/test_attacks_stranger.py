@@ -50,6 +50,7 @@ def _as_openvino(src, dst, xml: bytes):
     files["partitions/p0/model.xml"], files["partitions/p0/model.bin"] = xml, b""
     p["backend"], p["files"] = "openvino", {"partitions/p0/model.xml": "",
                                             "partitions/p0/model.bin": ""}
+    p["type_key"] = "provmap.openvino"
     manifest["backends"] = {"openvino": {"name": "openvino", "options": {}, "version": "x"}}
     manifest["strategy"] = "single:openvino"
     pmap = json.loads(files["map.json"])
@@ -328,3 +329,32 @@ def test_names_the_code_itself_gives_are_checked_against_the_manifest(capsys, ar
     files[member] = m.SerializeToString()
     bad = repack(tmp_path / "bad.provmap", manifest, files)
     _refused(capsys, ["run", bad, "--random", "--trust"], *words)
+
+
+def test_a_partition_relabelled_to_another_library_is_refused(capsys, tmp_path):
+    """A TVM partition (lib.so) whose backend was edited to onnxruntime: `trust` said it needs
+    no trust and inspect showed an ONNX Runtime partition; `run` failed late without naming
+    the field (eleventh afternoon).  Now the type key and the native member are checked."""
+    import onnx
+    from attack_kit import relu_model
+
+    src, onnx_path = tmp_path / "t.provmap", tmp_path / "relu.onnx"
+    onnx.save(relu_model(), onnx_path)
+    assert main(["compile", str(onnx_path), "-o", str(src), "--strategy", "single:tvm"]) == 0
+    capsys.readouterr()
+    manifest, files = members(src)
+    manifest["partitions"][0]["backend"] = "onnxruntime"
+    manifest["backends"] = {"onnxruntime": {**manifest["backends"]["tvm"]}}
+    manifest["strategy"] = "single:onnxruntime"
+    pmap = json.loads(files["map.json"])
+    for k in pmap["kernels"]:
+        k["backend"] = "onnxruntime"
+    files["map.json"] = json.dumps(pmap).encode()
+    bad = repack(tmp_path / "bad.provmap", manifest, files)
+    for cmd in (["inspect", bad], ["trust", bad]):
+        _refused(capsys, cmd, "partitions[0].type_key", "'provmap.tvm', but the partition's "
+                 "backend is 'onnxruntime'")
+    manifest["partitions"][0]["type_key"] = "provmap.onnxruntime"
+    bad = repack(tmp_path / "bad2.provmap", manifest, files)
+    _refused(capsys, ["inspect", bad], "partitions[0].files", "native code in a partition of "
+             "'onnxruntime'")

@@ -227,6 +227,7 @@ def test_unknown_backend_in_a_manifest_is_one_line(capsys, art, tmp_path):
     def fn(m):
         m["backends"]["nosuch"] = m["backends"].pop("onnxruntime")
         m["partitions"][0]["backend"] = "nosuch"
+        m["partitions"][0]["type_key"] = "provmap.nosuch"
         m["strategy"] = "single:nosuch"
     bad = _edit(art, tmp_path / "nb.provmap", fn)
     refused(capsys, ["run", bad, "--random", "--trust"], "nosuch")

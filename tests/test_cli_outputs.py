@@ -91,7 +91,7 @@ def test_an_unknown_backend_in_a_manifest_is_named_as_such(tmp_path):
     m, files = members(tmp_path / "a.provmap")
     m["backends"] = {"nosuch": m["backends"]["onnxruntime"]}
     for p in m["partitions"]:
-        p["backend"] = "nosuch"
+        p["backend"], p["type_key"] = "nosuch", "provmap.nosuch"
     m["strategy"] = "single:nosuch"
     pmap = json.loads(files["map.json"])
     for k in pmap["kernels"]:  # the map agrees with the partitions (it is checked against them)
