@@ -386,10 +386,16 @@ def collage(view: GraphView, backends: dict[str, Backend], opts: CollageOptions 
     say = lambda m: _say(progress, f"collage: {m}")  # noqa: E731
     t0 = time.perf_counter()
     space = search_space(view, backends, opts, say)
+    try:
+        return _search(view, backends, space, opts, say, progress, t0)
+    finally:  # closed, so SQLite moves its WAL into the file: a copy of the .sqlite alone had
+        space.cache.close()  # no tables after a compile (the eleventh afternoon)
+
+
+def _search(view, backends, space, opts, say, progress, t0) -> CollageResult:
     if space.plan_keys is not None and opts.reuse_plan:
         reused = reuse_plan(view, space.cache, space.plan_keys, say)
         if reused is not None:
-            space.cache.close()
             return CollageResult(reused[0], reused[1], backends=space.every)
     first = first_level(space, opts, say, t0)
     if not _checks_end_to_end(space, first, opts, say):

@@ -117,3 +117,21 @@ def test_a_partition_exact_on_the_references_inputs_is_not_left_as_the_culprit(t
     c = res["first_divergent_partition"]
     assert not res["match"] and c["backend"] == "onnxruntime", res
     assert c["inexact_inputs"] == ["a"] and c["matches_on_reference_inputs"] is True, c
+
+
+def test_the_cost_cache_file_holds_its_prices_after_a_compile(tmp_path):
+    """The search left its prices in the cache's -wal file (the connection was never closed):
+    a copy of the .sqlite alone had no tables."""
+    import shutil
+    import sqlite3
+
+    cache = tmp_path / "c.sqlite"
+    r = provmap("compile", _relu(tmp_path), "-o", tmp_path / "a.provmap", "--strategy",
+                "collage", "--backends", "onnxruntime", "--search-budget", "20",
+                "--refine-budget", "0", "--cache", cache)
+    assert r.returncode == 0, r.stderr
+    shutil.copy(cache, tmp_path / "copy.sqlite")  # the file alone, as a user archives it
+    with sqlite3.connect(tmp_path / "copy.sqlite") as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        assert "costs" in tables, tables
+        assert db.execute("SELECT COUNT(*) FROM costs").fetchone()[0] > 0
