@@ -311,3 +311,16 @@ def test_a_share_of_almost_no_headroom_is_not_printed():
     text = "\n".join(format_headroom(h))
     assert "kept plan 1.302 ms (+1105.6% against the best single): no headroom to capture" in text
     assert "%" not in text.split("kept plan")[1].split("no headroom")[1].split("\n")[0]
+
+
+def test_a_kept_plan_slower_than_the_best_single_is_said_in_words():
+    """`captured -1046% of the headroom` (the eleventh afternoon): a kept plan slower than the
+    best single configuration captured none of it, and the line says that."""
+    from provmap.workbench.headroom import format_headroom
+
+    h = {"oracle_ms": 0.0100, "oracle_sum_ms": 0.0100, "best_single": "single:onnxruntime",
+         "best_single_ms": 0.0178, "headroom_ms": 0.0078, "headroom_share": 0.44,
+         "kept_ms": 0.082, "captured": -10.46, "per_backend": {}, "nodes_fastest_on": {}}
+    text = "\n".join(format_headroom(h))
+    assert "slower than the best single configuration, none of the headroom captured" in text
+    assert "-1046%" not in text

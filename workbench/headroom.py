@@ -326,6 +326,10 @@ def format_headroom(h: dict) -> list[str]:
             # a share of a near-zero headroom is a huge meaningless number (-53049%: issue
             # 36's sixth afternoon): the kept plan against the best single says it
             lines.append(f"  kept plan {h['kept_ms']:.3f} ms{vs}: no headroom to capture")
+        elif share is not None and share < 0:
+            # slower than the best single: a share of -1046% says nothing (eleventh afternoon)
+            lines.append(f"  kept plan {h['kept_ms']:.3f} ms{vs}: slower than the best single "
+                         "configuration, none of the headroom captured")
         else:
             lines.append(f"  kept plan {h['kept_ms']:.3f} ms{vs}: captured "
                          + (f"{share:.0%} of the headroom" if share is not None
