@@ -27,6 +27,7 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, 
 import numpy as np
 
 from provmap.provenance.util.errors import ProvmapError, ProvmapWarning, did_you_mean
+from provmap.provenance.util.listing import unused_names
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
@@ -321,7 +322,7 @@ class ArtifactModule(Module):
         for name, spec in self.input_specs.items():
             if name not in inputs:
                 raise ProvmapError(f"missing input {name!r}; the model takes "
-                                   f"{', '.join(self.input_specs)}")
+                                   f"{', '.join(self.input_specs)}" + unused_names(name, inputs))
             a = np.asarray(inputs[name])
             if not _shape_ok(a.shape, tuple(spec["shape"])) or (
                     a.dtype != want[name] if want[name] is not None

@@ -135,3 +135,16 @@ def test_the_cost_cache_file_holds_its_prices_after_a_compile(tmp_path):
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
         assert "costs" in tables, tables
         assert db.execute("SELECT COUNT(*) FROM costs").fetchone()[0] > 0
+
+
+def test_an_input_array_under_another_name_is_suggested(tmp_path):
+    """An array named `X` for input `x` got only "missing input 'x'; the model takes x"."""
+    import numpy as np
+
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", _relu(tmp_path), "-o", art, "--strategy",
+                   "single:onnxruntime").returncode == 0
+    np.savez(tmp_path / "in.npz", X=np.ones((1, 8), np.float32))
+    r = provmap("run", art, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "o.npz")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "did you mean 'X' for 'x'?" in r.stderr, r.stderr

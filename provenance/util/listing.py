@@ -11,3 +11,18 @@ def first_few(items, n: int = 3, quote: bool = False) -> str:
     items = list(items)
     shown = ", ".join(repr(x) if quote else str(x) for x in items[:n])
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def unused_names(name: str, given) -> str:
+    """"; given 'X' (did you mean 'X' for 'x'?)": the names given beside a missing one, the
+    closest suggested (an array `X` for input `x` got only "missing input 'x'": the eleventh
+    afternoon).  "" when nothing else was given."""
+    import difflib
+
+    extra = [k for k in given if isinstance(k, str) and k != name]
+    if not extra:
+        return ""
+    close = [k for k in extra if k.lower() == name.lower()] or \
+        difflib.get_close_matches(name, extra, n=1, cutoff=0.6)
+    return (f"; given {first_few(extra, 5, quote=True)}"
+            + (f" (did you mean {close[0]!r} for {name!r}?)" if close else ""))
