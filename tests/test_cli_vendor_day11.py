@@ -148,3 +148,13 @@ def test_an_input_array_under_another_name_is_suggested(tmp_path):
     r = provmap("run", art, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "o.npz")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "did you mean 'X' for 'x'?" in r.stderr, r.stderr
+
+
+def test_max_rel_is_relative_to_non_zero_reference_values():
+    """`max rel 1e+12` on an int8 tensor one step off where the reference is 0."""
+    import numpy as np
+
+    from provmap.workbench.compare import Tolerance, metrics
+
+    m = metrics(np.array([1, 0, 6], np.int8), np.array([0, 0, 5], np.int8), Tolerance())
+    assert m["max_abs"] == 1.0 and m["max_rel"] == 0.2 and m["ok"]
