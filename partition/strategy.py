@@ -52,8 +52,11 @@ class Strategy:
             return
         if self.kind == "collage":
             return
+        lower = self.as_given.strip().lower()  # SINGLE:OPENVINO: the kinds are lower case
+        hint = (f"; did you mean {lower!r}?" if lower != self.as_given and
+                lower.split(":", 1)[0] in ("single", "greedy", "collage") else "")
         raise ProvmapError(f"bad strategy {self.as_given!r}: expected single:<backend>, "
-                           "greedy:<backend>,<backend>,... or collage")
+                           f"greedy:<backend>,<backend>,... or collage{hint}")
 
     @property
     def names(self) -> list[str]:

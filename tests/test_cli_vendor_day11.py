@@ -158,3 +158,8 @@ def test_max_rel_is_relative_to_non_zero_reference_values():
 
     m = metrics(np.array([1, 0, 6], np.int8), np.array([0, 0, 5], np.int8), Tolerance())
     assert m["max_abs"] == 1.0 and m["max_rel"] == 0.2 and m["ok"]
+
+
+def test_a_strategy_in_capitals_gets_its_lower_case_spelling_suggested(tmp_path):
+    refused(provmap("compile", _relu(tmp_path), "-o", tmp_path / "a.provmap", "--strategy",
+                    "SINGLE:OPENVINO"), "did you mean 'single:openvino'?")
