@@ -95,3 +95,32 @@ def check_indices(name: str, a: np.ndarray, bound: dict) -> None:
                        f"{bound['node']!r} (axis of size {n}: valid -{n}..{n - 1}); ONNX "
                        "Runtime refuses it, OpenVINO would return zeros and TVM read outside "
                        "the tensor")
+
+
+def unchecked_gathers(sub) -> list[str]:
+    """The Gathers of `sub` whose indices the model computes (not a graph input's values, not
+    a constant): no run-time check covers them, and on TVM an index far out of range crashed
+    the process (exit 139) where OpenVINO returned zeros (the eleventh afternoon).  Said at
+    compile so the limit is not found by a crash."""
+    view = sub.view
+    checked = {t for name in view.graph_inputs for t in _same_values(view, name)}
+    out = []
+    for i in sub.ops:
+        node = view.nodes[i]
+        k = _INDEX_INPUT.get(node.op_type)
+        if node.domain not in ("", "ai.onnx") or k is None or len(node.input) <= k:
+            continue
+        t = node.input[k]
+        p = view.producer.get(t)
+        if t and t not in checked and p is not None and view.is_op(p):
+            out.append(f"{node.op_type} '{node.name or node.output[0]}'")
+    return out
+
+
+def gather_notes(sub, what: str) -> list[str]:
+    """The compile note for `unchecked_gathers`, `what` saying what the backend does."""
+    from provmap.provenance.util.listing import first_few
+
+    found = unchecked_gathers(sub)
+    return [f"{first_few(found)}: indices the model computes are not checked at run time; "
+            f"{what} (docs/backends.md, 'Indices out of range')"] if found else []

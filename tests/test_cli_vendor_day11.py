@@ -163,3 +163,32 @@ def test_max_rel_is_relative_to_non_zero_reference_values():
 def test_a_strategy_in_capitals_gets_its_lower_case_spelling_suggested(tmp_path):
     refused(provmap("compile", _relu(tmp_path), "-o", tmp_path / "a.provmap", "--strategy",
                     "SINGLE:OPENVINO"), "did you mean 'single:openvino'?")
+
+
+def test_a_gather_on_computed_indices_is_named_at_compile_on_tvm_and_openvino(tmp_path):
+    """Indices the model computes (ids + 10) are not range-checked: OpenVINO returned zeros and
+    TVM crashed (exit 139) on a large one (the eleventh afternoon; documented, but found by a
+    crash).  compile now names such a Gather for the backends that do not check it."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    table = numpy_helper.from_array(np.ones((16, 4), np.float32), "table")
+    ten = numpy_helper.from_array(np.array(10, np.int64), "ten")
+    g = helper.make_graph([helper.make_node("Add", ["ids", "ten"], ["j"], name="shift"),
+                           helper.make_node("Gather", ["table", "j"], ["y"], name="emb")], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                          [table, ten])
+    model = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    for backend, words in (("tvm", "TVM reads outside the tensor"),
+                           ("openvino", "OpenVINO returns zeros")):
+        r = provmap("compile", model, "-o", tmp_path / f"{backend}.provmap", "--strategy",
+                    f"single:{backend}")
+        assert r.returncode == 0, r.stderr
+        assert "Gather 'emb': indices the model computes are not checked at run time" in r.stderr
+        assert words in r.stderr, r.stderr
+    r = provmap("compile", model, "-o", tmp_path / "ort.provmap", "--strategy",
+                "single:onnxruntime")  # ONNX Runtime checks them itself
+    assert r.returncode == 0 and "not checked" not in r.stderr, r.stderr

@@ -295,7 +295,10 @@ class OpenVINOBackend(Backend):
                     kernels=kernels, source=header + source)
 
     def build_notes(self, sub: "Subgraph") -> list[str]:
-        return int64_notes(sub, _DEVICE)
+        from ..index_bounds import gather_notes
+
+        return int64_notes(sub, _DEVICE) + gather_notes(sub, "OpenVINO returns zeros for an "
+                                                        "index out of range")
 
     def _read_ir(self, xml: bytes, weights: bytes):
         try:

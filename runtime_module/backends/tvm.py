@@ -219,6 +219,10 @@ class TVMBackend(Backend):
                "run is built, not refused (run refuses it here)"),
     )
 
+    def build_notes(self, sub) -> list[str]:
+        from ..index_bounds import gather_notes
+        return gather_notes(sub, "TVM reads outside the tensor (garbage, or a crash)")
+
     @classmethod
     def combination_problem(cls, options: dict) -> tuple[str, str] | None:
         if str(options.get("tune", "none")) == "metaschedule":
