@@ -46,6 +46,29 @@ def test_offline_commands_import_no_backend_library(artifact, argv):
     assert heavy == [], (argv, heavy)
 
 
+@pytest.mark.parametrize("argv", [["inspect", "{a}"], ["lookup", "{a}", "--onnx-node", "relu"],
+                                  ["explain", "{a}"], ["trust", "--forget", "{a}"]],
+                         ids=lambda a: a[0])
+def test_offline_commands_on_a_tvm_artifact_import_no_backend_library(tmp_path_factory, argv):
+    """Reading an artifact with a TVM partition imported tvm (and torch with it: inspect 2.4 s
+    instead of 0.17) to ask whether its partitions are native code (the twelfth afternoon)."""
+    import provmap
+
+    path = tmp_path_factory.mktemp("startup_tvm") / "tvm.provmap"
+    provmap.compile(small_models.conv_relu(), out=path, strategy="single:tvm")
+    r, heavy = _probe(*[x.replace("{a}", str(path)) for x in argv])
+    assert "Traceback" not in r.stderr, r.stderr
+    assert heavy == [], (argv, heavy, r.stderr[-500:])
+
+
+def test_the_native_code_table_is_the_backends_own():
+    from provmap.runtime_module.registry import backend_class
+    from provmap.runtime_module.trust import BUILTIN_NATIVE
+
+    for name, native in BUILTIN_NATIVE.items():
+        assert backend_class(name).loads_native_code is native, name
+
+
 def test_compile_still_imports_what_it_needs(artifact, tmp_path):
     """The lazy imports are lazy, not missing: a compile imports the backend it builds with."""
     import onnx
