@@ -192,3 +192,23 @@ def test_a_gather_on_computed_indices_is_named_at_compile_on_tvm_and_openvino(tm
     r = provmap("compile", model, "-o", tmp_path / "ort.provmap", "--strategy",
                 "single:onnxruntime")  # ONNX Runtime checks them itself
     assert r.returncode == 0 and "not checked" not in r.stderr, r.stderr
+
+
+def test_explain_prints_a_newline_in_a_node_name_escaped(tmp_path):
+    """explain printed a node named "relu\\nFORGED LINE: ..." as two lines (the twelfth
+    afternoon; every other command escapes it)."""
+    mk = helper.make_node
+    g = helper.make_graph([mk("Sigmoid", ["x"], ["a"], name="sig"),
+                           mk("Relu", ["a"], ["y"], name="relu\nFORGED LINE: p1 ok\rX")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model, art = tmp_path / "m.onnx", tmp_path / "a.provmap"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    assert provmap("compile", model, "-o", art, "--strategy", "greedy:openvino,onnxruntime",
+                   "--backend-option", "openvino.exclude_ops=Relu").returncode == 0
+    r = provmap("explain", art)
+    assert r.returncode == 0, r.stderr
+    assert not any(ln.startswith("FORGED") or ln.startswith("X") for ln in
+                   r.stdout.splitlines()), r.stdout
+    assert "relu\\x0aFORGED LINE: p1 ok\\x0dX" in r.stdout, r.stdout

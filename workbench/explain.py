@@ -165,6 +165,14 @@ def _tie_reason(e: dict, tb: dict, k: str) -> str:
     return k
 
 
+def _joined(lines: list[str]) -> str:
+    """The lines as text, a line break inside one (a node name holding a newline) written as
+    an escape: it printed as a line of its own, which a name could use to forge output (the
+    twelfth afternoon; the CLI escapes the other control characters line by line)."""
+    return "".join(str(ln).replace("\r", "\\x0d").replace("\n", "\\x0a") + "\n"
+                   for ln in lines)
+
+
 def format_explain(x: dict) -> str:
     lines = [f"strategy: {x['strategy']}"]
     if x.get("schedule"):
@@ -176,7 +184,7 @@ def format_explain(x: dict) -> str:
             for d in p.get("nodes_declined_elsewhere") or []:
                 why = "; ".join(f"{b}: {r}" for b, r in d["declined_by"].items())
                 lines.append(f"      {d['node_desc']} -> {d['backend']} because {why}")
-        return "\n".join(lines + _measuring_section(x)) + "\n"
+        return _joined(lines + _measuring_section(x))
     est = x.get("estimated_ms") or {}
     lines.append("search estimates (ms): " + ", ".join(
         f"{k} {v:.3f}" if v is not None else f"{k} invalid" for k, v in est.items()))
@@ -247,7 +255,7 @@ def format_explain(x: dict) -> str:
     pm = x.get("predicted_vs_measured")
     if pm and pm.get("label"):
         lines.append(_predicted_line(pm))
-    return "\n".join(lines + _measuring_section(x)) + "\n"
+    return _joined(lines + _measuring_section(x))
 
 
 def _predicted_line(pm: dict) -> str:
