@@ -212,3 +212,17 @@ def test_explain_prints_a_newline_in_a_node_name_escaped(tmp_path):
     assert not any(ln.startswith("FORGED") or ln.startswith("X") for ln in
                    r.stdout.splitlines()), r.stdout
     assert "relu\\x0aFORGED LINE: p1 ok\\x0dX" in r.stdout, r.stdout
+
+
+def test_a_tensor_all_inside_atol_is_judged_by_its_direction():
+    """Logits of 1e-9 from random weights sit inside --atol 1e-4 whatever a backend computes:
+    a partition with noise for weights "matched" at cosine -0.29 (the twelfth afternoon)."""
+    import numpy as np
+
+    from provmap.workbench.compare import Tolerance, metrics
+
+    ref = np.array([1e-9, -2e-9, 3e-9, 4e-9], np.float32)
+    bad = metrics(-ref, ref, Tolerance())
+    assert not bad["ok"] and "judged by direction" in bad["problem"], bad
+    assert metrics(ref * np.float32(1.0001), ref, Tolerance())["ok"]
+    assert metrics(np.full(4, 1e-6, np.float32), np.zeros(4, np.float32), Tolerance())["ok"]

@@ -89,6 +89,14 @@ def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance, step: float | None
         spacing = np.spacing(np.abs(ref.ravel()[both]).astype(got.dtype)).astype(np.float64)
         bound = np.maximum(bound, tol.ulps * spacing)
     ok = not problem and bool(np.all(diff <= bound))
+    top = float(np.abs(r[both]).max()) if both.any() else 0.0
+    if ok and got.dtype not in QUANTIZED and not step and 0 < top <= tol.atol and max_abs > 0 \
+            and cosine < 0.999:
+        # every reference value is inside atol, so atol alone cannot judge the tensor: a
+        # partition with noise for weights "matched" at cosine -0.29 on 1e-9 logits (the
+        # twelfth afternoon); its direction still has to agree
+        ok, problem = False, (f"every reference value is within --atol (largest {top:.3g}): "
+                              f"judged by direction, cosine {cosine:.6f}")
     return {"ok": ok, "max_abs": max_abs, "max_rel": max_rel, "cosine": cosine,
             "problem": problem}
 
