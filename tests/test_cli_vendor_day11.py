@@ -226,3 +226,20 @@ def test_a_tensor_all_inside_atol_is_judged_by_its_direction():
     assert not bad["ok"] and "judged by direction" in bad["problem"], bad
     assert metrics(ref * np.float32(1.0001), ref, Tolerance())["ok"]
     assert metrics(np.full(4, 1e-6, np.float32), np.zeros(4, np.float32), Tolerance())["ok"]
+
+
+def test_explain_headroom_takes_the_shapes_the_artifact_was_compiled_at(tmp_path):
+    """On a model with a dynamic dimension explain --headroom said to pass --input-shape, which
+    explain does not take; the artifact records the shapes it was compiled with."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                           helper.make_node("Sigmoid", ["a"], ["y"], name="sig")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
+    model, art = tmp_path / "m.onnx", tmp_path / "a.provmap"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    assert provmap("compile", model, "-o", art, "--strategy", "greedy:openvino,onnxruntime",
+                   "--input-shape", "x=2x8", "--embed-model").returncode == 0
+    r = provmap("explain", art, "--headroom", "--repeats", "3")
+    assert r.returncode == 0 and "input-shape" not in r.stderr, r.stderr
+    assert "limit" in r.stdout, r.stdout

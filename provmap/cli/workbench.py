@@ -313,7 +313,10 @@ def _headroom(args, mod) -> dict:
     model = _reference_model(mod, args.model)
     run = load(args.artifact, trust=args.trust)
     note_needless_trust(run, args.trust)
-    view = load_view(model, os.path.basename(args.artifact))
+    # the shapes it was compiled at: a dynamic model failed with "pass --input-shape", which
+    # explain does not take (the twelfth afternoon)
+    view = load_view(model, os.path.basename(args.artifact),
+                     input_shapes=mod.manifest["model"].get("input_shapes_given") or None)
     backends = {n: get_backend(n) for n in dict.fromkeys(names)}
     try:
         h = node_oracle(view, backends, kept=run, inputs=run.random_inputs(0),
