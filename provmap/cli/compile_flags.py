@@ -81,9 +81,12 @@ def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
         raise ProvmapError(f"--tuning-db applies to TVM backends; {strategy.as_given} uses "
                            "none, so it would be ignored")
     # only where something is tuned: an untuned TVM takes no database (the option alone is
-    # refused: it did nothing and still named the backend's variant; eleventh afternoon)
-    tuned = [b for b in tvm if str({**dict(b.options or {}), **backend_options.get(b.name, {})}
-                                   .get("tune", "none")) == "metaschedule"]
+    # refused: it did nothing and still named the backend's variant; eleventh afternoon).
+    # The backend says which of its options act alone: TVMBackend.combination_problem.
+    from provmap.runtime_module.registry import backend_class
+
+    tuned = [b for b in tvm if backend_class(b.base).combination_problem(
+        {**dict(b.options or {}), **backend_options.get(b.name, {}), "tuning_db": path}) is None]
     if not tuned:
         raise ProvmapError("--tuning-db acts only with tune=metaschedule: nothing is tuned "
                            f"under {strategy.as_given} as given (add --backend-option "
