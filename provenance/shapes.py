@@ -108,22 +108,39 @@ def _open_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return out
 
 
-def _example(vi: onnx.ValueInfoProto) -> str:
-    """`--input-shape NAME=...` from the input's own rank and fixed sizes, open ones as 1."""
+def _example(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> str:
+    """`--input-shape NAME=...` from the input's own rank and fixed sizes, a symbol another
+    given input already fixed at its size, other open ones as 1."""
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return f"{FLAG} {vi.name}=DIMxDIM... (the model does not declare its rank)"
-    dims = "x".join(str(d.dim_value) if _fixed(d) else "1" for d in tt.shape.dim)
+    dims = "x".join(str(d.dim_value) if _fixed(d) else str(bound.get(d.dim_param, 1))
+                    for d in tt.shape.dim)
     return f"{FLAG} {vi.name}={dims or 'scalar'}"
 
 
-def shape_hint(model: onnx.ModelProto) -> str:
-    """The flags that would fix every open input of `model`, open sizes shown as 1; "" when
-    every input is static."""
+def _bound_symbols(model: onnx.ModelProto, shapes: dict | None) -> dict[str, int]:
+    """The sizes `shapes` gives the model's named symbols (input_ids=1x16 makes B 1 and S 16):
+    the hint for attention_mask [BxS] then says 1x16, not 1x1, which would give S two sizes
+    (twelfth afternoon L2)."""
+    out: dict[str, int] = {}
+    for vi in runtime_inputs(model.graph):
+        want = (shapes or {}).get(vi.name)
+        if want is None or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d, w in zip(vi.type.tensor_type.shape.dim, want):
+            if d.dim_param and not _fixed(d):
+                out.setdefault(d.dim_param, int(w))
+    return out
+
+
+def shape_hint(model: onnx.ModelProto, bound: dict[str, int] | None = None) -> str:
+    """The flags that would fix every open input of `model`, sizes of symbols in `bound` as
+    given, other open sizes as 1; "" when every input is static."""
     open_inputs = _open_inputs(model)
     if not open_inputs:
         return ""
-    shown = " ".join(_example(vi) for vi in open_inputs)
+    shown = " ".join(_example(vi, bound or {}) for vi in open_inputs)
     if any(vi.type.tensor_type.HasField("shape") for vi in open_inputs):
         shown += " (open dimensions shown as 1: give the sizes you will run)"
     return shown
@@ -232,5 +249,5 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                              f"{', '.join(bad)}")
         if open_dims:
             raise ProvmapError(f"{label}: input shapes are not static: {'; '.join(open_dims)}; "
-                               f"give them, e.g. {shape_hint(out)}")
+                               f"give them, e.g. {shape_hint(out, _bound_symbols(model, shapes))}")
     return out

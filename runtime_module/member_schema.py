@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from provmap.provenance.model import ROLE_COMPUTE, ROLE_CONSTANT, ROLE_FOLDED, ROLE_PRODUCED
+
 from .schema_base import _DTYPE_KINDS, MAX_TEXT, SchemaError, _HEX64, _V, _short, _tname
 
 
@@ -84,7 +86,10 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
     for i, r in enumerate(d["kernel_sites"]):
         if r["kernel"] not in ids["kernels"]:
             v.fail(f"kernel_sites[{i}].kernel", f"{_short(r['kernel'])} is no kernel of the map")
-    for key, first in (("node_exprs", "onnx_nodes"), ("site_exprs", "kernel_sites")):
+    # the third entry is a role lookup prints as given (a stranger's "<script>" was printed:
+    # twelfth afternoon); only the two each table documents are read
+    for key, first, roles in (("node_exprs", "onnx_nodes", (ROLE_PRODUCED, ROLE_FOLDED)),
+                              ("site_exprs", "kernel_sites", (ROLE_COMPUTE, ROLE_CONSTANT))):
         for i, t in enumerate(v.list_(d[key], key)):
             v.list_(t, f"{key}[{i}]")
             if len(t) != 3:
@@ -93,6 +98,8 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
                 v.str_(s, f"{key}[{i}][{j}]")
             if t[0] not in ids[first] or t[1] not in ids["relax_exprs"]:
                 v.fail(f"{key}[{i}]", f"{_short(t[:2])} names a record the map does not hold")
+            if t[2] not in roles:
+                v.fail(f"{key}[{i}][2]", f"{_short(t[2])} is not one of {', '.join(roles)}")
     if manifest is None:
         return d
     parts = manifest.get("partitions", ())

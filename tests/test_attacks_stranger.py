@@ -358,3 +358,17 @@ def test_a_partition_relabelled_to_another_library_is_refused(capsys, tmp_path):
     bad = repack(tmp_path / "bad2.provmap", manifest, files)
     _refused(capsys, ["inspect", bad], "partitions[0].files", "native code in a partition of "
              "'onnxruntime'")
+
+
+@pytest.mark.parametrize("table, role", [("node_exprs", "bogus"), ("site_exprs", "<script>")])
+def test_a_role_the_map_does_not_document_is_refused(capsys, art, tmp_path, table, role):
+    """lookup printed a stranger's role ("<script>") after the node as given (twelfth
+    afternoon L1); the two roles each table documents are the only ones read."""
+    manifest, files = members(art)
+    d = json.loads(files["map.json"])
+    assert d[table], table
+    d[table][0][2] = role
+    files["map.json"] = json.dumps(d).encode()
+    bad = repack(tmp_path / "bad.provmap", manifest, files)
+    _refused(capsys, ["lookup", bad, "--onnx-node", "relu"], f"map.json: {table}[0][2]",
+             "is not one of")

@@ -214,7 +214,8 @@ class TVMBackend(Backend):
         Option("trials", "int", "MetaSchedule trials per partition", minimum=1),
         Option("tune_budget", "int", "MetaSchedule trials this backend may spend in all", minimum=0),
         Option("tuning_db", "str", "directory of the tuning database"),
-        Option("mcpu", "str", "LLVM -mcpu (default: this CPU)"),
+        Option("mcpu", "str", "LLVM -mcpu (default: generic x86-64 untuned, 'native' = this "
+               "CPU with tune=metaschedule)"),
         Option("cross", "bool", "1: the code is for another machine; an mcpu this CPU cannot "
                "run is built, not refused (run refuses it here)"),
     )
