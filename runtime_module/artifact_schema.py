@@ -39,7 +39,7 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
     v.dict_(m, "")
     if m.get("format") != fmt:
         raise SchemaError(f"{where}: not a provmap artifact (format {_short(m.get('format'))})")
-    if m.get("format_version") not in versions or isinstance(m.get("format_version"), bool):
+    if type(m.get("format_version")) is not int or m["format_version"] not in versions:
         raise SchemaError(f"{where}: artifact format version {_short(m.get('format_version'))} "
                           f"is not supported (this provmap reads "
                           f"{', '.join(map(str, versions))})")

@@ -52,7 +52,7 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
     v = _V(f"{where}: map.json")
     v.dict_(d, "", required=("schema_version", "onnx_nodes", "relax_exprs", "kernels",
                              "kernel_sites", "node_exprs", "site_exprs"))
-    if d["schema_version"] != 1 or isinstance(d["schema_version"], bool):
+    if type(d["schema_version"]) is not int or d["schema_version"] != 1:  # 1.0, True too
         v.fail("schema_version", f"{_short(d['schema_version'])} is not supported (reads 1)")
     if "meta" in d:
         v.free(v.dict_(d["meta"], "meta"), "meta")

@@ -372,3 +372,18 @@ def test_a_role_the_map_does_not_document_is_refused(capsys, art, tmp_path, tabl
     bad = repack(tmp_path / "bad.provmap", manifest, files)
     _refused(capsys, ["lookup", bad, "--onnx-node", "relu"], f"map.json: {table}[0][2]",
              "is not one of")
+
+
+@pytest.mark.parametrize("member, key", [("manifest.json", "format_version"),
+                                         ("map.json", "schema_version")])
+def test_a_version_that_is_not_an_integer_is_refused(capsys, art, tmp_path, member, key):
+    """schema_version 1.0 read as 1 (twelfth afternoon): a version is an integer."""
+    manifest, files = members(art)
+    if member == "manifest.json":
+        manifest[key] = 1.0
+    else:
+        d = json.loads(files[member])
+        d[key] = 1.0
+        files[member] = json.dumps(d).encode()
+    bad = repack(tmp_path / "bad.provmap", manifest, files)
+    _refused(capsys, ["inspect", bad], "1.0", "is not supported")

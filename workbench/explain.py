@@ -165,15 +165,16 @@ def _tie_reason(e: dict, tb: dict, k: str) -> str:
     return k
 
 
-def _joined(lines: list[str]) -> str:
-    """The lines as text, a line break inside one (a node name holding a newline) written as
-    an escape: it printed as a line of its own, which a name could use to forge output (the
-    twelfth afternoon; the CLI escapes the other control characters line by line)."""
-    return "".join(str(ln).replace("\r", "\\x0d").replace("\n", "\\x0a") + "\n"
-                   for ln in lines)
-
-
 def format_explain(x: dict) -> str:
+    """explain_lines as text, as the artifact's names are: a caller printing to a terminal
+    escapes each line (the CLI does), since a name may hold a newline."""
+    return "".join(ln + "\n" for ln in explain_lines(x))
+
+
+def explain_lines(x: dict) -> list[str]:
+    """The report one line per entry; a line break inside an entry is a name's own, so a
+    printer escapes it rather than split on it (a node name forged an output line: the
+    twelfth afternoon)."""
     lines = [f"strategy: {x['strategy']}"]
     if x.get("schedule"):
         lines.extend(format_schedule(x["schedule"]))
@@ -184,7 +185,7 @@ def format_explain(x: dict) -> str:
             for d in p.get("nodes_declined_elsewhere") or []:
                 why = "; ".join(f"{b}: {r}" for b, r in d["declined_by"].items())
                 lines.append(f"      {d['node_desc']} -> {d['backend']} because {why}")
-        return _joined(lines + _measuring_section(x))
+        return lines + _measuring_section(x)
     est = x.get("estimated_ms") or {}
     lines.append("search estimates (ms): " + ", ".join(
         f"{k} {v:.3f}" if v is not None else f"{k} invalid" for k, v in est.items()))
@@ -255,7 +256,7 @@ def format_explain(x: dict) -> str:
     pm = x.get("predicted_vs_measured")
     if pm and pm.get("label"):
         lines.append(_predicted_line(pm))
-    return _joined(lines + _measuring_section(x))
+    return lines + _measuring_section(x)
 
 
 def _predicted_line(pm: dict) -> str:

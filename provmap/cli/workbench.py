@@ -275,7 +275,7 @@ def cmd_annotate(args) -> int:
 def cmd_explain(args) -> int:
     from provmap.runtime_module.module import load
 
-    from provmap.workbench.explain import explain_artifact, format_explain
+    from provmap.workbench.explain import explain_artifact, explain_lines
 
     only_with(args, "--headroom or --oracle-plans", args.headroom or args.oracle_plans,
                ("--model", args.model is not None), ("--repeats", args.repeats is not None),
@@ -284,18 +284,19 @@ def cmd_explain(args) -> int:
     mod = load(args.artifact, runnable=False)
     try:  # plan_info is the search's record, free-form: an edited one must not crash explain
         x = explain_artifact(mod.manifest)
-        text = None if args.json else format_explain(x)
+        text = None if args.json else explain_lines(x)
     except (TypeError, KeyError, AttributeError, ValueError, IndexError) as e:
         raise ProvmapError(f"{args.artifact}: manifest field plan_info is not what provmap "
                            f"writes ({type(e).__name__}: {first_line(e)}); explain cannot read "
                            "it") from None
     if args.headroom or args.oracle_plans:
         x["headroom"] = _headroom(args, mod)
-        text = None if args.json else format_explain(x)
+        text = None if args.json else explain_lines(x)
     if args.json:
         print(json.dumps(x, indent=1))
-    else:  # names and reasons from the artifact are someone else's text: escaped per line
-        print("".join(term_safe(ln) + "\n" for ln in text.splitlines()), end="")
+    else:  # names and reasons from the artifact are someone else's text, a newline too
+        for ln in text:
+            print_safe(ln)
     return 0
 
 
