@@ -19,19 +19,34 @@ import sys
 import time
 
 
-def limit_rows(specs: list[str], repeats: int, say) -> list[dict]:
+def latency_rows(path: str | None) -> dict[str, list[dict]]:
+    """model -> its latency rows from a `provmap bench` results.json of the same host and hour
+    (`--wholes-from`): their medians are the wholes the limit calibrates to, so its best single
+    is that table's."""
+    if not path:
+        return {}
+    import json
+
+    out: dict[str, list[dict]] = {}
+    with open(path, encoding="utf-8") as f:
+        for r in json.load(f).get("rows", []):
+            out.setdefault(r["model"], []).append(r)
+    return out
+
+
+def limit_rows(specs: list[str], repeats: int, say, wholes_from: str | None = None) -> list[dict]:
     from provmap.partition.compile import load_view
 
     from .limits import headroom
     from .suite import SuiteOptions, _load_model
 
     opts = SuiteOptions(models=specs, backends=["onnxruntime", "openvino"])
-    rows = []
+    rows, latency = [], latency_rows(wholes_from)
     for spec in specs:
         model, name = _load_model(spec, False)
         log = lambda m, n=name: say(f"[{n}] {m}")  # noqa: E731
         t0 = time.perf_counter()
-        row = headroom(load_view(model, name), opts, [], log, repeats)
+        row = headroom(load_view(model, name), opts, latency.get(name, []), log, repeats)
         if row is not None:
             row["model"], row["seconds"] = name, round(time.perf_counter() - t0, 1)
             rows.append(row)
@@ -72,8 +87,12 @@ def main(argv=None) -> int:
 
     ap = step_parser("limit_run", __doc__, "directory for limits.json/.md")
     ap.add_argument("--repeats", type=int, default=10, help="profiled runs per configuration")
+    ap.add_argument("--wholes-from", metavar="RESULTS.json",
+                    help="a provmap bench results.json (same host, same hour): each "
+                    "configuration's latency median is the whole its node times add up to")
     a = ap.parse_args(argv)
-    return run_step("limit_run", a, "limits", lambda specs, say: limit_rows(specs, a.repeats, say),
+    return run_step("limit_run", a, "limits",
+                    lambda specs, say: limit_rows(specs, a.repeats, say, a.wholes_from),
                     markdown, "limits")
 
 

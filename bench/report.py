@@ -150,9 +150,10 @@ def gains_table(res: dict) -> list[str]:
         "the run's own gain is biased against the kept plan (bench/paired.py); '+0.0%' without "
         "a run when the kept plan is that very configuration; predicted / measured = the search's estimate "
         "of the kept plan and its measured median; bound = the per-node oracle with each "
-        "backend's node times calibrated to add up to its profiled whole (so at most every "
-        "profiled single configuration); its headroom over the best single configuration comes "
-        "from the profiled runs alone (bound and best single of the same runs), and the bound "
+        "configuration's node times calibrated to add up to its median in this latency run "
+        "(its profiled whole in results from before 2026-11-27), so at most every measured "
+        "single configuration; its headroom over the best single configuration comes from "
+        "those same numbers (bound and best single of one source), and the bound "
         "is shown on this run's scale, as that share below the fastest single minimum (so "
         "never above a measured single configuration); 'capped' only in results from before "
         "the profile recorded its share; verdict = 'no room (<5%)' when that headroom is under 5%, "
@@ -211,14 +212,15 @@ def markdown(res: dict) -> str:
         lines += _table(
             "The limit: the oracle (each ONNX node, or group of nodes some backend's kernel "
             "fuses, priced whole, on the fastest of the searched backends and variants, as "
-            "profile attributes time, each backend's node times scaled to add up to its "
-            "profiled whole; boundaries free), so at most every "
-            "profiled single configuration, and never above the kept plan; raw = the same sum "
-            "unscaled; headroom = (best single - oracle) / best single, 'no room' under 5%; "
-            "captured = (best single - kept) / (best single - oracle); best single, kept and "
-            "oracle all from the same profiled runs (not the latency run's medians).",
+            "profile attributes time, each configuration's node times scaled to add up to "
+            "its whole; boundaries free), so at most every single configuration, and never "
+            "above the kept plan; raw = the same sum unscaled; headroom = (best single - "
+            "oracle) / best single, 'no room' under 5%; captured = (best single - kept) / "
+            "(best single - oracle); best single, kept and oracle from one source: the wholes "
+            "are this latency run's medians where it measured every configuration, else the "
+            "profiled runs' (the 'wholes' column).",
             ["model", "best single", "best single ms", "kept", "kept ms", "oracle ms",
-             "raw ms", "headroom", "verdict", "captured", "nodes fastest on"],
+             "raw ms", "headroom", "verdict", "captured", "nodes fastest on", "wholes"],
             [[h["model"], h.get("best_single") or "-", _f(h.get("best_single_ms"), "{:.3f}"),
               h.get("kept") or "-", _f(h.get("kept_ms"), "{:.3f}"),
               _f(h.get("oracle_ms"), "{:.3f}", "- (no attributable profile)"),
@@ -229,7 +231,8 @@ def markdown(res: dict) -> str:
               ", ".join(f"{b} {n}" for b, n in sorted(h["nodes_fastest_on"].items()))
               + "".join(f"; {b}: {w}" for b, w in
                         sorted((h.get("unattributed") or {}).items()))
-              + (f"; bound: {h['bound_by']}" if h.get("bound_by") else "")]
+              + (f"; bound: {h['bound_by']}" if h.get("bound_by") else ""),
+              h.get("wholes_from") or "profiled runs"]
              for h in res["headroom"]])
         tried = [(h["model"], r, h["oracle_plans"]) for h in res["headroom"]
                  for r in (h.get("oracle_plans") or {}).get("tried", [])]

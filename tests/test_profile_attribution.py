@@ -92,6 +92,29 @@ def test_the_limit_is_never_above_a_measured_single_configuration():
     assert h["per_backend"]["openvino"]["attributed_share"] > 0
 
 
+def test_the_limit_takes_its_wholes_from_the_measurement_of_record():
+    """Given each configuration's time from the latency run, the profile gives only shares:
+    node times add up to those wholes, and best single, kept and the bound follow them (GPT-2
+    small's OpenVINO profiled 12% above its latency-run median, so the limit's best single was
+    the other library and its plans were measured against the slower one)."""
+    from provmap.workbench.headroom import node_oracle
+
+    view = load_view("bundled:squeezenet")
+    backends = {"onnxruntime": get_backend("onnxruntime"), "openvino": get_backend("openvino")}
+    wholes = {"onnxruntime": 100.0, "openvino": 40.0}  # far from either's profiled time
+    h = node_oracle(view, backends, repeats=2, wholes=wholes, kept_whole=45.0)
+    assert h["wholes_from"] == "measured wholes" and not h["failed"]
+    assert h["best_single"] == "single:openvino" and h["best_single_ms"] == 40.0
+    for b, p in h["per_backend"].items():
+        assert p["e2e_ms"] == wholes[b] and p["profiled_ms"] > 0
+        assert sum(p["calibrated_nodes"].values()) == pytest.approx(wholes[b], abs=1e-2)
+    assert 0 < h["oracle_ms"] <= 40.0 and h["kept_ms"] == 45.0
+    # a whole missing for one configuration: the profile's own, for all (one source)
+    h2 = node_oracle(view, backends, repeats=2, wholes={"openvino": 40.0})
+    assert h2["wholes_from"] == "profiled runs"
+    assert all(p["e2e_ms"] == p["profiled_ms"] for p in h2["per_backend"].values())
+
+
 def test_own_time_takes_the_library_cost_from_the_quietest_call():
     """A call's gap between its wall time and its kernels is the library's own work plus what
     other processes took between kernels: the smallest gap is the library's, and the rest goes
