@@ -35,8 +35,11 @@ def _option_problem(cls, opts: dict, variant: dict | None = None):
     for k, v in opts.items():
         if k not in names:
             return "name", k, names
-        # only_ops/exclude_ops: a string or a list here; check_op_lists checks the ops
-        why = None if k in OP_LIST_OPTIONS else cls.option_problem(k, v)
+        # only_ops/exclude_ops: a string or a list here; check_op_lists checks the ops.  An
+        # empty only_ops was stored as `only_ops: []` and ignored: every node still ran on the
+        # backend the artifact says may run none (thirteenth afternoon)
+        why = (_empty_only_ops(v) if k == "only_ops" else None) if k in OP_LIST_OPTIONS \
+            else cls.option_problem(k, v)
         if why:
             return "value", k, why
         opts[k] = canonical(specs.get(k), v)  # stored in the table's spelling from here on
@@ -45,6 +48,13 @@ def _option_problem(cls, opts: dict, variant: dict | None = None):
         return "host", "", f"option {lone[0]} {lone[1]}"
     why = cls.host_problem(opts)
     return ("host", "", why) if why else None
+
+
+def _empty_only_ops(value) -> str | None:
+    ops = value if isinstance(value, (list, tuple)) else \
+        [x for x in str(value).split(",") if x.strip()]
+    return None if ops else ("at least one ONNX op type (an empty only_ops would allow no "
+                             "op; leave the option out to allow every op)")
 
 
 def _check_strategy_backends(strategy: Strategy) -> None:

@@ -217,8 +217,10 @@ def reconcile_outputs(model: onnx.ModelProto, types: dict, declared_only: set | 
     in part, only the declaration gives: hints, since nothing checked them (ORT returns what it
     computes whatever the declaration says; the executor does the same and warns).
     """
+    from .type_clash import refuse_type_clash
     from .util.dtypes import onnx_dtype
 
+    refuse_type_clash(model, types)  # a node's own clash, before blaming a declared output
     types = dict(types)
     warnings: list[str] = []
     replace: dict[int, onnx.TypeProto] = {}
@@ -311,7 +313,8 @@ def drop_stale_value_info(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     del out.graph.value_info[:]
     out.graph.value_info.extend(keep)
     notes = [f"tensor '{n}' is declared {_shown(w)} in value_info but the model computes "
-             f"{_shown(g)}; the computed shape is used (as ONNX Runtime does)"
+             f"{_shown(g)}; the computed shape is used (ONNX Runtime may refuse the file as "
+             "given: compare then needs --reference openvino or a copy without the entry)"
              for n, w, g in stale[:3]]
     if len(stale) > 3:
         notes.append(f"{len(stale) - 3} more value_info declaration(s) the model contradicts "

@@ -70,7 +70,11 @@ def canonical(spec: Option | None, value):
     """A choice's value in the table's own spelling (`F32` -> `f32`, `ALL` -> `all`): the check
     is case-insensitive, the libraries are not, so `openvino.precision=F32` passed the check and
     failed in the build, and `onnxruntime.optimization=ALL` was stored as given (issue 36).
-    Every other value is returned as it is."""
+    A free string loses its surrounding spaces: `tvm.mcpu= native` passed the check, was
+    recorded as " native" and LLVM, knowing no such CPU, built generic code (the thirteenth
+    afternoon).  Every other value is returned as it is."""
+    if spec is not None and spec.kind == "str" and isinstance(value, str):
+        return value.strip()
     if spec is None or spec.kind != "choice" or not isinstance(value, str):
         return value
     for c in spec.choices:

@@ -110,6 +110,23 @@ def cmd_compare(args) -> int:
     return 0 if res["match"] else 1
 
 
+def _model_and_shapes(model, shapes: dict, given: dict | None):
+    """(model, label, True, input shapes) for load_view: the --inputs arrays fix the shapes of
+    the inputs --input-shape leaves open (bisect with an npz of 1x16 arrays asked for
+    --input-shape and suggested 1x1: the thirteenth afternoon)."""
+    from provmap.provenance.bundled import zoo
+    from provmap.provenance.shapes import runtime_inputs
+
+    proto, label = zoo.resolve(str(model)) if isinstance(model, (str, os.PathLike)) \
+        else (model, None)
+    if given:
+        for vi in runtime_inputs(proto.graph):
+            a = given.get(vi.name)
+            if vi.name not in shapes and hasattr(a, "shape") and vi.type.HasField("tensor_type"):
+                shapes = {**shapes, vi.name: tuple(int(d) for d in a.shape)}
+    return proto, label, True, shapes
+
+
 def cmd_bisect(args) -> int:
     from provmap.runtime_module.registry import get_backend
 
@@ -119,7 +136,7 @@ def cmd_bisect(args) -> int:
     from provmap.provenance.shapes import parse_input_shapes
 
     given = _given_inputs(args)
-    view = load_view(args.model, input_shapes=parse_input_shapes(args.input_shape))
+    view = load_view(*_model_and_shapes(args.model, parse_input_shapes(args.input_shape), given))
     if not view.op_nodes:
         raise ProvmapError(f"{args.model}: no node computes anything at run time (its outputs "
                            "are inputs or constants): nothing to bisect")
