@@ -50,11 +50,15 @@ def _option_problem(cls, opts: dict, variant: dict | None = None):
     return ("host", "", why) if why else None
 
 
+def _op_list(value) -> list[str]:
+    """only_ops/exclude_ops as given: a list, or the CLI's comma-separated text."""
+    return list(value) if isinstance(value, (list, tuple)) else \
+        [x.strip() for x in str(value).split(",") if x.strip()]
+
+
 def _empty_only_ops(value) -> str | None:
-    ops = value if isinstance(value, (list, tuple)) else \
-        [x for x in str(value).split(",") if x.strip()]
-    return None if ops else ("at least one ONNX op type (an empty only_ops would allow no "
-                             "op; leave the option out to allow every op)")
+    return None if _op_list(value) else ("at least one ONNX op type (an empty only_ops would "
+                                         "allow no op; leave the option out to allow every op)")
 
 
 def _check_strategy_backends(strategy: Strategy) -> None:
@@ -70,12 +74,8 @@ def _check_strategy_backends(strategy: Strategy) -> None:
 def _check_op_lists_disjoint(backend: str, opts: dict) -> None:
     """only_ops and exclude_ops naming the same op contradict each other: which one wins was
     the backend's accident (issue 36)."""
-    def ops(value):
-        return set(value if isinstance(value, (list, tuple)) else
-                   (x.strip() for x in str(value).split(",") if x.strip()))
-
     if opts.get("only_ops") is not None and opts.get("exclude_ops") is not None:
-        both = sorted(ops(opts["only_ops"]) & ops(opts["exclude_ops"]))
+        both = sorted(set(_op_list(opts["only_ops"])) & set(_op_list(opts["exclude_ops"])))
         if both:
             raise ProvmapError(f"--backend-option {backend}: {', '.join(both)} is in both "
                                "only_ops and exclude_ops; name each op in one of them")
@@ -153,8 +153,7 @@ def check_op_lists(options: dict, model_ops) -> None:
             value = opts.get(name)
             if value is None:
                 continue
-            ops = value if isinstance(value, (list, tuple)) else \
-                [x.strip() for x in str(value).split(",") if x.strip()]
+            ops = _op_list(value)
             if known is None:
                 known = _onnx_op_types() | set(model_ops)
             for op in ops:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import onnx
 
+from .util.dtypes import onnx_dtype
 from .util.errors import ProvmapError
 
 _STANDARD = ("", "ai.onnx")
@@ -33,7 +34,7 @@ def _elem_types(model: onnx.ModelProto, types: dict) -> dict[str, int]:
 
 def _type_name(t: int) -> str:
     try:
-        return onnx.helper.tensor_dtype_to_np_dtype(t).name
+        return onnx_dtype(t)
     except Exception:  # noqa: BLE001 - a type numpy cannot hold: ONNX's own name
         return onnx.TensorProto.DataType.Name(t).lower()
 

@@ -9,16 +9,8 @@ import numpy as np
 import onnx
 from cli_runner import provmap, refused
 from onnx import TensorProto, helper, numpy_helper
-
-
-def _relu(tmp_path):
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
-    path = tmp_path / "relu.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              path)
-    return path
+from test_cli_vendor_day11 import _relu
+from test_cli_vendor_day12 import _two_inputs
 
 
 def _options(artifact, backend):
@@ -77,14 +69,7 @@ def test_an_input_of_another_type_than_its_weights_is_blamed_on_the_node(tmp_pat
 
 def test_bisect_takes_open_input_shapes_from_the_inputs_given(tmp_path):
     """bisect --inputs with 1x16 arrays still asked for --input-shape (suggesting 1x1)."""
-    g = helper.make_graph(
-        [helper.make_node("Mul", ["input_ids", "attention_mask"], ["y"], name="mul")], "g",
-        [helper.make_tensor_value_info("input_ids", TensorProto.FLOAT, ["B", "S"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["B", "S"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S"])])
-    model = tmp_path / "two.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              model)
+    model = _two_inputs(tmp_path)
     npz = tmp_path / "in.npz"
     np.savez(npz, input_ids=np.ones((1, 16), np.float32),
              attention_mask=np.full((1, 16), 2, np.float32))
