@@ -121,6 +121,8 @@ def gains_table(res: dict) -> list[str]:
         if g.get("predicted_ms") is not None and g.get("measured_ms") is not None:
             pred = (f"{_ms(g['predicted_ms'])} / {_ms(g['measured_ms'])} "
                     f"({_pct(g.get('predicted_error'))})")
+            if g.get("predicted_basis") == "second level's measurement":
+                pred += " (search measured)"
         ld = g.get("load") or {}
         load = (f"{ld['others_cores']:.1f}/{ld['cores']} (load1 {ld['load1']:.1f})" if ld
                 else "-") + (" **noisy**" if g.get("noisy") else "")
@@ -149,7 +151,8 @@ def gains_table(res: dict) -> list[str]:
         "every pass: the best of eight configurations picked by the same samples reads low, so "
         "the run's own gain is biased against the kept plan (bench/paired.py); '+0.0%' without "
         "a run when the kept plan is that very configuration; predicted / measured = the search's estimate "
-        "of the kept plan and its measured median; bound = the per-node oracle with each "
+        "of the kept plan (for a plan its second level found, the median it was kept on: 'search "
+        "measured') and the plan's median in this run; bound = the per-node oracle with each "
         "configuration's node times calibrated to add up to its median in this latency run "
         "(its profiled whole in results from before 2026-11-27), so at most every measured "
         "single configuration; its headroom over the best single configuration comes from "

@@ -39,6 +39,7 @@ from .baseline import gains, is_default, library
 from .costs import artifact_stats, provenance_cost
 from .limits import headroom, measured_with_load, row_load
 from .paired import confirm_gains, paired_overhead
+from provmap.partition.collage_report import predicted_vs_measured
 
 DEFAULT_MODELS = ["bundled:transformer", "bundled:squeezenet", "bundled:bvlc_alexnet",
                   "bundled:inception_v1", "bundled:resnet50", "bundled:vgg19"]
@@ -178,8 +179,12 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
         "first_level_measured_ms": ((e2e.get("measured") or {}).get("collage") or {}).get(
             "median_ms"),
         "first_level_partitions": rep.partitions,
-        "refine": {k: (rep.refine or {}).get(k) for k in
-                   ("proposals", "kept", "seconds", "stopped")} if rep.refine else None,
+        "refine": {**{k: (rep.refine or {}).get(k) for k in
+                      ("proposals", "kept", "seconds", "stopped")},
+                   # the median the second level kept its last change on: bench's "predicted"
+                   "kept_median_ms": predicted_vs_measured(
+                       {"refine": rep.refine}, "collage->refined")["measured_ms"]}
+        if rep.refine else None,
         "in_context": rep.in_context,
         "conditions": rep.conditions, "plan_cache_refused": rep.plan_cache_refused,
     }

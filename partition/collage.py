@@ -314,7 +314,7 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
             {k: built[k] for k in [winner, *tied]}, repeats=2 * opts.e2e_repeats,
             passes=opts.e2e_tie_passes, min_block_s=1.0, never_cap=tuple([winner, *tied])),
             say, "tie-break")
-        winner, why = break_tie(again)
+        winner, why = break_tie(again, margin=opts.e2e_tie_margin)
         report.e2e["tie_break"] = {
             "first_pick": first_pick, "tied": tied, "winner": winner, "why": why,
             "passes": opts.e2e_tie_passes, "margin": opts.e2e_tie_margin,

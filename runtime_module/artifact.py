@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from provmap.provenance.util.errors import ProvmapError
-from provmap.provenance.model import (ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap)
+from provmap.provenance.model import Kernel, KernelSite, ProvenanceMap
 from provmap.provenance import store
 from provmap.provenance.util import atomic
 
@@ -281,6 +281,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
     from .partitioned import partitioned_module
     from .index_bounds import index_inputs
     from .subgraph import Subgraph
+    from .kernel_sites import kernel_sites, uncomputed
 
     say = progress or (lambda _msg: None)
     plan = order_plan(view, plan)
@@ -319,25 +320,17 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         src_member = f"partitions/{p.id}/source.txt"
         members[src_member] = blob.source.encode()
         # Provenance: one kernel per (partition, kernel name), one site per KernelInfo.
-        seen: dict[str, int] = {}
-        knames = []
-        for ordinal, k in enumerate(blob.kernels):
-            kname = f"{p.id}:{k.name}"
-            if kname not in seen:
-                seen[kname] = 0
-                kernels.append(Kernel(name=kname, function=p.id, backend=p.backend, kind=k.kind))
-                knames.append(kname)
-            sid = f"{kname}#{seen[kname]}"
-            seen[kname] += 1
-            sites.append(KernelSite(id=sid, kernel=kname, caller=p.id, ordinal=ordinal))
-            if k.exprs:
-                ids = list(k.exprs)
-            else:
-                ids = [e for pos in k.nodes for e in view.produced.get(sub.closure[pos], ())]
-            all_const = all(e in const for e in ids)
-            for e in sorted(set(ids)):
-                role = ROLE_CONSTANT if (e in const and not all_const) else ROLE_COMPUTE
-                site_exprs.append((sid, e, role))
+        ks, ss, es = kernel_sites(view, p.id, p.backend, blob, sub.closure, const)
+        kernels += ks
+        sites += ss
+        site_exprs += es
+        knames = [k.name for k in ks]
+        folded = uncomputed(view, p.ops, es)
+        if folded:
+            say(f"{p.id} on {p.backend}: its kernels compute {len(p.ops) - folded} of the "
+                f"{len(p.ops)} op nodes it was given; the other {folded} "
+                f"{'was' if folded == 1 else 'were'} elided (an alias, "
+                f"or constant at these shapes): inspect's node states list them")
         parts.append({
             "id": p.id,
             "backend": p.backend,

@@ -78,3 +78,27 @@ def test_bisect_takes_open_input_shapes_from_the_inputs_given(tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["diverges"] is False and res["outputs"][0]["ok"] is True
+
+
+def test_compile_progress_counts_the_op_nodes_inspect_counts(tmp_path):
+    """L2: "building p0 on openvino (119 op nodes)" where the summary and inspect said 93 (a
+    model with stale value_info: openvino folded shape arithmetic).  The line after the build
+    says how many the kernels compute, the number the summary and inspect print."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Identity", ["r"], ["i"], name="alias"),
+             helper.make_node("Add", ["i", "w"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones((1, 4), np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "alias.onnx")
+    out = tmp_path / "a.provmap"
+    r = provmap("compile", tmp_path / "alias.onnx", "-o", out, "--strategy", "single:openvino")
+    assert r.returncode == 0, r.stderr
+    assert "building p0 on openvino (3 op nodes)" in r.stderr
+    assert "its kernels compute 2 of the 3 op nodes it was given; the other 1 was elided" \
+        in r.stderr
+    assert "p0:openvino(2)" in r.stdout
+    assert "p0  openvino  2 op nodes" in provmap("inspect", out).stdout

@@ -359,6 +359,14 @@ def test_explain_and_bench_read_one_predicted_vs_measured():
     variant = predicted_vs_measured(rep, "collage->single:openvino[threads=1]")
     assert variant["predicted_ms"] is None and variant["ratio"] is None
     assert "no prediction" in _predicted_line(variant)
+    # a plan the second level found has no estimate: bench takes the median it was kept on
+    # (GPT-2 small's 2-partition plan had "-" there, so its 15% check could not be read)
+    refined = {**rep, "kept": "collage->refined", "refine": {"trail": [
+        {"status": "kept", "proposal": {"median_ms": 4.2}}]}}
+    assert predicted_vs_measured(refined, "collage->refined")["predicted_ms"] is None
+    g = gains([], refined)
+    assert (g["predicted_ms"], g["predicted_basis"]) == (4.2, "second level's measurement")
+    assert gains([], {**rep, "kept": "collage"})["predicted_basis"] == "estimate"
 
 
 def test_profile_gives_time_only_to_nodes_that_compute(tmp_path):
