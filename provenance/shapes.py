@@ -119,18 +119,27 @@ def _example(vi: onnx.ValueInfoProto, bound: dict[str, int]) -> str:
     return f"{FLAG} {vi.name}={dims or 'scalar'}"
 
 
+def _named_sizes(model: onnx.ModelProto, shapes: dict | None):
+    """(input, symbol, size) for each symbolic dimension `shapes` gives a size, in the order
+    given: the one walk the hint's bound symbols and the conflict check share."""
+    inputs = {i.name: i for i in runtime_inputs(model.graph)}
+    for name, want in (shapes or {}).items():
+        vi = inputs.get(name)
+        if vi is None or not vi.type.HasField("tensor_type") or \
+                not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d, w in zip(vi.type.tensor_type.shape.dim, want):
+            if d.dim_param and not _fixed(d):
+                yield name, d.dim_param, int(w)
+
+
 def _bound_symbols(model: onnx.ModelProto, shapes: dict | None) -> dict[str, int]:
     """The sizes `shapes` gives the model's named symbols (input_ids=1x16 makes B 1 and S 16):
     the hint for attention_mask [BxS] then says 1x16, not 1x1, which would give S two sizes
     (twelfth afternoon L2)."""
     out: dict[str, int] = {}
-    for vi in runtime_inputs(model.graph):
-        want = (shapes or {}).get(vi.name)
-        if want is None or not vi.type.tensor_type.HasField("shape"):
-            continue
-        for d, w in zip(vi.type.tensor_type.shape.dim, want):
-            if d.dim_param and not _fixed(d):
-                out.setdefault(d.dim_param, int(w))
+    for _name, sym, size in _named_sizes(model, shapes):
+        out.setdefault(sym, size)
     return out
 
 
@@ -165,22 +174,14 @@ def named_size_conflicts(model: onnx.ModelProto, shapes: dict | None) -> list[st
     backend that took the blame ("Where is not supported by tvm": issue 36's ninth
     afternoon); ONNX Runtime runs such inputs where no node joins them, so it is said, not
     refused."""
-    inputs = {i.name: i for i in runtime_inputs(model.graph)}
     seen: dict[str, tuple[str, int]] = {}
     out = []
-    for name, want in (shapes or {}).items():
-        vi = inputs.get(name)
-        if vi is None or not vi.type.HasField("tensor_type") or \
-                not vi.type.tensor_type.HasField("shape"):
-            continue
-        for d, w in zip(vi.type.tensor_type.shape.dim, want):
-            if not d.dim_param or _fixed(d):
-                continue
-            first = seen.setdefault(d.dim_param, (name, int(w)))
-            if first[1] != int(w):
-                out.append(f"{FLAG}: dimension '{d.dim_param}' is {first[1]} for input "
-                           f"{first[0]!r} but {int(w)} for input {name!r}; the model names "
-                           "them alike, so a node joining them will fail")
+    for name, sym, w in _named_sizes(model, shapes):
+        first = seen.setdefault(sym, (name, w))
+        if first[1] != w:
+            out.append(f"{FLAG}: dimension '{sym}' is {first[1]} for input {first[0]!r} but "
+                       f"{w} for input {name!r}; the model names them alike, so a node "
+                       "joining them will fail")
     return out
 
 
