@@ -35,6 +35,7 @@ from provmap.partition.measure.interleave import (break_tie, measure_artifacts, 
 from .collage_report import CollageReport
 from .collage_types import (CollageOptions, CollageResult, EndToEnd, FirstLevel,  # noqa: F401
                             SearchSpace, SecondLevel)  # (CollageOptions re-exported)
+from .confirm import confirm_refinement
 from .constraints import check, filter_candidates, parse_constraints
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # noqa: F401  (re-exported: the CLI reads it here)
 from .fallback import fall_back
@@ -351,11 +352,16 @@ def second_level(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, opts: Col
     first.report.refine = {"start": e2e.winner, "budget_s": opts.refine_budget_s,
                            "seconds": round(ref.seconds, 1), "stopped": ref.stopped,
                            "proposals": len(ref.trail), "kept": n_kept, "trail": ref.trail}
+    say(f"second level: {len(ref.trail)} proposal(s), {n_kept} kept "
+        f"({ref.stopped}, {ref.seconds:.0f} s)")
+    if n_kept and opts.refine_confirm_passes:
+        ok, first.report.refine["confirm"], first.phases["refine_confirm"] = confirm_refinement(
+            e2e.winner, e2e.artifact, ref.artifact, opts.refine_margin,
+            2 * opts.e2e_repeats, opts.refine_confirm_passes, say)
+        n_kept = n_kept if ok else 0
     if n_kept:
         kept = SecondLevel("refined", ref.plan, ref.artifact)
         first.report.level = "second"
-    say(f"second level: {len(ref.trail)} proposal(s), {n_kept} kept "
-        f"({ref.stopped}, {ref.seconds:.0f} s)")
     return kept
 
 

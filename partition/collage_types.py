@@ -42,6 +42,7 @@ class CollageOptions:
     refine_budget_s: float | None = 60.0  # second level (partition/refine.py); 0: off, None: no
     #                                       limit (it stops when it runs out of proposals)
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
+    refine_confirm_passes: int = 4  # ...and win again in a fresh measurement of this many passes (0: not)
     schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers

@@ -190,3 +190,37 @@ def test_refine_keeps_only_measured_wins_and_the_result_is_correct(squeeze):
         view, [backends["onnxruntime"]])), backends, blobs=blobs)).run(feeds)
     for k in ref:
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-4)
+
+
+def test_the_refined_plan_is_kept_only_if_a_fresh_measurement_confirms_it(monkeypatch, squeeze):
+    """The winner's curse: GPT-2 small's 2-partition plan won 2.2% by median and 2.1% by
+    minimum among 21 proposals, and measured 1.2% slower by minimum in the bench.  A fresh
+    measurement against the plan the second level started from decides, by the same rule."""
+    import provmap.partition.confirm as confirm
+
+    def lat(v):
+        return Latency(samples_s=[v] * 12, pass_medians_s=[v] * 4)
+
+    said = []
+    for refined_s, kept in ((0.90, True), (0.99, False)):
+        monkeypatch.setattr(confirm, "measure_artifacts", lambda arts, **kw: {
+            "single:openvino": lat(1.0), "refined": lat(refined_s)})
+        ok, record, cond = confirm.confirm_refinement(
+            "single:openvino", object(), object(), 0.02, 20, 4, said.append)
+        assert ok is kept and record["kept"] is kept and record["against"] == "single:openvino"
+        assert set(record["measured"]) == {"single:openvino", "refined"}
+        assert record["measured"]["refined"]["median_ms"] == pytest.approx(refined_s * 1e3)
+        assert "contended" in cond
+    assert record["why"].startswith("not confirmed, single:openvino kept: 1.0% faster by median")
+    assert any(s.startswith("second level: confirmed: 10.0% faster by median") for s in said)
+    # explain prints the confirmation with its numbers
+    from provmap.workbench.explain import explain_artifact, format_explain
+
+    view, backends, _verdicts, plan = squeeze
+    art = build_artifact(view, plan, backends)
+    refine_rec = {"start": "single:openvino", "proposals": 1, "kept": 1, "seconds": 1.0,
+                  "stopped": "no proposal won", "trail": [], "confirm": record}
+    manifest = dict(art.manifest, plan_info={"collage": {"refine": refine_rec}})
+    text = format_explain(explain_artifact(manifest))
+    assert ("measured again against single:openvino (ms, median / min): single:openvino "
+            "1000.000 / 1000.000, refined 990.000 / 990.000: not confirmed") in text

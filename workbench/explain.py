@@ -231,6 +231,11 @@ def explain_lines(x: dict) -> list[str]:
             lines.append(f"  [{t['status']}] {t['change']}{m}")
             if t.get("reason"):
                 lines.append(f"      {t['reason']}")
+        c = r2.get("confirm")
+        if c:  # the kept changes measured once more (partition/confirm.py)
+            lines.append(f"  measured again against {c['against']} (ms, median / min): "
+                         + ", ".join(f"{k} {v['median_ms']:.3f} / {v['min_ms']:.3f}"
+                                     for k, v in c["measured"].items()) + f": {c['why']}")
     if x.get("in_context"):
         lines.append("partition times inside the kept plan (fed back to the cost cache) vs "
                      "isolated price:")
