@@ -145,13 +145,31 @@ def _check_model(v: _V, model, members: dict) -> None:
     if "given_as" in model:
         v.str_(model["given_as"], "model.given_as")
     if "index_inputs" in model:
-        for name, b in v.dict_(model["index_inputs"], "model.index_inputs").items():
+        for name, uses in v.dict_(model["index_inputs"], "model.index_inputs").items():
             at = f"model.index_inputs.{_key(name)}"
-            v.dict_(b, at, required=("node", "op", "size"))
-            v.str_(b["node"], f"{at}.node")
-            if b["op"] not in ("Gather", "GatherElements"):
-                v.fail(f"{at}.op", f"{_short(b['op'])} is not Gather or GatherElements")
-            v.int_(b["size"], f"{at}.size")
+            if isinstance(uses, dict):  # one use, as artifacts before the list wrote it
+                _check_index_use(v, uses, at)
+                continue
+            for j, b in enumerate(v.list_(uses, at, max_len=10_000)):
+                _check_index_use(v, b, f"{at}[{j}]")
+
+
+def _check_index_use(v: _V, b, at: str) -> None:
+    from .index_bounds import INDEXED_OPS
+
+    v.dict_(b, at, required=("node", "op"), optional=("size", "sizes"))
+    v.str_(b["node"], f"{at}.node")
+    if b["op"] not in INDEXED_OPS:
+        v.fail(f"{at}.op", f"{_short(b['op'])} is not one of {', '.join(INDEXED_OPS)}")
+    if ("size" in b) == ("sizes" in b):
+        v.fail(at, "needs exactly one of size, sizes")
+    if "size" in b:
+        v.int_(b["size"], f"{at}.size")
+    else:
+        for j, n in enumerate(v.list_(b["sizes"], f"{at}.sizes", max_len=64)):
+            v.int_(n, f"{at}.sizes[{j}]")
+        if not b["sizes"]:
+            v.fail(f"{at}.sizes", "is empty")
 
 
 def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
@@ -252,6 +270,8 @@ def _check_dataflow(v: _V, m: dict) -> None:
     output, and every tensor it names as produced is one of its declared outputs: the executor
     looks them up by name, and a dangling one was a KeyError in the middle of a run."""
     available = {t["name"] for t in m["model"]["inputs"]}
+    if isinstance(m.get("constant_outputs"), dict):  # the executor provides these too
+        available |= set(m["constant_outputs"])
     # one tensor, one type: a partition input declared otherwise than the graph input or the
     # earlier output it is (a stranger's [1,3,64,64] beside a 32x32 model) was printed as
     # given, and an edited model input ended a run in the library's own error (issue 36)
@@ -267,12 +287,17 @@ def _check_dataflow(v: _V, m: dict) -> None:
             declared.setdefault(t["name"], (t.get("dtype"), t.get("shape")))
     for i, p in enumerate(m["partitions"]):
         meta = p.get("blob_meta") or {}
-        ins = meta.get("input_names") or [t["name"] for t in p["inputs"]]
         outs = {t["name"] for t in p["outputs"]}
-        for name in ins:
-            if name not in available:
-                v.fail(f"partitions[{i}].inputs", f"{_short(name)} is neither a graph input nor "
-                       "an output of an earlier partition")
+        # every list that names what the partition reads: a name only the manifest's inputs
+        # held ("nope", with blob_meta still naming x) passed every offline command, and inspect
+        # called it a graph input (the fourteenth afternoon)
+        for field, names in (("inputs", [t["name"] for t in p["inputs"]]),
+                             ("runner_inputs", p.get("runner_inputs") or []),
+                             ("blob_meta.input_names", meta.get("input_names") or [])):
+            for name in names:
+                if not isinstance(name, str) or name not in available:
+                    v.fail(f"partitions[{i}].{field}", f"{_short(name)} is neither a graph "
+                           "input nor an output of an earlier partition")
         for name in meta.get("output_names") or ():
             if name not in outs:
                 v.fail(f"partitions[{i}].blob_meta.output_names",

@@ -31,7 +31,7 @@ from provmap.provenance.util.listing import unused_names
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
-from .index_bounds import check_indices
+from .index_bounds import check_indices, random_ints
 from .lookup import Lookup
 from . import trust as _trust
 from .registry import backend_class, get_backend
@@ -351,9 +351,7 @@ class ArtifactModule(Module):
             if dt.kind == "f":
                 out[name] = rng.standard_normal(spec["shape"]).astype(dt)
             else:  # 0/1 (masks, bools), or any row of the table an integer input indexes
-                size = (self._index_inputs.get(name) or {}).get("size") if dt.kind in "iu" else 0
-                high = min(size, int(np.iinfo(dt).max) + 1) if type(size) is int and size > 2 else 2
-                out[name] = rng.integers(0, high, size=spec["shape"]).astype(dt)
+                out[name] = random_ints(rng, dt, spec["shape"], self._index_inputs.get(name))
         return out
 
     def close(self) -> None:

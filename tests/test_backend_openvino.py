@@ -98,3 +98,61 @@ def test_openvino_first_greedy_takes_squeezenet_whole():
 
     art = compile_model("bundled:squeezenet", "greedy:openvino,onnxruntime")
     assert [p["backend"] for p in art.manifest["partitions"]] == ["openvino"]
+
+
+def _chain() -> "onnx.ModelProto":
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    three = numpy_helper.from_array(np.full((1, 4), 3.0, np.float32), "three")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "three"], ["m"], name="mul"),
+             helper.make_node("Sigmoid", ["m"], ["s"], name="sig"),
+             helper.make_node("Add", ["s", "three"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [three])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_query_model_that_throws_is_charged_to_its_node_not_to_the_whole_model(monkeypatch):
+    """The fourteenth afternoon's QDQ CNN: a CPU transformation threw inside query_model on the
+    final Mul, every node was marked unsupported (blamed on node #0), and greedy and collage ran
+    it all on ONNX Runtime.  Here query_model throws whenever the Mul is in the model asked."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from provmap.partition.compile import compile_model
+    from provmap.partition.model_source import load_view
+    from provmap.runtime_module.backends import openvino as ov_mod
+    from provmap.runtime_module.module import ArtifactModule
+
+    real = ov_mod._get_core()
+
+    class Throws:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def query_model(self, model, *a, **kw):
+            if any(op.get_type_name() == "Multiply" for op in model.get_ordered_ops()):
+                raise RuntimeError("[MultiplyPartialTransformation] END: node: Multiply mul")
+            return real.query_model(model, *a, **kw)
+
+    monkeypatch.setattr(ov_mod, "_get_core", lambda: Throws())
+    view = load_view(_chain(), "chain")
+    verdicts = OpenVINOBackend().supports(view)
+    by_name = {view.nodes[i].name: v for i, v in verdicts.items()}
+    assert [k for k, v in by_name.items() if not v.ok] == ["mul"], by_name
+    assert "region ending at" in by_name["mul"].reason and "'mul'" in by_name["mul"].reason
+    assert "MultiplyPartialTransformation" in by_name["mul"].reason
+    art = compile_model(_chain(), "greedy:openvino,onnxruntime")
+    assert [p["backend"] for p in art.manifest["partitions"]] == [
+        "openvino", "onnxruntime", "openvino"]
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
+    want = ort.InferenceSession(_chain().SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mod = ArtifactModule(art, trust=True)
+    try:
+        np.testing.assert_allclose(mod.run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
+    finally:
+        mod.close()

@@ -132,6 +132,11 @@ _MANIFEST_EDITS = {
     "schedule-stages": (_set(["schedule"], {"stages": "p0"}), "schedule.stages"),
     "version-bool": (_set(["format_version"], True), "format version"),
     "deep-plan-info": (_set(["plan_info"], json.loads("[" * 200 + "]" * 200)), "plan_info"),
+    # a name nothing makes, in the manifest's inputs only (blob_meta still names the real one):
+    # inspect called it a graph input and only `run` refused it (the fourteenth afternoon)
+    "input-name-forged": (lambda m: (_set(["partitions", 0, "inputs", 0, "name"], "nope")(m),
+                                     _set(["partitions", 0, "runner_inputs"], ["nope"])(m)),
+                          "partitions[0].inputs"),
 }
 
 

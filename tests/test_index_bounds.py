@@ -1,6 +1,7 @@
 """Run-time gather indices out of range (issue 36): ONNX Runtime raises, OpenVINO gave all zeros
-with exit 0, TVM's fast-mode Gather reads outside the tensor.  provmap checks a graph input read
-straight by a Gather or GatherElements before any backend runs, the same on every backend."""
+with exit 0, TVM's fast-mode Gather reads outside the tensor, TVM's scatters write outside it.
+provmap checks a graph input read straight by a Gather, GatherElements, GatherND,
+ScatterElements or ScatterND before any backend runs, the same on every backend."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def embedding() -> onnx.ModelProto:
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino", "tvm"])
 def test_out_of_range_ids_are_refused_on_every_backend(backend, tmp_path):
     art = compile_model(embedding(), f"single:{backend}")
-    assert art.manifest["model"]["index_inputs"] == {"ids": {"node": "embed", "op": "Gather",
-                                                             "size": 10}}
+    assert art.manifest["model"]["index_inputs"] == {"ids": [{"node": "embed", "op": "Gather",
+                                                              "size": 10}]}
     art.save(tmp_path / "a.provmap", record_built=True)
     mod = load(tmp_path / "a.provmap")
     table = numpy_helper.to_array(embedding().graph.initializer[0])
@@ -66,8 +67,8 @@ def test_ids_that_pass_through_a_reshape_or_cast_are_checked_too(through):
     """GPT-2's token ids reach the embedding through a Reshape; they went unchecked, and
     OpenVINO returned zeros (exit 0) where TVM crashed (issue 36's sixth afternoon)."""
     art = compile_model(reshaped_embedding(through), "single:onnxruntime")
-    assert art.manifest["model"]["index_inputs"] == {"ids": {"node": "wte", "op": "Gather",
-                                                             "size": 10}}
+    assert art.manifest["model"]["index_inputs"] == {"ids": [{"node": "wte", "op": "Gather",
+                                                              "size": 10}]}
 
 
 def test_the_cli_says_it_in_one_line(tmp_path):
@@ -96,3 +97,89 @@ def test_tvm_native_warnings_only_with_verbose(tmp_path):
     assert r.returncode == 0 and "Warning: Fast mode segfaults" in r.stderr, r.stderr
     one_error(provmap("compile", tmp_path / "nosuch.onnx", "-o", tmp_path / "c.provmap"),
               "nosuch.onnx")
+
+
+def _scatter_nd() -> onnx.ModelProto:
+    """The fourteenth afternoon's ScatterND: x [10, 4], one index tuple from a graph input."""
+    ins = [helper.make_tensor_value_info("x", TP.FLOAT, [10, 4]),
+           helper.make_tensor_value_info("ids", TP.INT64, [1, 1]),
+           helper.make_tensor_value_info("u", TP.FLOAT, [1, 4])]
+    g = helper.make_graph([helper.make_node("ScatterND", ["x", "ids", "u"], ["y"], name="snd")],
+                          "snd", ins, [helper.make_tensor_value_info("y", TP.FLOAT, [10, 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _gather_nd() -> onnx.ModelProto:
+    """GatherND with batch_dims 1: data [2, 5, 3], ids [2, 4, 1] index axis 1 (size 5)."""
+    data = numpy_helper.from_array(np.arange(30, dtype=np.float32).reshape(2, 5, 3), "data")
+    g = helper.make_graph(
+        [helper.make_node("GatherND", ["data", "ids"], ["y"], name="gnd", batch_dims=1)], "gnd",
+        [helper.make_tensor_value_info("ids", TP.INT64, [2, 4, 1])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [2, 4, 3])], [data])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _scatter_elements() -> onnx.ModelProto:
+    ins = [helper.make_tensor_value_info("x", TP.FLOAT, [10, 4]),
+           helper.make_tensor_value_info("ids", TP.INT64, [1, 4]),
+           helper.make_tensor_value_info("u", TP.FLOAT, [1, 4])]
+    g = helper.make_graph([helper.make_node("ScatterElements", ["x", "ids", "u"], ["y"],
+                                            name="se", axis=0)],
+                          "se", ins, [helper.make_tensor_value_info("y", TP.FLOAT, [10, 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_scatter_and_gather_nd_indices_from_an_input_are_checked(tmp_path):
+    """H1 of the fourteenth afternoon: GatherND read other memory on TVM and garbage on
+    OpenVINO (exit 0); ScatterElements and ScatterND on TVM wrote outside the tensor and the
+    process died (exit 139).  Each is refused in one line before any backend runs."""
+    cases = [(_scatter_nd(), [{"node": "snd", "op": "ScatterND", "sizes": [10]}],
+              {"ids": np.array([[1000000]], np.int64)}, "index 1000000", "ScatterND 'snd' "
+              "(column 0 of the last axis, axis of size 10"),
+             (_gather_nd(), [{"node": "gnd", "op": "GatherND", "sizes": [5]}],
+              {"ids": np.array([[[0], [4], [-5], [5]], [[0]] * 4], np.int64)}, "index 5",
+              "GatherND 'gnd' (column 0 of the last axis, axis of size 5"),
+             (_scatter_elements(), [{"node": "se", "op": "ScatterElements", "size": 10}],
+              {"ids": np.array([[0, 1, 2, 100000]], np.int64)}, "index 100000",
+              "ScatterElements 'se' (axis of size 10")]
+    for k, (model, uses, bad, shown, where) in enumerate(cases):
+        onnx.save(model, tmp_path / f"m{k}.onnx")
+        art = tmp_path / f"a{k}.provmap"
+        r = provmap("compile", tmp_path / f"m{k}.onnx", "-o", art, "--strategy", "single:tvm")
+        assert r.returncode == 0, r.stderr
+        mod = load(art)
+        assert mod.manifest["model"]["index_inputs"] == {"ids": uses}
+        feeds = mod.random_inputs(0)  # random indices stay in range
+        mod.run(feeds)
+        np.savez(tmp_path / f"in{k}.npz", **{**feeds, **bad})
+        one_error(provmap("run", art, "--inputs", tmp_path / f"in{k}.npz", "-o",
+                          tmp_path / f"o{k}.npz"), f"input 'ids': {shown} is out of range", where,
+                  "ONNX Runtime refuses it")
+        assert not (tmp_path / f"o{k}.npz").exists()
+
+
+def test_a_tuple_index_reshaped_on_its_way_is_not_checked_as_if_in_place():
+    """A Reshape moves the elements of index tuples to other columns: such an input gets no
+    bound (a wrong one would refuse good indices), and compile notes it as unchecked."""
+    from provmap.partition.model_source import load_view
+    from provmap.runtime_module.index_bounds import index_inputs, unchecked_gathers
+    from provmap.runtime_module.subgraph import Subgraph
+
+    m = _gather_nd()
+    shape = numpy_helper.from_array(np.array([2, 4, 1], np.int64), "shape")
+    m.graph.initializer.append(shape)
+    m.graph.input[0].CopyFrom(helper.make_tensor_value_info("flat", TP.INT64, [8]))
+    m.graph.node.insert(0, helper.make_node("Reshape", ["flat", "shape"], ["ids"], name="r"))
+    view = load_view(m, "r")
+    assert index_inputs(view) == {}
+    assert unchecked_gathers(Subgraph(view, view.op_nodes)) == ["GatherND 'gnd'"]
+
+
+def test_artifacts_with_the_old_one_use_entry_still_read():
+    from provmap.runtime_module.index_bounds import check_indices, random_high
+
+    old = {"node": "embed", "op": "Gather", "size": 10}
+    assert random_high(old) == 10
+    check_indices("ids", np.array([9, -10]), old)
+    with pytest.raises(ProvmapError, match="index 10 is out of range for Gather 'embed'"):
+        check_indices("ids", np.array([10]), old)

@@ -171,7 +171,7 @@ def cmd_run(args) -> int:
         print(json.dumps(summary, indent=2))
     else:
         for k, st in summary["outputs"].items():
-            line = f"{k}: {st['dtype']}{st['shape']}"
+            line = f"{term_safe(k)}: {st['dtype']}{st['shape']}"  # a name is the model's text
             if "min" in st:
                 line += f"  min {st['min']:.6g} max {st['max']:.6g} mean {st['mean']:.6g}"
             if st.get("nan") or st.get("inf"):

@@ -307,7 +307,9 @@ def cmd_explain(args) -> int:
                            f"writes ({type(e).__name__}: {first_line(e)}); explain cannot read "
                            "it") from None
     if args.headroom or args.oracle_plans:
-        x["headroom"] = _headroom(args, mod)
+        from .explain_headroom import headroom_of
+
+        x["headroom"] = headroom_of(args, mod, _reference_model(mod, args.model))
         text = None if args.json else explain_lines(x)
     if args.json:
         print(json.dumps(x, indent=1))
@@ -315,41 +317,6 @@ def cmd_explain(args) -> int:
         for ln in text:
             print_safe(ln)
     return 0
-
-
-def _headroom(args, mod) -> dict:
-    """The per-node oracle over the backends the artifact's search tried (its variants too),
-    and the share of the headroom the artifact captured (provmap.workbench.headroom)."""
-    from provmap.partition.compile import load_view
-    from provmap.runtime_module.module import load
-    from provmap.runtime_module.registry import get_backend
-    from provmap.workbench.headroom import node_oracle
-
-    info = (mod.manifest.get("plan_info") or {}).get("collage") or {}
-    names = list(info.get("backends") or []) + list(info.get("e2e_variants") or [])
-    names = names or sorted({p["backend"] for p in mod.manifest["partitions"]})
-    model = _reference_model(mod, args.model)
-    run = load(args.artifact, trust=args.trust)
-    note_needless_trust(run, args.trust)
-    # the shapes it was compiled at: a dynamic model failed with "pass --input-shape", which
-    # explain does not take (the twelfth afternoon)
-    view = load_view(model, os.path.basename(args.artifact),
-                     input_shapes=mod.manifest["model"].get("input_shapes_given") or None)
-    backends = {n: get_backend(n) for n in dict.fromkeys(names)}
-    try:
-        h = node_oracle(view, backends, kept=run, inputs=run.random_inputs(0),
-                        repeats=args.repeats, progress=say_progress)
-    except ValueError as e:
-        raise ProvmapError(str(e)) from None
-    finally:
-        run.close()
-    if args.oracle_plans:
-        from provmap.workbench.oracle_plan import oracle_plans
-
-        h["oracle_plans"] = (oracle_plans(view, h, backends, say=say_progress)
-                             if h["headroom_share"] else
-                             {"tried": [], "note": "no headroom: nothing to build"})
-    return h
 
 
 def _common(p, inputs=True):

@@ -26,7 +26,6 @@ outputs across calls (the copy is small next to inference; see `OpenVINORunner`)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
@@ -42,11 +41,13 @@ from provmap.provenance.util.errors import first_line
 from ..options import Option, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
-from ..onnx_external import external_data_file, weight_bytes
 from .ov_ports import kept_inputs as _kept_inputs, port_order as _port_order
 from .ov_kernels import op_owners, profiled_kernel_names, runtime_kernels
 from .ov_int64 import RangeGuard, int64_notes
 from .ov_refusals import refuse_wrong_numbers
+from .ov_query import RegionFailed, query_in_segments
+from .ov_core import (_EXTERNAL_MIN_BYTES, _ConversionFailed, _get_core, _ov,  # noqa: F401
+                      _read_onnx, ov_error)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -57,71 +58,7 @@ _PRECISIONS = ("f32", "bf16", "f16")
 #: OPTIMIZATION_CAPABILITIES entry a precision needs on the CPU plugin.
 _CAPABILITY = {"bf16": "BF16", "f16": "FP16"}
 _HINTS = ("LATENCY", "THROUGHPUT")
-_core = None
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def _ov():
-    try:
-        import openvino
-    except ImportError as e:  # pragma: no cover - depends on the installation
-        raise BackendError(f"openvino backend: cannot import openvino ({e})") from None
-    return openvino
-
-
-def _get_core():
-    global _core
-    if _core is None:
-        _core = _ov().Core()
-    return _core
-
-
-class _ConversionFailed(Exception):
-    """OpenVINO's ONNX frontend refused the model (the frontend's exception is the cause)."""
-
-
-# Past this many bytes of weights the ONNX model goes to OpenVINO as a file with external data.
-_EXTERNAL_MIN_BYTES = 16 << 20
-
-
-@contextlib.contextmanager
-def _read_onnx(model):
-    """`model` (an onnx.ModelProto) converted by OpenVINO's ONNX frontend, valid inside the block.
-
-    A large model goes as a file with external weights (see runtime_module/onnx_external.py: on
-    VGG-19, 6.8 s of serializing and parsing become well under a second); the frontend maps the
-    weights file, which must outlive the converted model's use, hence a context manager.
-    """
-    core = _get_core()
-    if weight_bytes(model) < _EXTERNAL_MIN_BYTES:
-        try:
-            converted = core.read_model(model.SerializeToString())
-        except Exception as e:
-            raise _ConversionFailed() from e
-        yield converted
-        return
-    with external_data_file(model, prefix="provmap-ov-onnx-") as path:
-        try:
-            converted = core.read_model(path)
-        except Exception as e:
-            raise _ConversionFailed() from e
-        try:
-            yield converted
-        finally:
-            del converted
-
-
-_NOISE = re.compile(r"^(Exception from |Check '.*' failed at |FrontEnd API failed with|"
-                    r"Model wasn't fully converted|Summary:|To facilitate|\[ GENERAL_ERROR \]$)")
-
-
-def ov_error(e: BaseException) -> str:
-    """The informative part of an OpenVINO exception (not its C++ source locations)."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not _NOISE.match(ln)]
-    if not useful:
-        return lines[0] if lines else type(e).__name__
-    return "; ".join(ln.lstrip("- ").strip() for ln in useful[:3])
 
 
 class OpenVINOBackend(Backend):
@@ -194,19 +131,21 @@ class OpenVINOBackend(Backend):
                 out = self._query(view, model, list(view.op_nodes), dict(view.producer))
         except _ConversionFailed:
             out = self._supports_per_node(view)
+        except RegionFailed:  # a transformation threw: find the node (ov_query.py)
+            out = query_in_segments(list(view.op_nodes), lambda ops: self._query_region(
+                view, ops), view.describe)
         # float64 (no f64 kernels) and ops it converts wrongly: ov_refusals says why.
         refuse_wrong_numbers(view, out, _DEVICE)
         return out
 
     def _query(self, view, model, nodes: list[int], producer: dict[str, int]) -> dict[int, Support]:
         """query_model's verdict for `nodes` (indices into view.nodes); `producer` maps the
-        model's ONNX tensor names to those indices."""
+        model's ONNX tensor names to those indices.  Raises RegionFailed if it throws."""
         core = _get_core()
         try:
             supported = set(core.query_model(model, _DEVICE, self.config()))
         except Exception as e:
-            return {i: Support(False, f"OpenVINO {_DEVICE} query_model failed: {ov_error(e)}")
-                    for i in nodes}
+            raise RegionFailed(f"OpenVINO {_DEVICE} query_model failed: {ov_error(e)}") from None
         owners = op_owners(model, producer)
         bad: dict[int, list[str]] = {}
         for op in model.get_ordered_ops():
@@ -245,7 +184,26 @@ class OpenVINOBackend(Backend):
             except _ConversionFailed as e:
                 out[i] = Support(False, f"OpenVINO ONNX frontend cannot convert "
                                         f"{view.describe(i)}: {ov_error(e.__cause__)}")
+            except RegionFailed as e:
+                out[i] = Support(False, f"{e} (on {view.describe(i)} alone)")
         return out
+
+    def _query_region(self, view: "GraphView", ops: list[int]) -> dict[int, Support]:
+        """query_model's verdicts for the op nodes `ops` cut into a model of their own."""
+        from ..subgraph import Subgraph
+
+        try:
+            sub = Subgraph(view, ops)
+            cut = sub.onnx_model()
+            producer = {o: sub.closure[p] for p, n in enumerate(cut.graph.node)
+                        for o in n.output if o}
+            with _read_onnx(cut) as model:
+                return self._query(view, model, ops, producer)
+        except RegionFailed:
+            raise
+        except Exception as e:  # the cut or the conversion: this region cannot be asked
+            raise RegionFailed(first_line(e) if not isinstance(e, _ConversionFailed) else
+                               f"OpenVINO ONNX frontend: {ov_error(e.__cause__)}") from None
 
     # -- build -----------------------------------------------------------------------------
     def build(self, sub: "Subgraph") -> Blob:
