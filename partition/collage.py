@@ -354,7 +354,12 @@ def second_level(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, opts: Col
                            "proposals": len(ref.trail), "kept": n_kept, "trail": ref.trail}
     say(f"second level: {len(ref.trail)} proposal(s), {n_kept} kept "
         f"({ref.stopped}, {ref.seconds:.0f} s)")
-    if n_kept and opts.refine_confirm_passes:
+    # only a plan with more partitions than where it started: the winner's curse costs a
+    # boundary there, while a move of the whole model to another library is a choice between
+    # equally simple plans (MobileNet-v3, 2026-11-27: the confirmation undid such a move to
+    # OpenVINO, which the bench then measured 14-20% faster than the plan kept instead)
+    if n_kept and opts.refine_confirm_passes and \
+            len(ref.plan.partitions) > len(e2e.plan.partitions):
         ok, first.report.refine["confirm"], first.phases["refine_confirm"] = confirm_refinement(
             e2e.winner, e2e.artifact, ref.artifact, opts.refine_margin,
             2 * opts.e2e_repeats, opts.refine_confirm_passes, say)

@@ -6,7 +6,12 @@ draws: the winner's curse.  GPT-2 small's 2-partition plan (2026-11-27) won 2.2%
 2.1% by minimum there; the bench measured it 1.2% slower by minimum twenty minutes later, then
 1.5% faster.  A fresh, longer measurement of the refined plan against the plan the second level
 started from was not selected on its own noise: the changes stay only if they win that one too,
-by the second level's own rule (median and minimum beyond the margin, every pass).  It runs
+by the second level's own rule (median and minimum beyond the margin, every pass).  Only a
+refined plan with more partitions than the start is confirmed: between equally simple plans
+(the whole model moved to another library) the first win stands, as the end-to-end check
+lets the lower median stand between them; MobileNet-v3's whole-model move to OpenVINO was
+undone by a confirmation in the search process, and the bench measured OpenVINO 14-20% faster
+than the plan kept instead (2026-11-27).  It runs
 after the second level's budget, like the end-to-end check: a budget bounds the proposals
 tried, not the check of what they found.
 """

@@ -224,3 +224,33 @@ def test_the_refined_plan_is_kept_only_if_a_fresh_measurement_confirms_it(monkey
     text = format_explain(explain_artifact(manifest))
     assert ("measured again against single:openvino (ms, median / min): single:openvino "
             "1000.000 / 1000.000, refined 990.000 / 990.000: not confirmed") in text
+
+
+@pytest.mark.parametrize("parts, confirmed", [(1, False), (2, True)])
+def test_only_a_refined_plan_with_more_partitions_is_confirmed(monkeypatch, parts, confirmed):
+    """MobileNet-v3 (2026-11-27): the second level moved the whole model to OpenVINO, the
+    confirmation (in the search process) undid it, and the bench measured OpenVINO 14-20%
+    faster than the plan kept instead.  A move between equally simple plans stands."""
+    from types import SimpleNamespace as NS
+
+    import provmap.partition.collage as collage
+    from provmap.partition.collage_types import CollageOptions
+    from provmap.partition.refine import RefineResult
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+
+    def plan(n):
+        return Plan("p", [PartitionSpec("openvino", [i]) for i in range(n)])
+
+    calls = []
+    monkeypatch.setattr(collage, "refine", lambda *a, **kw: RefineResult(
+        plan(parts), "refined-art", "refined", [{"status": "kept", "proposal": {}}], 1.0, "x"))
+    monkeypatch.setattr(collage, "confirm_refinement", lambda *a: (
+        calls.append(a) or (False, {"kept": False}, {})))
+    space = NS(view=None, verdicts={}, variants={}, every={}, cons=None, cuts=frozenset())
+    first = NS(cyclic=True, plan=None, dp=NS(estimates={}), phases={},
+               report=NS(refine=None, level="first"))
+    e2e = NS(winner="collage", plan=plan(1), artifact="start-art", blobs={})
+    kept = collage.second_level(space, first, e2e, CollageOptions(refine_budget_s=5), print)
+    assert bool(calls) == confirmed
+    assert kept.label == ("collage" if confirmed else "refined")
+    assert ("confirm" in first.report.refine) == confirmed
