@@ -9,6 +9,7 @@ asked for, with exit 0.  Each is one error naming the option, with the close kno
 from __future__ import annotations
 
 import difflib
+import os
 
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
@@ -46,8 +47,25 @@ def _option_problem(cls, opts: dict, variant: dict | None = None):
     lone = cls.combination_problem({**(variant or {}), **opts})  # a variant's own options too
     if lone:
         return "host", "", f"option {lone[0]} {lone[1]}"
-    why = cls.host_problem(opts)
+    why = _oversubscribed(opts) or cls.host_problem(opts)
     return ("host", "", why) if why else None
+
+
+def _oversubscribed(opts: dict) -> str | None:
+    """A thread count far past this machine's CPUs: the table allows up to MAX_THREADS (a
+    typo guard, not a machine), and onnxruntime.threads=4096 on 2 CPUs made a 17-node model
+    take 38.8 s a call (the fifteenth afternoon).  Refused at compile; an artifact built on a
+    larger machine still runs here."""
+    try:
+        n = int(opts.get("threads") or 0)
+    except (TypeError, ValueError):
+        return None
+    cpus = os.cpu_count() or 1
+    if n <= 8 * cpus:
+        return None
+    return (f"option threads={n}: this machine has {cpus} CPU(s), and more than {8 * cpus} "
+            "threads only make them wait on each other; give at most that (0: the library's "
+            "default)")
 
 
 def _op_list(value) -> list[str]:

@@ -388,7 +388,8 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
             # the backend computes (module.py; provmap.provenance.normalize.reconcile_outputs).
             "outputs": [dict(view.spec(n).to_dict(), **({"shape_from": "declaration"}
                                                         if n in getattr(imp, "output_hints", ()) else {}))
-                        for n in view.graph_outputs],
+                        for n in dict.fromkeys(view.graph_outputs)],  # once each (ORT runs
+            # a graph listing one output twice; the artifact named it twice and refused itself)
             "onnx_nodes": len(view.nodes),
             "op_nodes": len(view.op_nodes),
             "input_shapes_given": dict(imp.input_shapes),

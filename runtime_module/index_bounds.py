@@ -69,7 +69,7 @@ def index_inputs(view) -> dict[str, list[dict]]:
     for name in view.graph_inputs:
         uses = []
         for tensor in _same_values(view, name):
-            uses += [u for u in _axis_uses(view, tensor)]
+            uses += _axis_uses(view, tensor)
         uses = sorted(uses, key=lambda u: u["size"])[:1]
         for tensor in _same_values(view, name, layout=True):
             uses += [u for u in _tuple_uses(view, tensor) if u not in uses]
