@@ -41,5 +41,5 @@ def uncomputed(view, ops, site_exprs) -> int:
     """How many of the partition's op nodes no site computes (an alias Relax drops at import,
     shape arithmetic the backend folds at the shapes it was given): what compile's progress
     line says after the build, so its count is the one inspect and the summary print."""
-    computed = {e for _sid, e, _role in site_exprs}
+    computed = {e for _sid, e, role in site_exprs if role == ROLE_COMPUTE}  # as Lookup counts
     return sum(1 for i in ops if not computed.intersection(view.produced.get(i, ())))

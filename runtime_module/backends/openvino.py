@@ -61,6 +61,16 @@ _HINTS = ("LATENCY", "THROUGHPUT")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
+def _cut(view: "GraphView", ops: list[int]):
+    """`ops` (op node indices) as a model of their own, and its ONNX tensor names -> the view's
+    node indices, as `_query` takes them."""
+    from ..subgraph import Subgraph
+
+    sub = Subgraph(view, ops)
+    cut = sub.onnx_model()
+    return cut, {o: sub.closure[p] for p, n in enumerate(cut.graph.node) for o in n.output if o}
+
+
 class OpenVINOBackend(Backend):
     loads_native_code = False  # its blobs are model files the library parses
     needs_relax = False  # builds from the cut ONNX model alone
@@ -167,17 +177,12 @@ class OpenVINOBackend(Backend):
         """The whole model did not convert: convert each op node alone (with its helpers)."""
         out: dict[int, Support] = {}
         for i in view.op_nodes:
-            from ..subgraph import Subgraph
-
             try:
-                sub = Subgraph(view, [i])
-                cut = sub.onnx_model()
+                cut, producer = _cut(view, [i])
             except Exception as e:  # no static shapes around this node, say
                 out[i] = Support(False, f"cannot cut {view.describe(i)} alone to test it: "
                                         f"{first_line(e)}")
                 continue
-            producer = {o: sub.closure[p] for p, n in enumerate(cut.graph.node)
-                        for o in n.output if o}
             try:
                 with _read_onnx(cut) as model:
                     out[i] = self._query(view, model, [i], producer)[i]
@@ -190,13 +195,8 @@ class OpenVINOBackend(Backend):
 
     def _query_region(self, view: "GraphView", ops: list[int]) -> dict[int, Support]:
         """query_model's verdicts for the op nodes `ops` cut into a model of their own."""
-        from ..subgraph import Subgraph
-
         try:
-            sub = Subgraph(view, ops)
-            cut = sub.onnx_model()
-            producer = {o: sub.closure[p] for p, n in enumerate(cut.graph.node)
-                        for o in n.output if o}
+            cut, producer = _cut(view, ops)
             with _read_onnx(cut) as model:
                 return self._query(view, model, ops, producer)
         except RegionFailed:
