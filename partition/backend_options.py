@@ -178,3 +178,20 @@ def check_op_lists(options: dict, model_ops) -> None:
                 if op not in known:
                     raise ProvmapError(f"--backend-option {backend}.{name}: {op!r} is not an ONNX "
                                        f"op type{_hint(op, sorted(known))}")
+
+
+def idle_op_list_notes(options: dict, run_ops) -> list[str]:
+    """One line per only_ops/exclude_ops op that no node reaching a backend has (all of them
+    folded before import, or none in the model): the option does nothing, and an engineer
+    asking "what if OpenVINO lacked Shape" should hear that rather than read an unchanged
+    plan as the answer."""
+    notes = []
+    for backend, opts in sorted(options.items()):
+        for name in OP_LIST_OPTIONS:
+            value = opts.get(name)
+            idle = [op for op in _op_list(value) if op not in run_ops] if value else []
+            if idle:
+                notes.append(f"note: --backend-option {backend}.{name}: no node left to run has "
+                             f"op type {', '.join(idle)} (folded before import or not in the "
+                             "model): it changes nothing here")
+    return notes

@@ -17,7 +17,7 @@ from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
 
 from .defaults import DEFAULT_COLLAGE_BACKENDS, DEFAULT_STRATEGY  # noqa: F401  (re-exported)
-from .backend_options import check_backend_options, check_op_lists
+from .backend_options import check_backend_options, check_op_lists, idle_op_list_notes
 from .strategies import greedy, single
 from .strategy import Strategy, parse_strategy
 from .model_source import load_view, model_for_compile  # noqa: F401  (load_view: re-exported)
@@ -104,6 +104,10 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
     check_backend_options(strategy, backend_options or {})
     view = model_for_compile(model, input_shapes, progress)
     check_op_lists(backend_options or {}, {n.op_type for n in view.nodes})
+    if progress is not None:
+        run_ops = {view.nodes[i].op_type for i in view.op_nodes}
+        for line in idle_op_list_notes(backend_options or {}, run_ops):
+            progress(line)
     if strategy.kind == "collage" and view.op_nodes:
         from .collage import collage
 

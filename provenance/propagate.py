@@ -135,7 +135,7 @@ class ProvenanceTracker:
                 upstream[v] = [v]
                 continue
             srcs = []
-            for fv in relax.analysis.free_vars(val):
+            for fv in () if _reads_only_shape(val) else relax.analysis.free_vars(val):
                 srcs.extend(upstream.get(fv, ()))
             upstream[v] = srcs
             for s in srcs:
@@ -421,6 +421,12 @@ class ProvenanceTracker:
 
     def instrument(self):
         return _TrackingInstrument(self)
+
+
+def _reads_only_shape(value) -> bool:
+    """R.shape_of reads sizes, not elements: no alias of the tensor's kernel (the importer's
+    Gather index normalization made a LayerNorm kernel "compute" BERT's pooler Gather)."""
+    return isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.shape_of"
 
 
 def _shape_unknown(ty) -> bool:

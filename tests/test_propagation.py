@@ -173,3 +173,34 @@ def test_run_time_slice_maps_every_kernel_to_the_slice(case, tmp_path, capsys):
     idx = MapIndex(pm)
     assert all([n for n, _, _ in idx.nodes_for_kernel(k.name)] == [slice_node.id]
                for k in pm.kernels)
+
+
+def test_gather_after_a_kernel_is_not_computed_by_that_kernel(tmp_path, capsys):
+    """A scalar-index Gather on a LayerNorm's output: the importer's negative-index
+    normalization reads the LayerNorm's shape (R.shape_of), which is no alias of its data, so
+    the LayerNorm kernel must not "compute" the Gather (nu15 M2: profile charged the LayerNorm's
+    time to BERT's pooler Gather)."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    g = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "w", "b"], ["y"], axis=-1, name="ln"),
+         helper.make_node("Gather", ["y", "i"], ["first"], axis=1, name="pick")],
+        "ln_gather", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("first", TensorProto.FLOAT, [1, 8])],
+        [numpy_helper.from_array(np.ones(8, np.float32), "w"),
+         numpy_helper.from_array(np.zeros(8, np.float32), "b"),
+         numpy_helper.from_array(np.array(0, np.int64), "i")])
+    path = tmp_path / "ln_gather.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert map_cli(["map", str(path), "-o", str(tmp_path / "out"), "--json"]) == 0
+    cov = json.loads(capsys.readouterr().out)
+    assert cov["onnx_nodes_unaccounted"] == 0 and cov["debugify_findings"] == []
+    pm = store.load(tmp_path / "out.json")
+    idx = MapIndex(pm)
+    names = {n.id: n.name for n in pm.nodes}
+    computed = {k.name: {names[n] for n, _, role in idx.nodes_for_kernel(k.name)
+                         if role == "compute"} for k in pm.kernels}
+    assert any("ln" in v for v in computed.values())
+    for kernel, nodes in computed.items():
+        assert nodes in ({"ln"}, {"pick"}), (kernel, nodes)

@@ -298,6 +298,9 @@ def cmd_lookup(args) -> int:
             _say(f"kernel {r['kernel']} [{r['backend']}, {r['kind']}] in {r['partition']}:")
             for n in r["onnx_nodes"]:
                 _say(f"  ONNX node #{n['index']} {n['name']!r} ({n['op_type']}) {n['role']}")
+            if not r["onnx_nodes"]:
+                _say("  maps to no ONNX node: the backend added it itself (an output copy or a "
+                     "layout/precision conversion no node asked for)")
         else:
             shape = re.sub(r"T\.int64\((\d+)\)", r"\1", r["shape"] or "?")  # older maps
             _say(f"expr {r['expr']} ({r['op']}, {r['dtype'] or ''}[{shape}]):")
