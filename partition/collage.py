@@ -49,6 +49,7 @@ from .measure.tuning import tuning_summary
 from .measure.remote import RemotePool
 from .plan_cache import plan_cache_keys, reuse_plan  # noqa: F401  (plan_cache_keys re-exported)
 from .prune import prune
+from .recheck import recheck
 from .refine import refine, suggestions_from, supported_fn
 from .region_alternatives import region_alternatives
 from .schedule_search import search_schedules
@@ -326,7 +327,8 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
         report.e2e["note"] = (f"{winner} measured faster end to end than the searched plan "
                               "(isolated costs do not add up); it is kept")
     report.level = "first" if winner == "collage" else f"end-to-end check ({winner})"
-    return EndToEnd(winner, chosen_plan, built[winner], blobs)
+    return EndToEnd(winner, chosen_plan, built[winner], blobs, built,
+                    {k: order_plan(space.view, alternatives[k]) for k in built})
 
 
 def second_level(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, opts: CollageOptions,
@@ -413,6 +415,8 @@ def _search(view, backends, space, opts, say, progress, t0) -> CollageResult:
         return CollageResult(first.plan, first.report)
     e2e = end_to_end(space, first, opts, say)
     kept = second_level(space, first, e2e, opts, say)
+    kept = recheck(first, e2e, kept, opts.recheck_passes, 2 * opts.e2e_repeats,
+                   opts.e2e_tie_margin, say)  # a one-library plan, at a second moment
     kept = fall_back(space, first, e2e, kept, say)  # a contended decision quiet prices refute
     report = first.report
     art = _concurrent_schedules(kept, report, opts, progress)

@@ -52,6 +52,7 @@ class CollageReport:
     #                                         (partition/fallback.py): kept, instead_of, why
     # -- the second level and after ------------------------------------------------------------
     refine: dict | None = None
+    recheck: dict | None = None             # partition/recheck.py: kept, against, ratios, why
     schedule_search: dict | None = None
     in_context: list | None = None
     in_context_error: str | None = None

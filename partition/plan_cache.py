@@ -26,13 +26,14 @@ from .measure.hygiene import reuse_refusal
 SEARCH_SETTINGS = ("max_depth", "max_size", "max_exits", "pins", "forbids", "cuts",
                    "e2e_repeats", "e2e_single_factor", "e2e_margin", "e2e_tie_margin",
                    "e2e_tie_passes", "e2e_variants", "measure_budget_s",
-                   "refine_budget_s", "refine_margin", "refine_confirm_passes", "in_context",
-                   "schedules")
+                   "refine_budget_s", "refine_margin", "refine_confirm_passes", "recheck_passes",
+                   "in_context", "schedules")
 
 #: Bumped when the rules that pick the kept plan change without an option changing (2: the
-#: tie-break's minimum within the margin, the second level's confirmation), so a plan kept
-#: under the old rules is searched again rather than reused.
-KEEP_RULES = 2
+#: tie-break's minimum within the margin, the second level's confirmation; 3: the recheck of a
+#: one-library plan at a second moment), so a plan kept under the old rules is searched again
+#: rather than reused.
+KEEP_RULES = 3
 
 
 def plan_cache_keys(view: GraphView, backends: dict[str, Backend], opts) -> tuple[str, str]:

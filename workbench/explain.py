@@ -134,6 +134,7 @@ def explain_artifact(manifest: dict) -> dict:
                            "same_as_collage": rep.e2e_same_as_collage,
                            "tie_break": e2e.get("tie_break")},
             "second_level": rep.refine,
+            "recheck": rep.recheck,
             "in_context": rep.in_context,
             "measured_on": rep.measured_on,
             "e2e_skipped": rep.e2e_skipped,
@@ -236,6 +237,11 @@ def explain_lines(x: dict) -> list[str]:
             lines.append(f"  measured again against {c['against']} (ms, median / min): "
                          + ", ".join(f"{k} {v['median_ms']:.3f} / {v['min_ms']:.3f}"
                                      for k, v in c["measured"].items()) + f": {c['why']}")
+    rc = x.get("recheck")
+    if rc:  # a one-library plan at a second moment (partition/recheck.py)
+        lines.append(f"recheck against {rc['against']} (ms, median / min): "
+                     + ", ".join(f"{k} {v['median_ms']:.3f} / {v['min_ms']:.3f}"
+                                 for k, v in rc["measured"].items()) + f": {rc['why']}")
     if x.get("in_context"):
         lines.append("partition times inside the kept plan (fed back to the cost cache) vs "
                      "isolated price:")

@@ -75,7 +75,7 @@ def measure_clean(measure, say, what: str = "end-to-end check", pause_s: float |
 
 #: Phases that decide which plan is kept: each measures the kept plan against the best single
 #: backend (and its variants) end to end, after the candidate prices did their part.
-DECISIVE = ("e2e", "tie_break", "refine", "refine_confirm")
+DECISIVE = ("e2e", "tie_break", "refine", "refine_confirm", "recheck")
 
 
 def search_conditions(phases: dict, estimator_stats: dict | None = None) -> dict:
