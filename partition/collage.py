@@ -366,6 +366,7 @@ def second_level(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, opts: Col
             e2e.winner, e2e.artifact, ref.artifact, opts.refine_margin,
             2 * opts.e2e_repeats, opts.refine_confirm_passes, say)
         n_kept = n_kept if ok else 0
+        first.report.refine["kept"] = n_kept  # what stayed: the trail keeps what won once
     if n_kept:
         kept = SecondLevel("refined", ref.plan, ref.artifact)
         first.report.level = "second"

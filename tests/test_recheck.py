@@ -118,3 +118,23 @@ def test_a_mixed_plan_or_a_lone_plan_is_not_rechecked(monkeypatch):
     assert rc.recheck(first, e2e, kept, 4, 20, 0.03, print) is kept
     assert rc.recheck(first, e2e, kept, 0, 20, 0.03, print) is kept
     assert not calls and report.recheck is None
+
+
+def test_a_whole_model_move_by_the_second_level_pools_with_its_own_measurement():
+    """MobileNet-v3 (2026-11-27): the check had ONNX Runtime 7% ahead, the second level then
+    moved the whole model to OpenVINO on its own, later measurement: that one is the first
+    moment, not the check's."""
+    one = lambda b: Plan(f"single:{b}", [PartitionSpec(b, [0, 1])])  # noqa: E731
+    report = CollageReport(
+        e2e={"measured": {"single:onnxruntime": _m(2.10, 2.19), "single:openvino": _m(2.20, 2.35)},
+             "winner": "single:onnxruntime"},
+        refine={"start": "single:onnxruntime", "trail": [
+            {"status": "rejected", "proposal": _m(9, 9), "incumbent": _m(1, 1)},
+            {"status": "kept", "proposal": _m(2.00, 2.05), "incumbent": _m(2.15, 2.20)}]})
+    kept = SecondLevel("refined", one("openvino"), "art")
+    source, earlier = rc._first_moment(report, kept, "single:openvino", "single:onnxruntime")
+    assert source == "second level"
+    assert earlier == {"single:openvino": _m(2.00, 2.05), "single:onnxruntime": _m(2.15, 2.20)}
+    kept = SecondLevel("single:openvino", one("openvino"), "art")  # not moved: the check's
+    assert rc._first_moment(report, kept, "single:openvino", "single:onnxruntime")[0] == \
+        "end-to-end check"

@@ -254,3 +254,5 @@ def test_only_a_refined_plan_with_more_partitions_is_confirmed(monkeypatch, part
     assert bool(calls) == confirmed
     assert kept.label == ("collage" if confirmed else "refined")
     assert ("confirm" in first.report.refine) == confirmed
+    # the record counts what stayed: a change the confirmation undid is not "kept"
+    assert first.report.refine["kept"] == (0 if confirmed else 1)
