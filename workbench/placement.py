@@ -179,15 +179,18 @@ COLUMNS = ("index", "node", "name", "op_type", "id", "state", "partitions", "bac
            "kernels", "carried_by", "exprs", "reason")
 
 
-def write_sqlite(table: dict, map_sqlite: bytes, path) -> None:
-    """The artifact's SQLite map with the table added as `placement` (and its schema and
-    version in `meta`), so a tool joins rows to kernels and Relax bindings in one file."""
+def write_sqlite(table: dict, pmap, path) -> None:
+    """The artifact's map (`pmap`, read from its checked map.json) as SQLite, with the table
+    added as `placement` (and its schema and version in `meta`), so a tool joins rows to
+    kernels and Relax bindings in one file.  Written afresh: the artifact's own map.sqlite is
+    the sender's database, never compared row by row with map.json."""
     import sqlite3
 
+    from provmap.provenance.store import save_sqlite
     from provmap.provenance.util.atomic import write_atomic
 
     def write(tmp) -> None:
-        tmp.write_bytes(map_sqlite)
+        save_sqlite(pmap, tmp)
         con = sqlite3.connect(tmp)
         try:
             _check_schema(con)
@@ -208,6 +211,23 @@ def write_sqlite(table: dict, map_sqlite: bytes, path) -> None:
             con.close()
 
     write_atomic(path, write)
+
+
+def check_member(map_sqlite: bytes) -> None:
+    """An artifact's map.sqlite is a readable SQLite map of provmap's schema, no more (raises
+    sqlite3.Error); opened on a private copy with its code never run."""
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="provmap-member-") as d:
+        p = Path(d) / "map.sqlite"
+        p.write_bytes(map_sqlite)
+        con = sqlite3.connect(p)
+        try:
+            _check_schema(con)
+            con.execute("SELECT count(*) FROM meta").fetchone()
+        finally:
+            con.close()
 
 
 def _check_schema(con) -> None:

@@ -208,14 +208,18 @@ def cmd_inspect(args) -> int:
     info = inspect_artifact(args.artifact, args.model)
     if args.sqlite:  # before --relax, which returns early: it skipped the file (issue 36)
         from provmap.runtime_module.module import load
-        from provmap.workbench.placement import write_sqlite
+        from provmap.workbench.placement import check_member, write_sqlite
 
-        members = load(args.artifact, runnable=False).artifact.members
-        try:
-            write_sqlite(info["placement"], members["map.sqlite"], args.sqlite)
+        # From the checked map.json, never the sender's map.sqlite: its rows were never
+        # compared with what inspect and lookup print (nu16 M2: a renamed node, a kernel
+        # relabelled 'tvm', beside a placement table that said otherwise).
+        art = load(args.artifact, runnable=False).artifact
+        try:  # the sender's member is still checked: a user may open it with sqlite3 too
+            check_member(art.members["map.sqlite"])
         except sqlite3.Error as e:  # the member is not the SQLite map provmap writes
             raise ProvmapError(f"{args.artifact}: map.sqlite: not a readable SQLite map "
                                f"({e}); nothing written to {args.sqlite}") from None
+        write_sqlite(info["placement"], art.provenance_map(), args.sqlite)
         say_progress(f"wrote {args.sqlite}: the map with its placement table "
                   f"({len(info['placement']['nodes'])} ONNX nodes)")
     if args.relax:

@@ -59,6 +59,9 @@ _PRECISIONS = ("f32", "bf16", "f16")
 _CAPABILITY = {"bf16": "BF16", "f16": "FP16"}
 _HINTS = ("LATENCY", "THROUGHPUT")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+#: numpy types equal to int64/uint64 but of another C type (long long), by character code.
+_LONGLONG = {c: np.dtype(t) for c, t in (("q", np.int64), ("Q", np.uint64))
+             if np.dtype(c) == np.dtype(t) and np.dtype(c).char != np.dtype(t).char}
 
 
 def _cut(view: "GraphView", ops: list[int]):
@@ -374,6 +377,11 @@ class OpenVINORunner(Runner):
                 or not x.flags.c_contiguous:
             # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
             x = np.asarray(x, dtype=dtype, order="C")
+        if x.dtype.char in _LONGLONG:
+            # ONNX Runtime hands int64 back as C long long ('q'), equal to np.int64 ('l') but a
+            # type OpenVINO's numpy bridge rejects ("Unsupported data type: int64"): an int64
+            # tensor from an ONNX Runtime partition failed every run of the plan (nu16 M1).
+            x = x.view(_LONGLONG[x.dtype.char])
         if dtype is _BF16:
             if not x.flags.writeable:
                 x = x.copy()
@@ -390,8 +398,9 @@ class OpenVINORunner(Runner):
             why = self._guard.check(inputs)
             if why:
                 raise BackendError(f"OpenVINO: {why}")
-        feed = {p: self._as_tensor(x, dt) for p, x, dt in zip(self._in_ports, inputs, self._dtypes)}
         try:
+            feed = {p: self._as_tensor(x, dt)
+                    for p, x, dt in zip(self._in_ports, inputs, self._dtypes)}
             if self._native_infer is not None:
                 res = self._native_infer(self._request, feed, False, True)
             else:  # pragma: no cover
