@@ -43,6 +43,8 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
         raise SchemaError(f"{where}: artifact format version {_short(m.get('format_version'))} "
                           f"is not supported (this provmap reads "
                           f"{', '.join(map(str, versions))})")
+    if m["format_version"] >= 2 and m.get("schedule") is None:  # docs/artifact.md (nu16 L3)
+        v.fail("format_version", f"{m['format_version']} goes with a schedule, and there is none")
     members = v.dict_(v.dict_(m, "", required=("members",))["members"], "members")
     for name, h in members.items():
         at = f"members[{_short(name)}]"
@@ -71,6 +73,8 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
         v.str_(name, p, empty=False)
         v.dict_(b, p, required=("version", "options"))
         v.str_(b["version"], f"{p}.version")
+        if "name" in b and b["name"] != name:  # shown nowhere, read by scripts (nu16 L4)
+            v.fail(f"{p}.name", f"{_short(b['name'])}, but the entry is {_short(name)}")
         opts = v.dict_(b["options"], f"{p}.options")
         for k, val in opts.items():
             v.str_(k, f"{p}.options", max_len=128)
@@ -194,11 +198,17 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
         for k in ("ops", "onnx_nodes", "exprs", "runner_inputs", "runner_outputs"):
             if k in p:
                 v.strs(p[k], f"{at}.{k}")
+        twice = [n for n in set(p.get("runner_outputs") or ()) if p["runner_outputs"].count(n) > 1]
+        if twice:
+            v.fail(f"{at}.runner_outputs", f"{_short(sorted(twice)[0])} is listed twice")
         for k in ("inputs", "outputs"):
             for j, t in enumerate(v.list_(p[k], f"{at}.{k}")):
                 v.tensor(t, f"{at}.{k}[{j}]", open_dims=True)
         if "blob_meta" in p:
             meta = v.free(v.dict_(p["blob_meta"], f"{at}.blob_meta"), f"{at}.blob_meta")
+            if meta.get("device", "CPU") != "CPU":  # every backend here runs on the CPU
+                v.fail(f"{at}.blob_meta.device", f"{_short(meta['device'])}: partitions run on "
+                       "the CPU")
             for k in ("input_names", "output_names"):
                 if meta.get(k) is not None:
                     v.strs(meta[k], f"{at}.blob_meta.{k}")

@@ -344,7 +344,7 @@ def test_a_partition_relabelled_to_another_library_is_refused(capsys, tmp_path):
     capsys.readouterr()
     manifest, files = members(src)
     manifest["partitions"][0]["backend"] = "onnxruntime"
-    manifest["backends"] = {"onnxruntime": {**manifest["backends"]["tvm"]}}
+    manifest["backends"] = {"onnxruntime": {**manifest["backends"]["tvm"], "name": "onnxruntime"}}
     manifest["strategy"] = "single:onnxruntime"
     pmap = json.loads(files["map.json"])
     for k in pmap["kernels"]:

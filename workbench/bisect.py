@@ -117,6 +117,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
                for n in view.graph_outputs if n in whole and n in ref_whole]
     base = {"backend": backend.name, "runs": runs, "op_nodes": len(order),
             "reference": reference, "atol": tol.atol, "rtol": tol.rtol,
+            "quant_steps": tol.quant_steps, "ulps": tol.ulps,
             "outputs": [{"tensor": n, **m} for n, m in outputs]}
     if not last:
         if all(m["ok"] for _n, m in outputs):

@@ -21,7 +21,7 @@ from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add
                      note_needless_trust, parse_backend_options, positive_int, repeats,
                      say_progress, term_safe, warmups, warn)
 from .common import print_safe as _say, print_text_safe
-from .compile_trust import refuse_unusable_trust_list, unrecorded_warning
+from .compile_trust import refuse_unusable_cache, refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
                             set_tuning_db, strategy_of)
 from .trust import add_trust_command
@@ -42,6 +42,8 @@ def cmd_compile(args) -> int:
     collage_flags_only_under_collage(args, strategy)
     input_shapes = parse_input_shapes(args.input_shape)
     search_options = collage_options(args, strategy)
+    if search_options is not None:
+        refuse_unusable_cache(search_options.cache_path)
     if args.tuning_db:
         set_tuning_db(backend_options, strategy, args.tuning_db)
     said = CompileProgress()

@@ -62,6 +62,10 @@ def _metrics_text(t: dict) -> str:
         return t["problem"]
     text = (f"max abs {t['max_abs']:.3g}, max rel {t['max_rel']:.3g}, cosine "
             f"{t['cosine']:.6f}")
+    rule = {"quant_steps": "within --quant-steps", "ulps": "within --ulps"}.get(
+        t.get("passed_on") or "")
+    if rule:  # past atol/rtol, passed on another rule: say which
+        text += f" ({rule})"
     return f"{text} ({t['problem']})" if t["problem"] else text
 
 
