@@ -43,7 +43,7 @@ class CollageOptions:
     #                                       limit (it stops when it runs out of proposals)
     refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
     refine_confirm_passes: int = 4  # ...and win again in a fresh measurement of this many passes (0: not)
-    recheck_passes: int = 4         # a kept one-library plan against its closest rival, at a
+    recheck_passes: int = 2         # a kept one-library plan against its closest rival, at a
     #                                 second moment (partition/recheck.py; 0: not)
     schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
