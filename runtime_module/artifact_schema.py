@@ -178,6 +178,7 @@ def _check_index_use(v: _V, b, at: str) -> None:
 
 def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
     ids: list[str] = []
+    runs_in: dict = {}  # op node -> the partition that runs it (a node runs in one)
     for i, p in enumerate(v.list_(parts, "partitions", max_len=1_000_000)):
         at = f"partitions[{i}]"
         v.dict_(p, at, required=("id", "backend", "type_key", "ops", "onnx_nodes", "inputs",
@@ -198,6 +199,10 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
         for k in ("ops", "onnx_nodes", "exprs", "runner_inputs", "runner_outputs"):
             if k in p:
                 v.strs(p[k], f"{at}.{k}")
+        for j, n in enumerate(p["ops"]):  # explain counted it twice, inspect once (nu17 L2)
+            if n in runs_in:
+                v.fail(f"{at}.ops[{j}]", f"{_short(n)} already runs in {runs_in[n]}")
+            runs_in[n] = pid
         twice = [n for n in set(p.get("runner_outputs") or ()) if p["runner_outputs"].count(n) > 1]
         if twice:
             v.fail(f"{at}.runner_outputs", f"{_short(sorted(twice)[0])} is listed twice")

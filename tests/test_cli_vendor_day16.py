@@ -139,3 +139,64 @@ def test_manifest_fields_no_command_shows_are_still_checked(tmp_path):
         r = provmap("inspect", art)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (key, r.stderr)
         assert words in r.stderr, (key, r.stderr)
+
+
+def test_a_node_run_by_two_partitions_is_refused(tmp_path):
+    """Seventeenth afternoon L2: a node id appended to a second partition's ops was accepted;
+    explain then counted it in both partitions, inspect and lookup in one."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                           helper.make_node("Neg", ["r"], ["y"], name="neg")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              tmp_path / "m.onnx")
+    src = tmp_path / "a.provmap"
+    r = provmap("compile", tmp_path / "m.onnx", "-o", src, "--strategy",
+                "greedy:onnxruntime,openvino", "--backend-option", "onnxruntime.exclude_ops=Neg")
+    assert r.returncode == 0, r.stderr
+    manifest, files = members(src)
+    manifest["partitions"][1]["ops"].append(manifest["partitions"][0]["ops"][0])
+    bad = repack(tmp_path / "bad.provmap", manifest, files)
+    for cmd in (("inspect", bad), ("explain", bad)):
+        r = provmap(*cmd)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "partitions[1].ops[1]" in r.stderr and "already runs in p0" in r.stderr, r.stderr
+    r = provmap("explain", src)
+    assert "(1 op node)" in r.stdout and "ops)" not in r.stdout, r.stdout
+
+
+def test_a_float32_output_cast_from_float16_is_judged_in_float16_ulps(tmp_path):
+    """Seventeenth afternoon L1: convert_float_to_float16(keep_io_types=True) ends each output
+    with a Cast to float32; compare judged it at float32's rtol, so OpenVINO "diverged" where it
+    was closer to the float32 model than ONNX Runtime's own float16 run, and --ulps did
+    nothing."""
+    import json
+
+    from provmap.workbench.compare import Tolerance, metrics, tensor_grids
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float16), "w")
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["xh"], to=TensorProto.FLOAT16, name="in_cast"),
+         helper.make_node("MatMul", ["xh", "w"], ["mh"], name="mm"),
+         helper.make_node("Softmax", ["mh"], ["sh"], axis=-1, name="sm"),
+         helper.make_node("Cast", ["sh"], ["y"], to=TensorProto.FLOAT, name="out_cast")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    # the float16 tensor has no declared type: found by inference
+    assert tensor_grids(model) == {"y": np.dtype(np.float16)}
+    ref = np.array([0.5, 0.25], np.float32)
+    off = ref + np.spacing(ref.astype(np.float16)).astype(np.float32) * 2  # 2 ulp of float16
+    assert not metrics(off, ref, Tolerance())["ok"]
+    m = metrics(off, ref, Tolerance(), np.dtype(np.float16))
+    assert m["ok"] and m["passed_on"] == "ulps"
+    assert not metrics(off, ref, Tolerance(ulps=1), np.dtype(np.float16))["ok"]
+    path = tmp_path / "fp16io.onnx"
+    onnx.save(model, path)
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", path, "-o", art, "--strategy", "single:openvino").returncode == 0
+    r = provmap("compare", art, "--model", path, "--random", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    [t] = json.loads(r.stdout)["tensors"]
+    assert t["ok"] and t["passed_on"] in ("atol/rtol", "ulps")

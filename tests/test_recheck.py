@@ -138,3 +138,19 @@ def test_a_whole_model_move_by_the_second_level_pools_with_its_own_measurement()
     kept = SecondLevel("single:openvino", one("openvino"), "art")  # not moved: the check's
     assert rc._first_moment(report, kept, "single:openvino", "single:onnxruntime")[0] == \
         "end-to-end check"
+
+
+def test_the_drift_step_measures_moments_of_both_libraries(tmp_path):
+    """bench/drift.py, the measurement behind the recheck (one moment: minutes=0)."""
+    import json
+
+    from provmap.bench import drift
+
+    said = []
+    out = drift.drift("bundled:squeezenet", 0, say=said.append)
+    assert out["moments"] == len(out["rows"]) == len(said) == 1
+    r = out["rows"][0]
+    assert r["ratio_median"] == pytest.approx(r["ort_median"] / r["ov_median"])
+    assert out["ratio_min"]["min"] == out["ratio_min"]["max"] == pytest.approx(r["ratio_min"])
+    assert drift.main(["bundled:squeezenet", "--minutes", "0", "-o", str(tmp_path / "d.json")]) == 0
+    assert json.loads((tmp_path / "d.json").read_text())["moments"] == 1

@@ -29,7 +29,7 @@ import onnx
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import save_npz_atomic, write_bytes_atomic
 from provmap.runtime_module.backend import Backend, BackendError
-from provmap.workbench.compare import Tolerance, dequantized_steps, metrics, reference_run
+from provmap.workbench.compare import Tolerance, metrics, reference_run, tensor_grids
 from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -74,7 +74,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
     judged = judged_tensors(view)
     produced = [o for i in order for o in view.nodes[i].output if o in judged]
     ref = reference_run(view.model, inputs, produced, reference)
-    steps = dequantized_steps(view.model)
+    steps = tensor_grids(view.model)
     values = {**inputs, **ref}
     runs = 0
     found: dict[int, list[tuple[str, dict]]] = {}  # prefix end -> its diverging tensors
@@ -188,4 +188,4 @@ def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,
     feeds = dict(np.load(inputs_path))
     want = dict(np.load(expected_path))
     got = _run_region(view, list(view.op_nodes), backend, feeds)
-    return [n for n, _m in _diverging(got, want, tol, set(want), dequantized_steps(view.model))]
+    return [n for n, _m in _diverging(got, want, tol, set(want), tensor_grids(view.model))]

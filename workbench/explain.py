@@ -16,6 +16,11 @@ from provmap.partition.collage_report import CollageReport, predicted_vs_measure
 from provmap.runtime_module.schedule import asap_stages, describe
 
 
+def _op_nodes(n: int) -> str:
+    """As inspect says it ("(1 ops)": the seventeenth afternoon)."""
+    return f"{n} op node{'s' if n != 1 else ''}"
+
+
 def level_words(level) -> str:
     """The search level that found the kept plan, as a sentence says it (a summary that ended
     "found by: first" told the user nothing: issue 36)."""
@@ -182,7 +187,7 @@ def explain_lines(x: dict) -> list[str]:
     if not x["searched"]:
         lines.append(x["note"])
         for p in x["partitions"]:
-            lines.append(f"  {p['partition']} {p['backend']} ({p['ops']} ops): {p['why']}")
+            lines.append(f"  {p['partition']} {p['backend']} ({_op_nodes(p['ops'])}): {p['why']}")
             for d in p.get("nodes_declined_elsewhere") or []:
                 why = "; ".join(f"{b}: {r}" for b, r in d["declined_by"].items())
                 lines.append(f"      {d['node_desc']} -> {d['backend']} because {why}")
@@ -247,7 +252,7 @@ def explain_lines(x: dict) -> list[str]:
                      "isolated price:")
         for r in x["in_context"]:
             iso = f"{r['isolated_ms']:.3f}" if r.get("isolated_ms") is not None else "-"
-            lines.append(f"  {r['partition']} {r['backend']} ({r['ops']} ops): "
+            lines.append(f"  {r['partition']} {r['backend']} ({_op_nodes(r['ops'])}): "
                          f"{r['in_context_ms']:.3f} ms in context, {iso} ms isolated"
                          + (" (not stored: measured under contention)"
                             if r.get("not_stored") else ""))

@@ -1,0 +1,63 @@
+"""How the ratio between two libraries moves over minutes on this machine (issue 35).
+
+    python -m provmap.bench.drift MODEL.onnx --minutes 7 -o drift.json
+
+One moment = a short interleaved A/B of `single:onnxruntime` and `single:openvino` (2 passes of
+1 s blocks, each library loaded for its own blocks, as the search's end-to-end check measures);
+moments follow one another for `--minutes`.  Why: a kept one-library plan is decided between
+libraries a few percent apart, and on this 2-core guest their *ratio* drifts, not only their
+speed; this says by how much (bench/out/user/summary_2026-11-27f.md), which is what the
+recheck at a second moment (partition/recheck.py) answers to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def _spread(xs: list[float]) -> dict:
+    s = sorted(xs)
+    return {"min": s[0], "p10": s[len(s) // 10], "median": statistics.median(s),
+            "p90": s[9 * len(s) // 10], "max": s[-1]}
+
+
+def drift(model: str, minutes: float, say=print) -> dict:
+    import provmap
+    from provmap.partition.measure.interleave import measure_artifacts
+
+    arts = {s: provmap.compile(model, strategy=s)
+            for s in ("single:onnxruntime", "single:openvino")}
+    rows, t0 = [], time.time()
+    while not rows or time.time() - t0 < minutes * 60:  # at least one moment
+        lat = measure_artifacts(arts, repeats=8, passes=2, min_block_s=1.0, never_cap=tuple(arts))
+        o, v = (statistics.median(lat[k].samples_s) * 1e3 for k in arts)
+        mo, mv = (min(lat[k].samples_s) * 1e3 for k in arts)
+        rows.append({"t_s": round(time.time() - t0, 1), "ort_median": o, "ov_median": v,
+                     "ort_min": mo, "ov_min": mv, "ratio_median": o / v, "ratio_min": mo / mv})
+        say(f"{time.strftime('%H:%M:%S')} ort {o:.3f}/{mo:.3f} ov {v:.3f}/{mv:.3f} ms "
+            f"ort/ov median {o / v:.3f} min {mo / mv:.3f}")
+    rm, rn = [r["ratio_median"] for r in rows], [r["ratio_min"] for r in rows]
+    return {"model": model, "moments": len(rows), "ratio_median": _spread(rm),
+            "ratio_min": _spread(rn), "ort_ahead_by_median": sum(r < 1 for r in rm),
+            "ort_ahead_by_min": sum(r < 1 for r in rn), "rows": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m provmap.bench.drift", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--minutes", type=float, default=7.0)
+    ap.add_argument("-o", "--output", required=True)
+    a = ap.parse_args(argv)
+    out = drift(a.model, a.minutes)
+    with open(a.output, "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
