@@ -75,3 +75,41 @@ def test_break_even_is_the_largest_price_leaving_five_percent():
     # a model whose free-cut room is already under 5% has no break-even
     flat = {"a": {"n1": 1.0}, "b": {"n1": 0.99}}
     assert break_even(flat, [["n1"]], {"n1": 0}, 1.0) is None
+
+
+def test_a_position_priced_by_its_own_cut_moves_the_path_elsewhere():
+    """MobileNet-v3 (2026-11-27): the path kept returning to a one-cut plan whose cut its own
+    twin measured at 1.6-1.8 ms (kappa 0.135), and the limit ended on that plan's 7.1% though
+    it measured +24%.  That position now costs what it measured; the others keep kappa."""
+    from provmap.workbench.tighten import _price_own_cut
+
+    units = [["a"], ["b"], ["c"], ["d"]]
+    order = {n: k for k, n in enumerate("abcd")}
+    cal = {"x": {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0},
+           "y": {"a": 2.0, "b": 2.0, "c": 0.1, "d": 0.1}}
+    ms, choice, cuts = priced_path(cal, units, order, 0.1)
+    assert (choice, cuts) == ({"a": "x", "b": "x", "c": "y", "d": "y"}, 1)
+    assert ms == pytest.approx(2.0 + 0.2 + 0.1)
+    step = {"own_cuts": {"cuts": 1, "per_cut_median_ms": 1.8, "per_cut_min_ms": 1.6,
+                         "vs_best_median": 0.87, "vs_best_min": 0.92, "kappa_ms": 0.1,
+                         "below_kappa": False}}
+    at = {}
+    _price_own_cut(step, choice, units, order, 0.1, at)
+    assert at == {"c": 1.6} and step["cut_priced_ms"] == {"before": "c", "ms": 1.6}
+    from provmap.workbench.cut_price import format_rounds
+
+    line = format_rounds({"tightened_share": 0.0, "tightened_ms": 4.0, "tightened_cuts": 0,
+                          "stopped": "x", "rounds": [{"round": 1, "cuts": 1,
+                                                      "predicted_vs_best": -0.4, **step}]})[0]
+    assert "a cut at that position costs 1.600 ms from here on" in line
+    ms2, choice2, cuts2 = priced_path(cal, units, order, 0.1, at)
+    # a cut before c costs 1.6 now: the path cuts before d instead, at kappa
+    assert choice2 == {"a": "x", "b": "x", "c": "x", "d": "y"} and cuts2 == 1
+    assert ms2 == pytest.approx(3.0 + 0.1 + 0.1)
+    # a several-cut twin, a cheaper one, or one under contention prices no position
+    for own in ({"cuts": 2, "per_cut_median_ms": 1.8, "per_cut_min_ms": 1.6},
+                {"cuts": 1, "per_cut_median_ms": 0.05, "per_cut_min_ms": 0.08},
+                {"cuts": 1, "per_cut_median_ms": 1.8, "per_cut_min_ms": 1.6, "contended": "x"}):
+        at = {}
+        _price_own_cut({"own_cuts": own}, choice, units, order, 0.1, at)
+        assert at == {}

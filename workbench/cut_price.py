@@ -55,11 +55,12 @@ def cut_prices(o: dict, cal: dict) -> list[dict]:
     return out
 
 
-def priced_path(cal: dict, units: list[list[str]], order: dict, kappa: float
-                ) -> tuple[float, dict, int]:
+def priced_path(cal: dict, units: list[list[str]], order: dict, kappa: float,
+                at: dict | None = None) -> tuple[float, dict, int]:
     """(the cheapest path's calibrated ms, node id -> backend, its number of cuts) over `units`
     taken in run order (`order`: node id -> position), each unit on one backend of `cal`
-    ({backend: {node id: calibrated ms}}), kappa ms per change of backend."""
+    ({backend: {node id: calibrated ms}}), kappa ms per change of backend, or `at`'s price for
+    a cut before the unit holding that node id (a position whose own cut was measured)."""
     names = sorted(cal)
     seq = sorted(units, key=lambda u: min(order.get(i, len(order)) for i in u))
     if not seq or not names:
@@ -68,10 +69,11 @@ def priced_path(cal: dict, units: list[list[str]], order: dict, kappa: float
     came: list[dict] = []
     for k, u in enumerate(seq):
         here = {b: sum(cal[b].get(i, 0.0) for i in u) for b in names}
+        price = max((at or {}).get(i, kappa) for i in u)  # a cut before this unit
         new, back = {}, {}
         for b in names:
-            prev = b if k == 0 else min(names, key=lambda a: cost[a] + (a != b) * kappa)
-            new[b] = (0.0 if k == 0 else cost[prev] + (prev != b) * kappa) + here[b]
+            prev = b if k == 0 else min(names, key=lambda a: cost[a] + (a != b) * price)
+            new[b] = (0.0 if k == 0 else cost[prev] + (prev != b) * price) + here[b]
             back[b] = prev
         cost = new
         came.append(back)
@@ -166,6 +168,9 @@ def format_rounds(p: dict) -> list[str]:
         if r.get("kappa_after_ms") is not None:
             own_text += (f"; later rounds and the limit charge {r['kappa_after_ms']:.3f} ms a "
                          "cut, what these cuts measured")
+        if r.get("cut_priced_ms"):
+            own_text += (f"; a cut at that position costs {r['cut_priced_ms']['ms']:.3f} ms from "
+                         "here on, what it measured (other positions: kappa)")
         out.append(f"  round {r['round']}: {r['cuts']} cut(s), predicted "
                    f"{r['predicted_vs_best']:+.1%}, {got}" + (f"; timed in context: {timed}"
                                                               if timed else "") + own_text)

@@ -18,6 +18,10 @@ Each round also measures the same cuts with every partition on the best single c
 (its same-cuts twin): where those cuts cost less than kappa, the later rounds and the final limit
 charge what they measured instead (`_cheaper_kappa`), so no cut is priced above what one cost.
 
+A one-cut plan's twin prices that very cut: where it measured above kappa, the later rounds
+and the final limit charge that position what it measured (`_price_own_cut`), as kappa is
+charged elsewhere.
+
 It stops when the path stays on one configuration, returns a plan already measured, a plan
 measures faster than the best single by median and minimum (a win: room that exists), or after
 `ROUNDS` rounds.  The limit it reports is the last path's cost over the costs measured so far:
@@ -48,9 +52,10 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
     position = {n: k for k, n in enumerate(view.node_ids)}
     costs = {b: dict(ns) for b, ns in cal.items()}
     rows, log, seen = [], [], set()
+    at: dict = {}  # node id -> the measured price of the one cut before its unit
     stopped = f"after {rounds} rounds"
     for k in range(1, rounds + 1):
-        ms, choice, cuts = priced_path(costs, units, position, kappa)
+        ms, choice, cuts = priced_path(costs, units, position, kappa, at)
         if not cuts:
             stopped = "the path stays on the best single configuration"
             break
@@ -70,6 +75,7 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
                 "own_cuts": own_cuts(row, kappa)}
         log.append(step)
         kappa = _cheaper_kappa(step["own_cuts"], kappa, step)
+        _price_own_cut(step, choice, units, position, kappa, at)
         if art is None:
             stopped = f"the {label} plan did not build"
             break
@@ -84,10 +90,10 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
             stopped = f"contention while measuring the {label} plan ({row['contended']})"
             break
         step["timed"] = _time_regions(art, row["breakdown"], costs, best, kappa, scale)
-    final_ms, _c, final_cuts = priced_path(costs, units, position, kappa)
+    final_ms, _c, final_cuts = priced_path(costs, units, position, kappa, at)
     final_ms = min(final_ms, whole) if whole > 0 else final_ms
     p.update(rounds=log, stopped=stopped, tightened_ms=final_ms, tightened_cuts=final_cuts,
-             tightened_kappa_ms=kappa,
+             tightened_kappa_ms=kappa, cut_prices_ms=dict(at),
              noisy=bool(o.get("contended") or any(r.get("contended") for r in rows)),
              tightened_share=(whole - final_ms) / whole if whole > 0 else None)
     return rows
@@ -125,6 +131,31 @@ def _cheaper_kappa(own: dict | None, kappa: float, step: dict) -> float:
     lower = max(min(own["per_cut_median_ms"], own["per_cut_min_ms"]), 0.0)
     step["kappa_after_ms"] = lower
     return lower
+
+
+def _price_own_cut(step: dict, choice: dict, units: list[list[str]], position: dict,
+                   kappa: float, at: dict) -> None:
+    """A one-cut plan whose same-cuts twin measured that cut above kappa: the later rounds
+    and the final limit charge that position what it measured.  Why: MobileNet-v3
+    (2026-11-27) kept returning to a one-cut plan whose cut its twin measured at 1.6-1.8 ms
+    (kappa 0.135), ending the rounds on "a plan already measured" with 7.1% of room that
+    plan had measured +24% slower.  Only a one-cut twin prices a position exactly (a several-cut
+    twin gives their average, which may hide a cheaper one), and only upward of kappa, the
+    price every other position keeps; a position priced so is one whose cut was seen to cost
+    that, the same footing kappa stands on."""
+    own = step.get("own_cuts")
+    if not own or own.get("failed") or own.get("contended") or own.get("cuts") != 1:
+        return
+    price = min(own["per_cut_median_ms"], own["per_cut_min_ms"])
+    if price <= kappa:
+        return
+    seq = sorted(units, key=lambda u: min(position.get(i, len(position)) for i in u))
+    for prev, u in zip(seq, seq[1:]):
+        if choice.get(prev[0]) != choice.get(u[0]):  # the cut: before unit u
+            head = min(u, key=lambda i: position.get(i, len(position)))
+            at[head] = max(at.get(head, 0.0), price)
+            step["cut_priced_ms"] = {"before": head, "ms": price}
+            return
 
 
 def _time_regions(art, bd: dict, costs: dict, best: str, kappa: float, scale: float
