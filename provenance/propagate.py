@@ -141,9 +141,9 @@ class ProvenanceTracker:
             for s in srcs:
                 if eid:
                     prov[s].add(eid)
-            if not srcs and eid:
-                # A value that computes nothing (alias of an input, constant tuple): such an
-                # ID has no kernel by nature; remember it so reports can say why.
+            if not srcs and eid and not _reads_only_shape(val):
+                # Computes nothing (alias of an input, constant tuple): no kernel by nature,
+                # said in reports (a shape read is the VM's: model.mark_vm_evaluated).
                 self.dropped.setdefault(eid, "import (no computation)")
         return {v: frozenset(p) for v, p in prov.items()}
 

@@ -89,7 +89,7 @@ def test_an_unknown_backend_in_a_manifest_is_named_as_such(tmp_path):
     assert provmap("compile", tmp_path / "m.onnx", "-o", tmp_path / "a.provmap", "--strategy",
                    "single:onnxruntime").returncode == 0
     m, files = members(tmp_path / "a.provmap")
-    m["backends"] = {"nosuch": m["backends"]["onnxruntime"]}
+    m["backends"] = {"nosuch": {**m["backends"]["onnxruntime"], "name": "nosuch"}}
     for p in m["partitions"]:
         p["backend"], p["type_key"] = "nosuch", "provmap.nosuch"
     m["strategy"] = "single:nosuch"
