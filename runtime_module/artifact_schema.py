@@ -203,9 +203,11 @@ def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
             if n in runs_in:
                 v.fail(f"{at}.ops[{j}]", f"{_short(n)} already runs in {runs_in[n]}")
             runs_in[n] = pid
-        twice = [n for n in set(p.get("runner_outputs") or ()) if p["runner_outputs"].count(n) > 1]
-        if twice:
-            v.fail(f"{at}.runner_outputs", f"{_short(sorted(twice)[0])} is listed twice")
+        seen: set = set()  # one pass: a stranger's list may hold a million names
+        for n in p.get("runner_outputs") or ():
+            if n in seen:
+                v.fail(f"{at}.runner_outputs", f"{_short(n)} is listed twice")
+            seen.add(n)
         for k in ("inputs", "outputs"):
             for j, t in enumerate(v.list_(p[k], f"{at}.{k}")):
                 v.tensor(t, f"{at}.{k}[{j}]", open_dims=True)

@@ -55,6 +55,11 @@ def cut_prices(o: dict, cal: dict) -> list[dict]:
     return out
 
 
+def in_run_order(units: list[list[str]], order: dict) -> list[list[str]]:
+    """`units` sorted by their first node's position (`order`: node id -> position)."""
+    return sorted(units, key=lambda u: min(order.get(i, len(order)) for i in u))
+
+
 def priced_path(cal: dict, units: list[list[str]], order: dict, kappa: float,
                 at: dict | None = None) -> tuple[float, dict, int]:
     """(the cheapest path's calibrated ms, node id -> backend, its number of cuts) over `units`
@@ -62,7 +67,7 @@ def priced_path(cal: dict, units: list[list[str]], order: dict, kappa: float,
     ({backend: {node id: calibrated ms}}), kappa ms per change of backend, or `at`'s price for
     a cut before the unit holding that node id (a position whose own cut was measured)."""
     names = sorted(cal)
-    seq = sorted(units, key=lambda u: min(order.get(i, len(order)) for i in u))
+    seq = in_run_order(units, order)
     if not seq or not names:
         return 0.0, {}, 0
     cost = {b: 0.0 for b in names}

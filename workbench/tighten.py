@@ -31,7 +31,7 @@ the rounds say which.
 
 from __future__ import annotations
 
-from .cut_price import priced_path
+from .cut_price import in_run_order, priced_path
 
 #: At most this many plans are built and measured (each one: a build and a measuring run).
 ROUNDS = 4
@@ -149,7 +149,7 @@ def _price_own_cut(step: dict, choice: dict, units: list[list[str]], position: d
     price = min(own["per_cut_median_ms"], own["per_cut_min_ms"])
     if price <= kappa:
         return
-    seq = sorted(units, key=lambda u: min(position.get(i, len(position)) for i in u))
+    seq = in_run_order(units, position)
     for prev, u in zip(seq, seq[1:]):
         if choice.get(prev[0]) != choice.get(u[0]):  # the cut: before unit u
             head = min(u, key=lambda i: position.get(i, len(position)))
