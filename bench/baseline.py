@@ -125,6 +125,8 @@ def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = 
                                                kept[key] if kept else None)
         again = next((c for c in confirm or () if c["by"] == by), None)
         out[f"confirmed_gain_{by}"] = again[f"gain_{by}"] if again else None
+        out[f"confirmed_slower_{by}"] = again.get(f"slower_{by}") if again else None
+        out[f"one_percent_{by}"] = again.get(f"one_percent_{by}") if again else None
         out[f"confirmed_contended_{by}"] = bool(again and again.get("contended"))
     out["kept"] = kept["kept"] if kept else None
     out["kept_backends"] = kept.get("backends") if kept else None

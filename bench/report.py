@@ -104,6 +104,16 @@ def _pair(g: dict, what: str) -> str:
     return f"{_pct(g.get(what + '_min'))} / {_pct(g.get(what + '_median'))}"
 
 
+def _one_percent(g: dict) -> str:
+    """The 1% item by minimum / by median, judged on the paired run's interval of the kept
+    plan's slowdown (bench/paired.py), the interval beside it where one was measured."""
+    parts = []
+    for by in ("min", "median"):
+        state, iv = g.get(f"one_percent_{by}"), g.get(f"confirmed_slower_{by}")
+        parts.append((state or "-") + (f" [{iv[0]:+.1%}, {iv[1]:+.1%}]" if iv else ""))
+    return " / ".join(parts)
+
+
 def gains_table(res: dict) -> list[str]:
     """The headline: per model, the partitioning gain (kept plan vs the best single-library
     configuration) beside the variant gain (that configuration vs its library's default)."""
@@ -137,7 +147,7 @@ def gains_table(res: dict) -> list[str]:
             _pair(g, "variant_gain"), f"**{_pair(g, 'partitioning_gain')}**",
             _pair(g, "confirmed_gain") + (" (contended)" if g.get("confirmed_contended_min")
                                           or g.get("confirmed_contended_median") else ""),
-            pred, bound,
+            _one_percent(g), pred, bound,
             verdict(g.get("limit_headroom")) if g.get("limit_ms") is not None else "-", load])
     return _table(
         "Gains, all from one interleaved latency run per model (ms are medians; gains by "
@@ -150,7 +160,12 @@ def gains_table(res: dict) -> list[str]:
         "best configuration (by minimum, then by median) in a fresh paired run, order flipping "
         "every pass: the best of eight configurations picked by the same samples reads low, so "
         "the run's own gain is biased against the kept plan (bench/paired.py); '+0.0%' without "
-        "a run when the kept plan is that very configuration; predicted / measured = the search's estimate "
+        "a run when the kept plan is that very configuration; 1% item = the kept plan no more "
+        "than 1% slower than that configuration, by minimum / by median, judged on the paired "
+        "run's 92% interval of its slowdown (the sign test over 16 passes' ratios: each pass's "
+        "minimums, each pass's medians): 'within' when the whole interval is at most +1%, "
+        "'slower' when all of it is above, 'undecided' when the pair is closer than the run can "
+        "tell; predicted / measured = the search's estimate "
         "of the kept plan (for a plan its second level found, the median it was kept on: 'search "
         "measured') and the plan's median in this run; bound = the per-node oracle with each "
         "configuration's node times calibrated to add up to its median in this latency run "
@@ -162,7 +177,8 @@ def gains_table(res: dict) -> list[str]:
         "the profile recorded its share; verdict = 'no room (<5%)' when that headroom is under 5%, "
         "else 'room N%'; load = CPUs other processes used / CPUs during the latency run.",
         ["model", "best default single", "best single configuration", "kept plan",
-         "variant gain", "partitioning gain", "measured again", "predicted / measured ms", "bound ms", "verdict",
+         "variant gain", "partitioning gain", "measured again", "1% item",
+         "predicted / measured ms", "bound ms", "verdict",
          "load"],
         rows)
 

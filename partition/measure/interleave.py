@@ -38,6 +38,7 @@ from provmap.runtime_module.backend import percentile
 class Latency:
     samples_s: list[float] = field(default_factory=list)
     pass_medians_s: list[float] = field(default_factory=list)
+    pass_mins_s: list[float] = field(default_factory=list)  # each pass's fastest sample
     first_call_s: float = 0.0
     capped: bool = False  # far slower than the fastest: measured a few times only
     calls_per_sample: int = 1  # each sample is the mean of this many back-to-back calls
@@ -97,6 +98,7 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
                 fns[k]()
                 out[k].samples_s.append(time.perf_counter() - t)
         out[k].pass_medians_s.append(statistics.median(out[k].samples_s))
+        out[k].pass_mins_s.append(min(out[k].samples_s))
     for k, v in out.items():
         if k not in slow and v.first_call_s > 0:
             v.calls_per_sample = max(1, math.ceil(min_sample_s / v.first_call_s))
@@ -124,6 +126,7 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
                     block.append((time.perf_counter() - t) / n)
             out[k].samples_s.extend(block)
             out[k].pass_medians_s.append(statistics.median(block))
+            out[k].pass_mins_s.append(min(block))
     return out
 
 
