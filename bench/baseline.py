@@ -129,6 +129,7 @@ def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = 
         out[f"one_percent_{by}"] = again.get(f"one_percent_{by}") if again else None
         out[f"confirmed_contended_{by}"] = bool(again and again.get("contended"))
     out["kept"] = kept["kept"] if kept else None
+    out["beside_hog"] = bool(search and search.get("beside_hog"))
     out["kept_backends"] = kept.get("backends") if kept else None
     out["kept_partitions"] = kept.get("partitions") if kept else None
     out["predicted_ms"], out["predicted_basis"] = _predicted(search)

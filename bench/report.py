@@ -104,6 +104,17 @@ def _pair(g: dict, what: str) -> str:
     return f"{_pct(g.get(what + '_min'))} / {_pct(g.get(what + '_median'))}"
 
 
+def _hogged(s: dict) -> str:
+    """A search run beside a one-core hog (`--search-beside-hog`): said, with what the
+    contention fallback did (partition/fallback.py)."""
+    if not s.get("beside_hog"):
+        return ""
+    fb = s.get("fallback") or {}
+    what = (f"; fallback kept {fb['kept']} instead of {fb['instead_of']}"
+            if fb.get("instead_of") else "; the decision stood" if fb else "")
+    return f" **[searched beside a one-core hog{what}]**".replace("|", "/")
+
+
 def _one_percent(g: dict) -> str:
     """The 1% item by minimum / by median, judged on the paired run's interval of the kept
     plan's slowdown (bench/paired.py), the interval beside it where one was measured."""
@@ -143,7 +154,9 @@ def gains_table(res: dict) -> list[str]:
             + (f" (min: {g['best_config_min']})"
                if g.get("best_config_min") != g.get("best_config_median") else ""),
             (f"{g['kept']} [{', '.join(g.get('kept_backends') or [])}] "
-             f"{_ms(g.get('kept_median_ms'))}" if g.get("kept") else "- (no collage row)"),
+             f"{_ms(g.get('kept_median_ms'))}"
+             + (" (searched beside a one-core hog)" if g.get("beside_hog") else "")
+             if g.get("kept") else "- (no collage row)"),
             _pair(g, "variant_gain"), f"**{_pair(g, 'partitioning_gain')}**",
             _pair(g, "confirmed_gain") + (" (contended)" if g.get("confirmed_contended_min")
                                           or g.get("confirmed_contended_median") else ""),
@@ -289,7 +302,8 @@ def markdown(res: dict) -> str:
                                                    else " (searched)")), s["kept"],
               (s.get("e2e_why") or "-").replace("|", "/")
               + (" (measured under contention: not stored in the plan cache)"
-                 if s.get("plan_cache_refused") else "")] for s in res["search"]])
+                 if s.get("plan_cache_refused") else "") + _hogged(s)]
+             for s in res["search"]])
         levels = [s for s in res["search"] if s.get("level")]
         if levels:
             lines += _table(

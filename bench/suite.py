@@ -22,6 +22,7 @@ seeded random ones (provenance/bundled/zoo.py), so fast paths for constant data 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ import numpy as np
 
 from .baseline import gains, is_default, library
 from .costs import artifact_stats, provenance_cost
+from .hog import cpu_hog
 from .limits import headroom, measured_with_load, row_load
 from .paired import confirm_gains, paired_overhead
 from provmap.partition.collage_report import predicted_vs_measured
@@ -70,6 +72,9 @@ class SuiteOptions:
     measure_on: str | None = None          # tracker:HOST:PORT/KEY for the collage searches
     headroom_repeats: int = 10             # profiled runs per plan for the oracle (0: skip it)
     oracle_plans: bool = True              # build and measure the oracle's own plans
+    # the cold search beside a one-core CPU hog (bench/hog.py), everything after it quiet: is
+    # the artifact of a contended decision still within 1% of the best single configuration?
+    hog_search: bool = False
 
 
 def quick_options(**kw) -> SuiteOptions:
@@ -130,7 +135,10 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
               measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s,
               measure_on=opts.measure_on)
     t0 = time.perf_counter()
-    art = compile_model(view, strategy, collage_options=CollageOptions(**co), progress=say)
+    with (cpu_hog(3600.0) if opts.hog_search else contextlib.nullcontext()):
+        if opts.hog_search:
+            say("the cold search runs beside a one-core CPU hog (--search-beside-hog)")
+        art = compile_model(view, strategy, collage_options=CollageOptions(**co), progress=say)
     first_s = time.perf_counter() - t0
     rep = CollageReport.from_json(art.manifest["plan_info"]["collage"])
     t0 = time.perf_counter()
@@ -187,6 +195,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
         if rep.refine else None,
         "in_context": rep.in_context,
         "conditions": rep.conditions, "plan_cache_refused": rep.plan_cache_refused,
+        "beside_hog": opts.hog_search, "fallback": rep.fallback,
     }
     return row, art
 

@@ -18,7 +18,7 @@ tried, not the check of what they found.
 
 from __future__ import annotations
 
-from provmap.partition.measure.interleave import measure_artifacts
+from provmap.partition.measure.interleave import brief, measure_artifacts
 
 from .measure.hygiene import measure_clean
 from .refine import _wins
@@ -37,7 +37,5 @@ def confirm_refinement(start_label: str, start_art, refined_art, margin: float, 
     why = ("confirmed: " + why) if ok else why.replace(
         "kept the incumbent", f"not confirmed, {start_label} kept")
     say(f"second level: {why}")
-    numbers = ("median_ms", "min_ms", "pass_medians_ms")
-    record = {"against": start_label, "kept": ok, "why": why,
-              "measured": {k: {n: v.summary()[n] for n in numbers} for k, v in lat.items()}}
+    record = {"against": start_label, "kept": ok, "why": why, "measured": brief(lat)}
     return ok, record, cond

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from provmap.partition.measure.interleave import measure_artifacts
+from provmap.partition.measure.interleave import brief, measure_artifacts
 
 from .collage_types import EndToEnd, FirstLevel, SecondLevel
 from .measure.hygiene import measure_clean
@@ -97,7 +97,7 @@ def recheck(first: FirstLevel, e2e: EndToEnd, kept: SecondLevel, passes: int, re
         return kept
     measured = report.e2e.get("measured") or {}
     kept_label, other = rival(measured, e2e.plans, kept.plan)
-    if other is None or other not in e2e.built:
+    if other is None:  # `rival` only names plans the check built
         return kept
     source, earlier = _first_moment(report, kept, kept_label, other)
     say(f"rechecking {kept_label} against {other} ({passes} passes, a second moment: the two "
@@ -113,10 +113,9 @@ def recheck(first: FirstLevel, e2e: EndToEnd, kept: SecondLevel, passes: int, re
            f"{p['min_ratio']:.3f} by minimum, {p['median_ratio']:.3f} by median "
            f"(per moment {p['per_moment_min']} and {p['per_moment_median']})")
     say(why)
-    numbers = ("median_ms", "min_ms", "pass_medians_ms")
     report.recheck = {"kept": winner, "against": other if not swap else kept_label,
                       "switched": swap, "why": why, "first_moment": source, **p,
-                      "measured": {k: {n: v[n] for n in numbers} for k, v in now.items()}}
+                      "measured": brief(lat)}
     if not swap:
         return kept
     report.level = f"recheck ({other})"

@@ -149,13 +149,12 @@ def _check_model(v: _V, model, members: dict) -> None:
     if "given_as" in model:
         v.str_(model["given_as"], "model.given_as")
     if "index_inputs" in model:
+        from .index_bounds import uses_of  # the runtime's own reading of the field
+
         for name, uses in v.dict_(model["index_inputs"], "model.index_inputs").items():
             at = f"model.index_inputs.{_key(name)}"
-            if isinstance(uses, dict):  # one use, as artifacts before the list wrote it
-                _check_index_use(v, uses, at)
-                continue
-            for j, b in enumerate(v.list_(uses, at, max_len=10_000)):
-                _check_index_use(v, b, f"{at}[{j}]")
+            for j, b in enumerate(v.list_(uses_of(uses), at, max_len=10_000)):
+                _check_index_use(v, b, at if isinstance(uses, dict) else f"{at}[{j}]")
 
 
 def _check_index_use(v: _V, b, at: str) -> None:

@@ -222,3 +222,22 @@ def test_user_models_without_torch_is_one_clear_error(tmp_path, monkeypatch):
     assert user_bench.prepare(["resnet50"], tmp_path) == [str(done)]
     monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "c" / "costs.sqlite"))
     assert user_bench.models_dir() == tmp_path / "c" / "user-models"
+
+
+def test_a_search_beside_a_hog_is_said_in_the_gains_and_search_tables():
+    """`provmap bench --search-beside-hog`: the kept plan of a contended decision, measured
+    afterwards on a quiet machine, is marked as such, with what the fallback did."""
+    from provmap.bench.report import _hogged
+    from provmap.cli.main import build_parser
+
+    search = {"beside_hog": True, "fallback": {"kept": "single:openvino",
+                                               "instead_of": "collage", "why": "x"}}
+    g = gains(ROWS, search)
+    assert g["beside_hog"] and not gains(ROWS)["beside_hog"]
+    assert "(searched beside a one-core hog)" in "\n".join(gains_table({"gains": [g]}))
+    assert "fallback kept single:openvino instead of collage" in _hogged(search)
+    assert "the decision stood" in _hogged({"beside_hog": True, "fallback": {"instead_of": None}})
+    assert _hogged({"beside_hog": False}) == ""
+    args = build_parser().parse_args(["bench", "--user-models", "resnet50", "-o", "o",
+                                      "--search-beside-hog"])
+    assert args.search_beside_hog

@@ -53,6 +53,12 @@ class Latency:
                 "capped": self.capped, "calls_per_sample": self.calls_per_sample}
 
 
+def brief(lat: Mapping[str, Latency]) -> dict:
+    """What a decision's record keeps of each measured alternative (explain prints it)."""
+    return {k: {n: v.summary()[n] for n in ("median_ms", "min_ms", "pass_medians_ms")}
+            for k, v in lat.items()}
+
+
 def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 20,
                         passes: int = 2, warmup: int = 3, settle_s: float = 0.2,
                         min_block_s: float = 0.5, max_block_runs: int = 250,

@@ -38,7 +38,8 @@ def cmd_bench(args) -> int:
               search_budget_s=args.search_budget, refine_budget_s=args.refine_budget,
               provenance_repeats=args.provenance_repeats, measure_on=args.measure_on,
               headroom_repeats=args.headroom_repeats,
-              oracle_plans=False if args.no_oracle_plans else None)
+              oracle_plans=False if args.no_oracle_plans else None,
+              hog_search=args.search_beside_hog or None)
     if args.scaling_sizes is not None:
         kw["scaling_sizes"] = [int(x) for x in csv(args.scaling_sizes) or []]
     if args.user_models is not None:
@@ -113,6 +114,10 @@ def add_bench_command(sub) -> None:
     b.add_argument("--no-oracle-plans", action="store_true", help="do not build and measure "
                    "the oracle's own plans beside the best single configuration (the limit's "
                    "check that its room exists)")
+    b.add_argument("--search-beside-hog", action="store_true", help="run each cold collage "
+                   "search beside a one-core CPU hog, and everything after it (latency, the kept "
+                   "plan measured again, the limit) quiet: is the artifact of a contended "
+                   "decision still within 1%% of the best single configuration?")
     b.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY", help="measure collage's "
                    "candidates on the RPC servers of that key (see docs/remote.md)")
     b.add_argument("--repeats", type=positive_int, help="latency runs per alternative (default 30)")
