@@ -137,7 +137,9 @@ def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, repeats:
                     "slower_median": res["paired_interval"],
                     "slower_min": res["paired_interval_min"],
                     "coverage": res["paired_coverage"],
-                    "one_percent_median": _judge(res["paired_interval"]),
-                    "one_percent_min": _judge(res["paired_interval_min"]),
+                    "one_percent_median": ("not judged (contended)" if window.contended
+                                           else _judge(res["paired_interval"])),
+                    "one_percent_min": ("not judged (contended)" if window.contended
+                                        else _judge(res["paired_interval_min"])),
                     "passes": res["paired_passes"], "contended": window.contended})
     return out
