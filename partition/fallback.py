@@ -57,7 +57,8 @@ def _fmt(ms: dict) -> str:
 
 
 def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated: dict,
-           act: bool = True, same: dict | None = None) -> dict | None:
+           act: bool = True, same: dict | None = None,
+           contended_measured: dict | None = None) -> dict | None:
     """The fallback record for a kept plan labelled `winner`, or None when the decision was
     quiet (or contention is not acted on: PROVMAP_CONTENTION=ignore).
 
@@ -66,7 +67,8 @@ def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated:
     in ms; `same` maps a label to the one whose plan it repeats (the end-to-end check's
     e2e_same: single:b identical to collage is the same plan).  The record: `kept` (the label
     the artifact gets), `instead_of` (the winner it replaces, None when it stays), `why`, and
-    the `quiet` evidence it was judged by."""
+    the `quiet` evidence it was judged by.  `contended_measured`: the end-to-end medians
+    measured under the contention itself, used only when no quiet price is known (below)."""
     if not conditions.get("contended") or not act:
         return None
     same = same or {}
@@ -78,8 +80,7 @@ def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated:
     quiet = {"source": source if ms else None, "winner": min(ms, key=ms.get) if ms else None,
              "measured": dict(quiet_measured), "estimated": dict(quiet_estimated)}
     if not ms:
-        return {"kept": winner, "instead_of": None, "quiet": quiet,
-                "why": f"{head}; no quiet price is known to check it against, so it stays"}
+        return _no_quiet_price(winner, head, quiet, contended_measured or {}, canon)
     if canon(quiet["winner"]) == canon(winner):
         return {"kept": winner, "instead_of": None, "quiet": quiet,
                 "why": f"{head} and confirmed by quiet prices ({source}: {_fmt(ms)})"}
@@ -113,6 +114,32 @@ def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated:
     return {"kept": target, "instead_of": winner, "quiet": quiet,
             "why": f"{head} and not confirmed by quiet prices ({source}: {_fmt(ms)}): "
                    f"{target} is {how}"}
+
+
+def _no_quiet_price(winner: str, head: str, quiet: dict, loaded: dict, canon) -> dict:
+    """No quiet price at all (a hog through the whole search: every price contended, none
+    stored): the library default measured fastest beside the same load, unless that is the
+    winner.  Why defaults only: a load of one core skews configurations unlike each other
+    unequally (a one-thread variant loses no second core it never had, a mixed plan's
+    partitions lose it in turns), but two libraries at their defaults, each using every core,
+    alike.  EfficientNet-B0 beside a one-core hog (2026-11-28) kept ONNX Runtime on one thread
+    with nothing quiet to check it by; quiet, OpenVINO's default is the best configuration."""
+    defaults = {k: v for k, v in loaded.items()
+                if k.startswith("single:") and "[" not in k and v is not None}
+    if not defaults:
+        return {"kept": winner, "instead_of": None, "quiet": quiet,
+                "why": f"{head}; no quiet price is known to check it against, so it stays"}
+    target = min(defaults, key=defaults.get)
+    quiet = {**quiet, "source": "library defaults measured beside the same load",
+             "loaded": dict(defaults)}
+    if canon(target) == canon(winner):
+        return {"kept": winner, "instead_of": None, "quiet": quiet,
+                "why": f"{head}; no quiet price is known, and it is the library default "
+                       f"measured fastest beside the same load ({_fmt(defaults)}), so it stays"}
+    return {"kept": target, "instead_of": winner, "quiet": quiet,
+            "why": f"{head}; no quiet price is known to check it against, and under load only "
+                   f"library defaults compare fairly: {target} is the one measured fastest "
+                   f"beside the same load ({_fmt(defaults)})"}
 
 
 def _medians(measured: dict | None) -> dict:
@@ -162,8 +189,10 @@ def fall_back(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, kept: Second
     cond = search_conditions(first.phases, report.estimator)
     if not cond.get("contended") or not acting():
         return kept
+    # the check's own medians only: every alternative in one interleaved run, one moment
+    loaded = _medians((report.e2e or {}).get("measured"))
     rec = decide(kept.label, cond, quiet_measured(space, first), quiet_estimated(space, first),
-                 same=report.e2e_same)
+                 same=report.e2e_same, contended_measured=loaded)
     report.fallback = rec
     if rec["instead_of"] is None:
         say(f"kept {kept.label}: {rec['why']}")

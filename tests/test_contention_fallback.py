@@ -77,6 +77,30 @@ def test_without_quiet_prices_the_winner_stays_and_says_so():
     assert rec["quiet"]["winner"] is None
 
 
+def test_without_quiet_prices_only_library_defaults_measured_under_the_load_compare():
+    """A hog through the whole search (EfficientNet-B0, 2026-11-28): every price contended, and
+    ONNX Runtime on one thread won the check.  Defaults use every core alike, so the fastest
+    default beside the same load is kept; a variant or a mixed plan never is."""
+    loaded = {"single:onnxruntime[threads=1]": 4.1, "single:onnxruntime": 5.0,
+              "single:openvino": 4.6, "collage": 3.9, "single:openvino[threads=1]": 4.3}
+    for winner in ("single:onnxruntime[threads=1]", "collage", "refined"):
+        rec = fallback.decide(winner, BUSY, {}, {}, contended_measured=loaded)
+        assert rec["kept"] == "single:openvino" and rec["instead_of"] == winner
+        assert "library defaults compare fairly" in rec["why"]
+        assert rec["quiet"]["loaded"] == {"single:onnxruntime": 5.0, "single:openvino": 4.6}
+    rec = fallback.decide("single:openvino", BUSY, {}, {}, contended_measured=loaded)
+    assert rec["instead_of"] is None and "measured fastest beside the same load" in rec["why"]
+    # the check's plan identical to single:openvino is that plan
+    rec = fallback.decide("collage", BUSY, {}, {}, same={"collage": "single:openvino"},
+                          contended_measured=loaded)
+    assert rec["instead_of"] is None
+    # quiet prices, when there are any, still decide alone
+    rec = fallback.decide("single:onnxruntime[threads=1]", BUSY,
+                          {"single:onnxruntime[threads=1]": 3.0, "single:openvino": 3.5}, {},
+                          contended_measured=loaded)
+    assert rec["instead_of"] is None
+
+
 def test_when_the_best_quiet_single_is_the_winner_it_stays():
     rec = fallback.decide("single:openvino", BUSY, {}, {**EST, "collage": 0.5})
     assert rec["instead_of"] is None and "is single:openvino itself" in rec["why"]
