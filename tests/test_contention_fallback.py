@@ -145,8 +145,9 @@ def test_a_search_beside_a_cpu_hog_is_quiet_or_follows_the_fallback_rule(
     # both whole-model prices of the first search are in the cache: quiet evidence exists
     assert {"single:onnxruntime", "single:openvino"} <= set(rec["quiet"]["estimated"])
     winner = rec["instead_of"] or rec["kept"]
+    loaded = {k: v["median_ms"] for k, v in ((rep.get("e2e") or {}).get("measured") or {}).items()}
     again = fallback.decide(winner, cond, rec["quiet"]["measured"], rec["quiet"]["estimated"],
-                            same=rep.get("e2e_same"))
+                            same=rep.get("e2e_same"), contended_measured=loaded)
     assert again == rec
     kept = art.manifest["strategy"]
     assert kept == ("collage" if rec["kept"] == "collage" else f"collage->{rec['kept']}")
