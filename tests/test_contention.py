@@ -3,6 +3,7 @@ inputs, and the real counters with a real CPU hog.  This machine is shared (othe
 while the tests do), so no test asserts that the real machine is quiet: quiet verdicts are
 tested on chosen inputs, the real counters only where the test itself controls the load."""
 
+import os
 import time
 
 import pytest
@@ -112,3 +113,35 @@ def test_only_an_end_to_end_phase_decides_whether_a_plan_was_chosen_under_conten
     assert rec["contended"] and "2 price(s)" in rec["reason"]
     rec = search_conditions({"candidates": busy}, {})
     assert rec["contended"]
+
+
+def test_a_hog_stops_soon_after_its_owner_is_killed_past_its_finally():
+    """A bench killed by SIGTERM never runs cpu_hog's `finally`; the detached hog (re-parented
+    away) checks its owner and stops (2026-11-28: a 3600 s hog outlived its bench and loaded
+    the next run's quiet phase)."""
+    import signal as sig
+    import subprocess
+    import sys
+    import time
+
+    code = ("import time\nfrom provmap.bench.hog import cpu_hog\n"
+            "with cpu_hog(60.0) as p:\n    print(p, flush=True)\n    time.sleep(60)\n")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    hog = int(owner.stdout.readline())
+    owner.send_signal(sig.SIGTERM)
+    owner.wait(timeout=30)
+
+    def spinning() -> bool:
+        try:
+            with open(f"/proc/{hog}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    end = time.monotonic() + 5.0
+    while spinning() and time.monotonic() < end:
+        time.sleep(0.1)
+    alive = spinning()
+    if alive:
+        os.kill(hog, sig.SIGKILL)
+    assert not alive
