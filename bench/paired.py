@@ -94,7 +94,9 @@ CONFIRM_PASSES = 16
 ONE_PERCENT = 0.01
 
 
-def _judge(interval) -> str | None:
+def _judge(interval, contended: bool) -> str | None:
+    if contended:
+        return "not judged (contended)"
     return None if interval is None else within(interval[0], interval[1], ONE_PERCENT)
 
 
@@ -137,9 +139,7 @@ def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, repeats:
                     "slower_median": res["paired_interval"],
                     "slower_min": res["paired_interval_min"],
                     "coverage": res["paired_coverage"],
-                    "one_percent_median": ("not judged (contended)" if window.contended
-                                           else _judge(res["paired_interval"])),
-                    "one_percent_min": ("not judged (contended)" if window.contended
-                                        else _judge(res["paired_interval_min"])),
+                    "one_percent_median": _judge(res["paired_interval"], window.contended),
+                    "one_percent_min": _judge(res["paired_interval_min"], window.contended),
                     "passes": res["paired_passes"], "contended": window.contended})
     return out

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from provmap.runtime_module.artifact import build_artifact
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
+from provmap.runtime_module.registry import parse_variant
 from provmap.runtime_module.subgraph import Subgraph
 
 from .collage_types import EndToEnd, FirstLevel, SearchSpace, SecondLevel
@@ -135,17 +136,15 @@ def _no_quiet_price(winner: str, head: str, quiet: dict, loaded: dict, canon) ->
     against ONNX Runtime's 6.0 on one thread), and this rule then keeps ONNX Runtime's default
     whatever the quiet ranking.  Under such a load nothing measured ranks OpenVINO; what the
     rule does guarantee is a library default, never a variant the load favoured."""
-    one = {k.split(":", 1)[1].split("[", 1)[0]: v for k, v in loaded.items()
-           if k.startswith("single:") and k.endswith("[threads=1]") and v is not None
-           and k.count("[") == 1 and ";" not in k}
-    if len(one) < 2:
+    one = {k: v for k, v in loaded.items() if v is not None and k.startswith("single:")
+           and parse_variant(k.split(":", 1)[1])[1] == {"threads": "1"}}
+    if len({parse_variant(k.split(":", 1)[1])[0] for k in one}) < 2:
         return {"kept": winner, "instead_of": None, "quiet": quiet,
                 "why": f"{head}; no quiet price is known to check it against, so it stays"}
-    lib = min(one, key=one.get)
-    target = f"single:{lib}"
-    fmt = _fmt({f"single:{b}[threads=1]": v for b, v in one.items()})
+    target = "single:" + parse_variant(min(one, key=one.get).split(":", 1)[1])[0]
+    fmt = _fmt(one)
     quiet = {**quiet, "source": "one-thread configurations measured beside the same load",
-             "loaded": {f"single:{b}[threads=1]": v for b, v in one.items()}}
+             "loaded": dict(one)}
     if canon(target) == canon(winner):
         return {"kept": winner, "instead_of": None, "quiet": quiet,
                 "why": f"{head}; no quiet price is known, and it is the default of the library "

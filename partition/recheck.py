@@ -105,7 +105,7 @@ def recheck(first: FirstLevel, e2e: EndToEnd, kept: SecondLevel, passes: int, re
     lat, first.phases["recheck"] = measure_clean(lambda: measure_artifacts(
         {kept_label: kept.artifact, other: e2e.built[other]}, repeats=repeats, passes=passes,
         min_block_s=1.0, never_cap=(kept_label, other)), say, "recheck")
-    now = {k: v.summary() for k, v in lat.items()}
+    now = brief(lat)  # what pooling reads (median, minimum) and the record keeps
     p = pooled([earlier, now], kept_label, other)
     swap = switches(p, margin)
     winner = other if swap else kept_label
@@ -115,7 +115,7 @@ def recheck(first: FirstLevel, e2e: EndToEnd, kept: SecondLevel, passes: int, re
     say(why)
     report.recheck = {"kept": winner, "against": other if not swap else kept_label,
                       "switched": swap, "why": why, "first_moment": source, **p,
-                      "measured": brief(lat)}
+                      "measured": now}
     if not swap:
         return kept
     report.level = f"recheck ({other})"

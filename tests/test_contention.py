@@ -122,7 +122,6 @@ def test_a_hog_stops_soon_after_its_owner_is_killed_past_its_finally():
     import signal as sig
     import subprocess
     import sys
-    import time
 
     code = ("import time\nfrom provmap.bench.hog import cpu_hog\n"
             "with cpu_hog(60.0) as p:\n    print(p, flush=True)\n    time.sleep(60)\n")

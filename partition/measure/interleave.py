@@ -55,8 +55,11 @@ class Latency:
 
 def brief(lat: Mapping[str, Latency]) -> dict:
     """What a decision's record keeps of each measured alternative (explain prints it)."""
-    return {k: {n: v.summary()[n] for n in ("median_ms", "min_ms", "pass_medians_ms")}
-            for k, v in lat.items()}
+    out = {}
+    for k, v in lat.items():
+        s = v.summary()  # sorts the samples: once per alternative
+        out[k] = {n: s[n] for n in ("median_ms", "min_ms", "pass_medians_ms")}
+    return out
 
 
 def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 20,
