@@ -32,7 +32,6 @@ def _table(intro: str, header: list[str], rows: list[list]) -> list[str]:
     return ["", intro, "", line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
-
 def _final_verdict(o: dict, p: dict) -> str:
     """A win measured twice, else the tightened verdict (a win of one run, from results older
     than the second run, is said as such, not as a win)."""
@@ -106,13 +105,17 @@ def _pair(g: dict, what: str) -> str:
 
 def _hogged(s: dict) -> str:
     """A search run beside a one-core hog (`--search-beside-hog`): said, with what the
-    contention fallback did (partition/fallback.py)."""
+    contention fallback did (partition/fallback.py) and whether it waited for quiet."""
     if not s.get("beside_hog"):
         return ""
     fb = s.get("fallback") or {}
     what = (f"; fallback kept {fb['kept']} instead of {fb['instead_of']}"
             if fb.get("instead_of") else "; the decision stood" if fb else "")
-    return f" **[searched beside a one-core hog{what}]**".replace("|", "/")
+    if w := fb.get("waited"):
+        what += (f"; measured again after waiting {w['waited_s']:.0f} s" if w["quiet"] else
+                 f"; waited {w['waited_s']:.0f} s for quiet in vain")
+    ends = " that ends when the search waits" if s.get("beside_hog") == "ends" else ""
+    return f" **[searched beside a one-core hog{ends}{what}]**".replace("|", "/")
 
 
 def _one_percent(g: dict) -> str:

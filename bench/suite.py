@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -42,6 +43,7 @@ from .hog import cpu_hog
 from .limits import headroom, measured_with_load, row_load
 from .paired import confirm_gains, paired_overhead
 from provmap.partition.collage_report import predicted_vs_measured
+from provmap.partition.quiet_again import WAITING
 
 DEFAULT_MODELS = ["bundled:transformer", "bundled:squeezenet", "bundled:bvlc_alexnet",
                   "bundled:inception_v1", "bundled:resnet50", "bundled:vgg19"]
@@ -74,7 +76,9 @@ class SuiteOptions:
     oracle_plans: bool = True              # build and measure the oracle's own plans
     # the cold search beside a one-core CPU hog (bench/hog.py), everything after it quiet: is
     # the artifact of a contended decision still within 1% of the best single configuration?
-    hog_search: bool = False
+    # "through": the hog outlasts the search; "ends": it stops when the search starts waiting
+    # for quiet (partition/quiet_again.py), as a neighbour's job that finishes.  None: no hog.
+    hog_search: str | None = None
 
 
 def quick_options(**kw) -> SuiteOptions:
@@ -135,10 +139,19 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
               measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s,
               measure_on=opts.measure_on)
     t0 = time.perf_counter()
-    with (cpu_hog(3600.0) if opts.hog_search else contextlib.nullcontext()):
+    with (cpu_hog(3600.0) if opts.hog_search else contextlib.nullcontext()) as hog:
         if opts.hog_search:
-            say("the cold search runs beside a one-core CPU hog (--search-beside-hog)")
-        art = compile_model(view, strategy, collage_options=CollageOptions(**co), progress=say)
+            say(f"the cold search runs beside a one-core CPU hog (--search-beside-hog "
+                f"{opts.hog_search})")
+
+        def progress(m, ends=opts.hog_search == "ends"):
+            if ends and WAITING in m:
+                say("the hog stops: its job is over")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(hog, signal.SIGKILL)
+            say(m)
+        art = compile_model(view, strategy, collage_options=CollageOptions(**co),
+                            progress=progress)
     first_s = time.perf_counter() - t0
     rep = CollageReport.from_json(art.manifest["plan_info"]["collage"])
     t0 = time.perf_counter()

@@ -418,7 +418,7 @@ def _search(view, backends, space, opts, say, progress, t0) -> CollageResult:
     kept = second_level(space, first, e2e, opts, say)
     kept = recheck(first, e2e, kept, opts.recheck_passes, 2 * opts.e2e_repeats,
                    opts.e2e_tie_margin, say)  # a one-library plan, at a second moment
-    kept = fall_back(space, first, e2e, kept, say)  # a contended decision quiet prices refute
+    kept = fall_back(space, first, e2e, kept, opts, say)  # a contended decision quiet prices refute
     report = first.report
     art = _concurrent_schedules(kept, report, opts, progress)
     if opts.in_context:

@@ -45,6 +45,8 @@ class CollageOptions:
     refine_confirm_passes: int = 4  # ...and win again in a fresh measurement of this many passes (0: not)
     recheck_passes: int = 2         # a kept one-library plan against its closest rival, at a
     #                                 second moment (partition/recheck.py; 0: not)
+    quiet_wait_s: float = 120.0     # a contended decision with no quiet price: wait this long
+    #                                 for quiet and measure it again (partition/quiet_again.py)
     schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers

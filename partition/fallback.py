@@ -16,6 +16,10 @@ contention, the winner is checked against the prices already known to be quiet:
   stored in the persistent cost cache (contended prices are quarantined for the run, never
   stored), and the searched plan's total when no price of the run stayed contended.
 
+With no quiet end-to-end price at all, the search first waits (bounded) for quiet and repeats
+its end-to-end check (quiet_again.py): a quiet repeat decides, whatever the contended run said
+(`taken_again`); a load that outlasts the wait leaves the evidence below.
+
 Measured evidence, when there is any, is used alone: estimates are isolated prices, and mixing
 them with end-to-end medians in one ranking would compare two different clocks.  The winner is
 confirmed when it is also the fastest on that evidence; otherwise the artifact gets the best
@@ -31,10 +35,11 @@ from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 from provmap.runtime_module.registry import parse_variant
 from provmap.runtime_module.subgraph import Subgraph
 
-from .collage_types import EndToEnd, FirstLevel, SearchSpace, SecondLevel
+from .collage_types import CollageOptions, EndToEnd, FirstLevel, SearchSpace, SecondLevel
 from .measure.cache import backend_identity
 from .measure.contention import acting
 from .measure.hygiene import DECISIVE, search_conditions
+from .quiet_again import measure_again
 
 
 # A winner whose own quiet price is this close to the quiet best is not refuted: one price
@@ -195,24 +200,54 @@ def quiet_estimated(space: SearchSpace, first: FirstLevel) -> dict:
     return out
 
 
+def taken_again(winner: str, conditions: dict, again: dict, same: dict | None = None) -> dict:
+    """The fallback record when the decision was measured again quietly (quiet_again.py): the
+    end-to-end check's rule on that run keeps its pick, whatever the contended run said."""
+    same = same or {}
+    canon = lambda k: same.get(k, k)  # noqa: E731
+    pick = again["winner"]
+    ms = {k: v["median_ms"] for k, v in again["measured"].items()}
+    head = (f"decision taken under contention ({_load(conditions)}); measured again after "
+            f"waiting {again['waited_s']:.0f} s for quiet ({_fmt(ms)}): {again['why']}")
+    quiet = {"source": "measured end to end again, quietly", "winner": pick,
+             "measured": ms, "estimated": {}}
+    if canon(pick) == canon(winner):
+        return {"kept": winner, "instead_of": None, "quiet": quiet, "waited": again,
+                "why": f"{head}, so it stays"}
+    return {"kept": pick, "instead_of": winner, "quiet": quiet, "waited": again,
+            "why": head}
+
+
 def fall_back(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, kept: SecondLevel,
-              say) -> SecondLevel:
-    """`kept`, or the configuration `decide` keeps instead (built from the end-to-end check's
-    partitions where it can); the record goes into the report's `fallback`, said in one line."""
+              opts: CollageOptions, say) -> SecondLevel:
+    """`kept`, or the configuration a quiet repeat of the decision or `decide` keeps instead
+    (built from the end-to-end check's partitions where it can); the record goes into the
+    report's `fallback`, said in one line."""
     report = first.report
     cond = search_conditions(first.phases, report.estimator)
     if not cond.get("contended") or not acting():
         return kept
-    # the check's own medians only: every alternative in one interleaved run, one moment
-    loaded = _medians((report.e2e or {}).get("measured"))
-    rec = decide(kept.label, cond, quiet_measured(space, first), quiet_estimated(space, first),
-                 same=report.e2e_same, contended_measured=loaded)
+    measured = quiet_measured(space, first)
+    again = None if measured else measure_again(e2e, kept, opts, first.phases, say)
+    if again and again["quiet"]:
+        rec = taken_again(kept.label, cond, again, same=report.e2e_same)
+    else:
+        # the check's own medians only: every alternative in one interleaved run, one moment
+        loaded = _medians((report.e2e or {}).get("measured"))
+        rec = decide(kept.label, cond, measured, quiet_estimated(space, first),
+                     same=report.e2e_same, contended_measured=loaded)
+        if again:
+            rec = {**rec, "waited": again, "why": f"{rec['why']} (waited {again['waited_s']:.0f} "
+                                                  "s for quiet, in vain)"}
     report.fallback = rec
     if rec["instead_of"] is None:
         say(f"kept {kept.label}: {rec['why']}")
         return kept
     target = rec["kept"]
     say(f"kept {target} instead of {kept.label}: {rec['why']}")
+    if again and again["quiet"]:
+        report.level = f"quiet repeat of the end-to-end check ({target})"
+        return SecondLevel(target, e2e.plans[target], e2e.built[target])
     name = target.split(":", 1)[1]
     plan = order_plan(space.view, Plan(target, [PartitionSpec(
         name, list(space.view.op_nodes), why=f"{target} (fallback: {rec['why']})")]))

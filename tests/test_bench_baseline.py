@@ -238,6 +238,15 @@ def test_a_search_beside_a_hog_is_said_in_the_gains_and_search_tables():
     assert "fallback kept single:openvino instead of collage" in _hogged(search)
     assert "the decision stood" in _hogged({"beside_hog": True, "fallback": {"instead_of": None}})
     assert _hogged({"beside_hog": False}) == ""
-    args = build_parser().parse_args(["bench", "--user-models", "resnet50", "-o", "o",
-                                      "--search-beside-hog"])
-    assert args.search_beside_hog
+    again = {"beside_hog": "ends", "fallback": {
+        "kept": "single:openvino", "instead_of": "single:onnxruntime[threads=1]", "why": "x",
+        "waited": {"waited_s": 2.4, "quiet": True}}}
+    assert ("hog that ends when the search waits; fallback kept single:openvino instead of "
+            "single:onnxruntime[threads=1]; measured again after waiting 2 s") in _hogged(again)
+    vain = {"beside_hog": "through", "fallback": {"instead_of": None, "waited": {
+        "waited_s": 120.0, "quiet": False}}}
+    assert "the decision stood; waited 120 s for quiet in vain" in _hogged(vain)
+    parse = lambda *a: build_parser().parse_args(  # noqa: E731
+        ["bench", "--user-models", "resnet50", "-o", "o", *a]).search_beside_hog
+    assert (parse("--search-beside-hog"), parse("--search-beside-hog", "ends"),
+            parse()) == ("through", "ends", None)

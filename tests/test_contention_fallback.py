@@ -114,11 +114,12 @@ def test_when_the_best_quiet_single_is_the_winner_it_stays():
 
 # -- one search beside a real CPU hog --------------------------------------------------------
 
-def _opts(cache, research=False):
+def _opts(cache, research=False, quiet_wait_s=2.0):
     from provmap.partition.collage import CollageOptions
 
     return CollageOptions(max_depth=2, max_size=2, cache_path=str(cache), e2e_repeats=3,
-                          refine_budget_s=0.0, schedules=False, reuse_plan=not research)
+                          refine_budget_s=0.0, schedules=False, reuse_plan=not research,
+                          quiet_wait_s=quiet_wait_s)
 
 
 @pytest.mark.skipif(not snapshot().known, reason="needs Linux /proc")
@@ -154,7 +155,8 @@ def test_a_search_beside_a_cpu_hog_is_quiet_or_follows_the_fallback_rule(
     loaded = {k: v["median_ms"] for k, v in ((rep.get("e2e") or {}).get("measured") or {}).items()}
     again = fallback.decide(winner, cond, rec["quiet"]["measured"], rec["quiet"]["estimated"],
                             same=rep.get("e2e_same"), contended_measured=loaded)
-    assert again == rec
+    # quiet prices were known, so the search did not wait for quiet to measure again
+    assert "waited" not in rec and again == rec
     kept = art.manifest["strategy"]
     assert kept == ("collage" if rec["kept"] == "collage" else f"collage->{rec['kept']}")
     assert sum(1 for m in said if f"kept {rec['kept']}" in m and rec["why"] in m) == 1
@@ -201,3 +203,62 @@ def test_a_winner_within_the_drift_of_the_quiet_best_is_not_overturned():
     assert "within 5% of the fastest" in rec["why"]
     rec = fallback.decide("collage", BUSY, {}, {"single:openvino": 1.00, "collage": 1.08})
     assert rec["instead_of"] == "collage" and rec["kept"] == "single:openvino"
+
+
+def test_a_quiet_repeat_decides_whatever_the_contended_run_said():
+    """quiet_again's record, as fallback reads it (pure: no backend)."""
+    again = {"waited_s": 3.0, "quiet": True, "winner": "single:openvino", "why": "fastest median",
+             "measured": {"single:openvino": {"median_ms": 1.7, "min_ms": 1.6},
+                          "single:onnxruntime[threads=1]": {"median_ms": 3.2, "min_ms": 3.1}}}
+    rec = fallback.taken_again("single:onnxruntime[threads=1]", BUSY, again)
+    assert rec["kept"] == "single:openvino"
+    assert rec["instead_of"] == "single:onnxruntime[threads=1]"
+    assert "waiting 3 s for quiet" in rec["why"] and rec["quiet"]["winner"] == "single:openvino"
+    # the same plan under another label is the winner itself
+    rec = fallback.taken_again("collage", BUSY, again, same={"single:openvino": "collage"})
+    assert rec["instead_of"] is None and rec["kept"] == "collage"
+
+
+@pytest.mark.skipif(not snapshot().known, reason="needs Linux /proc")
+def test_a_search_whose_neighbour_ends_while_it_waits_decides_on_a_quiet_repeat(
+        tmp_path, monkeypatch):
+    """A hog through the decision, gone when the search starts waiting (bench's
+    `--search-beside-hog ends`): with no quiet price stored (a fresh cache) the search measures
+    its end-to-end check again and keeps that run's pick.  Other jobs share this host, so a
+    repeat that was itself contended is allowed; it must then say it waited in vain."""
+    import os
+    import signal
+
+    from provmap.partition.compile import compile_model, load_view
+    from provmap.partition.quiet_again import WAITING
+
+    view = load_view("bundled:transformer")
+    monkeypatch.setenv("PROVMAP_CONTENTION", "act")
+    monkeypatch.setattr(hygiene, "PAUSE_S", 1.0)
+    said = []
+    with cpu_hog(600.0) as pid:
+        def progress(m):
+            said.append(m)
+            if WAITING in m:
+                os.kill(pid, signal.SIGKILL)
+        art = compile_model(view, "collage:onnxruntime,openvino", progress=progress,
+                            collage_options=_opts(tmp_path / "c.sqlite", quiet_wait_s=20.0))
+    rep = art.manifest["plan_info"]["collage"]
+    if not rep["conditions"]["contended"]:
+        assert "fallback" not in rep
+        return
+    rec = rep["fallback"]
+    print("fallback:", rec)
+    assert sum(WAITING in m for m in said) == 1
+    waited = rec["waited"]
+    if not waited["quiet"]:
+        assert "in vain" in rec["why"]
+        return
+    assert rec["quiet"]["source"] == "measured end to end again, quietly"
+    # every plan the check measured (identical plans once), measured again
+    assert rec["kept"] == waited["winner"]
+    assert set(waited["measured"]) >= set(rep["e2e"]["measured"]) >= {"single:openvino"}
+    kept = art.manifest["strategy"]
+    assert kept == ("collage" if rec["kept"] == "collage" else f"collage->{rec['kept']}")
+    if rec["instead_of"]:
+        assert rep["level"] == f"quiet repeat of the end-to-end check ({rec['kept']})"

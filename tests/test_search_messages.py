@@ -47,12 +47,20 @@ def test_both_budgets_take_none():
     assert a.search_budget is None and a.refine_budget is None
     a = p.parse_args(["compile", "m.onnx", "-o", "x"])
     assert not hasattr(a, "search_budget") and not hasattr(a, "refine_budget")  # defaults
+    from provmap.cli.compile_flags import collage_options, strategy_of
+
+    a = p.parse_args(["compile", "m.onnx", "-o", "x", "--strategy", "collage", "--quiet-wait",
+                      "0"])
+    assert collage_options(a, strategy_of(a)).quiet_wait_s == 0.0
+    a = p.parse_args(["compile", "m.onnx", "-o", "x", "--strategy", "collage"])
+    assert collage_options(a, strategy_of(a)).quiet_wait_s == 120.0
 
 
 @pytest.mark.parametrize("flags,words", [
     (["--search-budget", "30"], "--search-budget applies to --strategy collage only"),
     (["--refine-budget", "none"], "--refine-budget applies"),
     (["--cache", "c.sqlite"], "--cache applies"),
+    (["--quiet-wait", "30"], "--quiet-wait applies"),
     (["--search-budget", "5", "--pin", "n=openvino"], "--search-budget/--pin apply"),
 ])
 def test_search_flags_outside_collage_are_refused_before_the_model_is_read(tmp_path, flags,

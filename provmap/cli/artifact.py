@@ -19,7 +19,7 @@ from provmap.provenance.util.atomic import save_npz_atomic
 from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add_trust_option,
                      backend_list, budget, check_inputs_choice, count, load_inputs, output_stats,
                      note_needless_trust, parse_backend_options, positive_int, repeats,
-                     say_progress, term_safe, warmups, warn)
+                     say_progress, seconds, term_safe, warmups, warn)
 from .common import print_safe as _say, print_text_safe
 from .compile_trust import refuse_unusable_cache, refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
@@ -363,6 +363,10 @@ def add_artifact_commands(sub) -> None:
                    "faster end to end in every pass (default 60; 0: off; 'none': until it runs "
                    "out of proposals).  A proposal started before the budget ends is finished, "
                    "and concurrent schedules are searched after it")
+    c.add_argument("--quiet-wait", type=seconds, default=argparse.SUPPRESS, metavar="SECONDS",
+                   help="collage: a decision measured under contention, with no quiet price to "
+                   "check it, waits this long for quiet and is measured again (default 120; 0: "
+                   "the fallback rule decides at once)")
     c.add_argument("--variant", action="append", metavar="OPTION=VALUE[;...]",
                    help="collage: options tried as a whole-partition variant of each searched "
                    "backend that takes them, in the end-to-end check (single plans) and the "

@@ -114,10 +114,13 @@ def add_bench_command(sub) -> None:
     b.add_argument("--no-oracle-plans", action="store_true", help="do not build and measure "
                    "the oracle's own plans beside the best single configuration (the limit's "
                    "check that its room exists)")
-    b.add_argument("--search-beside-hog", action="store_true", help="run each cold collage "
-                   "search beside a one-core CPU hog, and everything after it (latency, the kept "
-                   "plan measured again, the limit) quiet: is the artifact of a contended "
-                   "decision still within 1%% of the best single configuration?")
+    b.add_argument("--search-beside-hog", nargs="?", const="through", choices=("through", "ends"),
+                   help="run each cold collage search beside a one-core CPU hog, and everything "
+                   "after it (latency, the kept plan measured again, the limit) quiet: is the "
+                   "artifact of a contended decision still within 1%% of the best single "
+                   "configuration?  'through' (the default): the hog outlasts the search; "
+                   "'ends': it stops when the search starts waiting for quiet, as a "
+                   "neighbour's job that finishes")
     b.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY", help="measure collage's "
                    "candidates on the RPC servers of that key (see docs/remote.md)")
     b.add_argument("--repeats", type=positive_int, help="latency runs per alternative (default 30)")
