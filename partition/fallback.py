@@ -229,7 +229,8 @@ def fall_back(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, kept: Second
         return kept
     measured = quiet_measured(space, first)
     again = None if measured else measure_again(e2e, kept, opts, first.phases, say)
-    if again and again["quiet"]:
+    repeated = bool(again and again["quiet"])  # decided by a quiet repeat of the check
+    if repeated:
         rec = taken_again(kept.label, cond, again, same=report.e2e_same)
     else:
         # the check's own medians only: every alternative in one interleaved run, one moment
@@ -245,7 +246,7 @@ def fall_back(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, kept: Second
         return kept
     target = rec["kept"]
     say(f"kept {target} instead of {kept.label}: {rec['why']}")
-    if again and again["quiet"]:
+    if repeated:
         report.level = f"quiet repeat of the end-to-end check ({target})"
         return SecondLevel(target, e2e.plans[target], e2e.built[target])
     name = target.split(":", 1)[1]

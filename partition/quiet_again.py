@@ -43,8 +43,8 @@ def measure_again(e2e: EndToEnd, kept: SecondLevel, opts: CollageOptions, phases
                   say) -> dict | None:
     """None when not waited for (`quiet_wait_s` 0); else the record: `waited_s`, `quiet`
     (whether the repeat ran and stayed quiet), and when it did the `winner`, `why` and what
-    was `measured` (and `tie_break`'s longer run, when there was one).  Each window's conditions go to `phases` (quiet_wait, quiet_again,
-    quiet_tie_break)."""
+    was `measured` (and `tie_break`'s longer run, when there was one).  Each window's
+    conditions go to `phases` (quiet_wait, quiet_again, quiet_tie_break)."""
     if not opts.quiet_wait_s:
         return None
     arts = dict(e2e.built)

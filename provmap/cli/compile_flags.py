@@ -70,7 +70,7 @@ def collage_options(args, strategy: Strategy):
         measure_budget_s=getattr(args, "search_budget", DEFAULT_SEARCH_BUDGET_S),
         refine_budget_s=0.0 if args.no_e2e_check else getattr(args, "refine_budget", 60.0),
         measure_on=args.measure_on, reuse_plan=not args.research,
-        quiet_wait_s=getattr(args, "quiet_wait", 120.0),
+        quiet_wait_s=getattr(args, "quiet_wait", CollageOptions.quiet_wait_s),
         **({"e2e_variants": ()} if args.no_variants else
            {"e2e_variants": tuple(args.variant)} if args.variant else {}))
 
