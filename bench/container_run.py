@@ -24,7 +24,8 @@ BACKENDS = ("onnxruntime", "openvino")
 WITHIN = 0.02  # the done-when's bound on the container's overhead
 
 
-def container_rows(specs: list[str], repeats: int, passes: int, say) -> list[dict]:
+def container_rows(specs: list[str], repeats: int, passes: int, say,
+                   backends: tuple[str, ...] = BACKENDS) -> list[dict]:
     """One row per (model, backend): single:<b> against <b> called directly, with the two
     measurements that say what a difference is made of (see `_judged`)."""
     from provmap.partition.compile import compile_model, load_view
@@ -40,7 +41,7 @@ def container_rows(specs: list[str], repeats: int, passes: int, say) -> list[dic
         model, name = _load_model(spec, False)
         view = load_view(model, name)
         with tempfile.TemporaryDirectory(prefix="provmap-container-") as tmp:
-            for b in BACKENDS:
+            for b in backends:
                 log = lambda m, n=name, b=b: say(f"[{n} {b}] {m}")  # noqa: E731
                 path = os.path.join(tmp, f"single_{b}.provmap")
                 compile_model(view, f"single:{b}", out=path)
@@ -188,14 +189,22 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=30, help="timed runs per side")
     ap.add_argument("--passes", type=int, default=16, help="paired blocks (16: the sign "
                     "test's interval is the 5th to 12th ratio)")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help="comma-separated, of " + ", ".join(BACKENDS) + " (default: both); "
+                    "to repeat only the pairs a shorter run left undecided")
     a = ap.parse_args(argv)
+    backends = tuple(b.strip() for b in a.backends.split(",") if b.strip())
 
     def check(a):
         if a.repeats < 1 or a.passes < 1:
             raise ProvmapError("--repeats and --passes must be at least 1")
+        bad = [b for b in backends if b not in BACKENDS] or ([] if backends else ["(none)"])
+        if bad:
+            raise ProvmapError(f"--backends: {', '.join(bad)} is not one of "
+                               f"{', '.join(BACKENDS)}")
 
     def measure(specs, say):
-        return container_rows(specs, a.repeats, a.passes, say)
+        return container_rows(specs, a.repeats, a.passes, say, backends)
 
     return run_step("container_run", a, "rows", measure, markdown, "container", check,
                     extra={"passes": a.passes})

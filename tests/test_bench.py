@@ -414,3 +414,12 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
     assert container_run.within({**row, "executor_share": 0.03}) == "no: the executor"
     assert container_run.within({**row, "library_min_ms": 0.5}) == "n/a (<1 ms)"
     assert "| onnxruntime |" in (out / "container.md").read_text()
+    # only the pairs a shorter run left undecided; a backend it does not know is one line
+    one = tmp_path / "one"
+    assert container_run.main([str(model), "--passes", "1", "--repeats", "2",
+                               "--backends", "openvino", "-o", str(one)]) == 0
+    res = json.loads((one / "container.json").read_text())
+    assert [r["backend"] for r in res["rows"]] == ["openvino"]
+    assert container_run.main([str(model), "--backends", "tvm", "-o",
+                               str(tmp_path / "bad")]) != 0
+    assert not (tmp_path / "bad").exists()
