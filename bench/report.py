@@ -104,8 +104,7 @@ def _pair(g: dict, what: str) -> str:
 
 
 def _hogged(s: dict) -> str:
-    """A search run beside a one-core hog (`--search-beside-hog`): said, with what the
-    contention fallback did (partition/fallback.py) and whether it waited for quiet."""
+    """A search beside a one-core hog (`--search-beside-hog`) and what fallback.py did."""
     if not s.get("beside_hog"):
         return ""
     fb = s.get("fallback") or {}
@@ -114,6 +113,7 @@ def _hogged(s: dict) -> str:
     if w := fb.get("waited"):
         what += (f"; measured again after waiting {w['waited_s']:.0f} s" if w["quiet"] else
                  f"; waited {w['waited_s']:.0f} s for quiet in vain")
+    what += "; a guess, refused without --accept-contended" if fb.get("guess") else ""
     ends = " that ends when the search waits" if s.get("beside_hog") == "ends" else ""
     return f" **[searched beside a one-core hog{ends}{what}]**".replace("|", "/")
 

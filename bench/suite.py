@@ -137,7 +137,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     cold = opts.cache is None
     co = dict(cache_path=cache, max_size=opts.max_size, max_depth=opts.max_depth,
               measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s,
-              measure_on=opts.measure_on)
+              measure_on=opts.measure_on, accept_contended=True)  # a guess: kept and tabled
     t0 = time.perf_counter()
     with (cpu_hog(3600.0) if opts.hog_search else contextlib.nullcontext()) as hog:
         if opts.hog_search:

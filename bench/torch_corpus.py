@@ -125,7 +125,7 @@ def _step_strategy(task: dict) -> dict:
     if strategy.kind == "collage":
         from provmap.partition.collage import CollageOptions
         opts = CollageOptions(measure_budget_s=task["collage_budget_s"], e2e_repeats=3,
-                              cache_path=task["cache_path"])
+                              cache_path=task["cache_path"], accept_contended=True)
     backend_options = {b.name: {"threads": task["threads"]} for b in strategy.used
                        if b.name in ("onnxruntime", "openvino")}
     t0 = time.perf_counter()

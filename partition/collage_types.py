@@ -47,6 +47,8 @@ class CollageOptions:
     #                                 second moment (partition/recheck.py; 0: not)
     quiet_wait_s: float = 120.0     # a contended decision with no quiet price: wait this long
     #                                 for quiet and measure it again (partition/quiet_again.py)
+    accept_contended: bool = False  # ...and if it stays busy, keep the fallback's guess rather
+    #                                 than write nothing (partition/fallback.py: `refuse_guess`)
     schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers

@@ -18,7 +18,9 @@ contention, the winner is checked against the prices already known to be quiet:
 
 With no quiet end-to-end price at all, the search first waits (bounded) for quiet and repeats
 its end-to-end check (quiet_again.py): a quiet repeat decides, whatever the contended run said
-(`taken_again`); a load that outlasts the wait leaves the evidence below.
+(`taken_again`); a load that outlasts the wait leaves the evidence below.  With no quiet price
+of any kind that evidence is a guess, and the search writes nothing unless the user accepts it
+(`refuse_guess`).
 
 Measured evidence, when there is any, is used alone: estimates are isolated prices, and mixing
 them with end-to-end medians in one ranking would compare two different clocks.  The winner is
@@ -122,6 +124,28 @@ def decide(winner: str, conditions: dict, quiet_measured: dict, quiet_estimated:
                    f"{target} is {how}"}
 
 
+def refuse_guess(rec: dict, conditions: dict, again: dict | None) -> None:
+    """Raise instead of writing an artifact decided on no quiet price at all.
+
+    Why not the guess: beside a load that outlasts the search and its wait, no measurement
+    ranks the libraries as a quiet machine does.  MobileNet-v3 beside a one-core hog pinned to
+    core 0 (2026-11-28, this 2-core guest): defaults ORT 2.04 / OV 4.01 ms by minimum, one
+    thread ORT 3.16 / OV 3.40 (OV pins its threads from core 0) or 3.16 / 3.16 with OV's
+    pinning off; quiet, OpenVINO's default is the faster by 4-13%, and the artifact the rule
+    kept (ORT's default) measured 6.9-13.2% slower by minimum.  A silent loss of that size is
+    worse than a second run: the user re-runs on a quiet machine, waits longer, or keeps the
+    guess knowingly (`--accept-contended`; the record then says it was a guess)."""
+    from provmap.provenance.util.errors import ProvmapError
+
+    waited = (f" and {again['waited_s']:.0f} s of waiting for quiet" if again else "")
+    raise ProvmapError(
+        f"no artifact written: the machine stayed busy through the search{waited} "
+        f"({_load(conditions)}), and no quiet price ranks the plans it measured; beside a load "
+        f"the libraries do not rank as they do on a quiet machine, so its pick would be a "
+        f"guess ({rec['kept']}). Run it again on a quiet machine, wait longer (--quiet-wait "
+        f"SECONDS), or keep the guess with --accept-contended")
+
+
 def _no_quiet_price(winner: str, head: str, quiet: dict, loaded: dict, canon) -> dict:
     """No quiet price at all (a hog through the whole search: every price contended, none
     stored): the default of the library whose one-thread configuration measured fastest beside
@@ -144,18 +168,18 @@ def _no_quiet_price(winner: str, head: str, quiet: dict, loaded: dict, canon) ->
     one = {k: v for k, v in loaded.items() if v is not None and k.startswith("single:")
            and parse_variant(k.split(":", 1)[1])[1] == {"threads": "1"}}
     if len({parse_variant(k.split(":", 1)[1])[0] for k in one}) < 2:
-        return {"kept": winner, "instead_of": None, "quiet": quiet,
+        return {"kept": winner, "instead_of": None, "quiet": quiet, "guess": True,
                 "why": f"{head}; no quiet price is known to check it against, so it stays"}
     target = "single:" + parse_variant(min(one, key=one.get).split(":", 1)[1])[0]
     fmt = _fmt(one)
     quiet = {**quiet, "source": "one-thread configurations measured beside the same load",
              "loaded": dict(one)}
     if canon(target) == canon(winner):
-        return {"kept": winner, "instead_of": None, "quiet": quiet,
+        return {"kept": winner, "instead_of": None, "quiet": quiet, "guess": True,
                 "why": f"{head}; no quiet price is known, and it is the default of the library "
                        f"whose one-thread run measured fastest beside the load ({fmt}), so it "
                        "stays"}
-    return {"kept": target, "instead_of": winner, "quiet": quiet,
+    return {"kept": target, "instead_of": winner, "quiet": quiet, "guess": True,
             "why": f"{head}; no quiet price is known to check it against: {target} is the "
                    f"default of the library whose one-thread run measured fastest beside the "
                    f"load ({fmt}; one thread fits the core the load leaves)"}
@@ -240,6 +264,10 @@ def fall_back(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, kept: Second
         if again:
             rec = {**rec, "waited": again, "why": f"{rec['why']} (waited {again['waited_s']:.0f} "
                                                   "s for quiet, in vain)"}
+    if rec.get("guess"):
+        if not opts.accept_contended:
+            refuse_guess(rec, cond, again)
+        rec = {**rec, "why": f"{rec['why']}; a guess, kept as asked (--accept-contended)"}
     report.fallback = rec
     if rec["instead_of"] is None:
         say(f"kept {kept.label}: {rec['why']}")

@@ -243,9 +243,11 @@ def test_a_search_beside_a_hog_is_said_in_the_gains_and_search_tables():
         "waited": {"waited_s": 2.4, "quiet": True}}}
     assert ("hog that ends when the search waits; fallback kept single:openvino instead of "
             "single:onnxruntime[threads=1]; measured again after waiting 2 s") in _hogged(again)
-    vain = {"beside_hog": "through", "fallback": {"instead_of": None, "waited": {
+    vain = {"beside_hog": "through", "fallback": {"instead_of": None, "guess": True, "waited": {
         "waited_s": 120.0, "quiet": False}}}
-    assert "the decision stood; waited 120 s for quiet in vain" in _hogged(vain)
+    assert ("the decision stood; waited 120 s for quiet in vain; a guess, refused without "
+            "--accept-contended") in _hogged(vain)
+    assert "guess" not in _hogged(again)
     parse = lambda *a: build_parser().parse_args(  # noqa: E731
         ["bench", "--user-models", "resnet50", "-o", "o", *a]).search_beside_hog
     assert (parse("--search-beside-hog"), parse("--search-beside-hog", "ends"),

@@ -54,6 +54,10 @@ def test_both_budgets_take_none():
     assert collage_options(a, strategy_of(a)).quiet_wait_s == 0.0
     a = p.parse_args(["compile", "m.onnx", "-o", "x", "--strategy", "collage"])
     assert collage_options(a, strategy_of(a)).quiet_wait_s == 120.0
+    assert not collage_options(a, strategy_of(a)).accept_contended  # a guess is refused
+    a = p.parse_args(["compile", "m.onnx", "-o", "x", "--strategy", "collage",
+                      "--accept-contended"])
+    assert collage_options(a, strategy_of(a)).accept_contended
 
 
 @pytest.mark.parametrize("flags,words", [
@@ -61,6 +65,7 @@ def test_both_budgets_take_none():
     (["--refine-budget", "none"], "--refine-budget applies"),
     (["--cache", "c.sqlite"], "--cache applies"),
     (["--quiet-wait", "30"], "--quiet-wait applies"),
+    (["--accept-contended"], "--accept-contended applies"),
     (["--search-budget", "5", "--pin", "n=openvino"], "--search-budget/--pin apply"),
 ])
 def test_search_flags_outside_collage_are_refused_before_the_model_is_read(tmp_path, flags,

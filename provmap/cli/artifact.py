@@ -366,7 +366,10 @@ def add_artifact_commands(sub) -> None:
     c.add_argument("--quiet-wait", type=seconds, default=argparse.SUPPRESS, metavar="SECONDS",
                    help="collage: a decision measured under contention, with no quiet price to "
                    "check it, waits this long for quiet and is measured again (default 120; 0: "
-                   "the fallback rule decides at once)")
+                   "do not wait)")
+    c.add_argument("--accept-contended", action="store_true",
+                   help="collage: if the machine stays busy through the wait, write the "
+                   "fallback rule's guess instead of refusing (the artifact says it guessed)")
     c.add_argument("--variant", action="append", metavar="OPTION=VALUE[;...]",
                    help="collage: options tried as a whole-partition variant of each searched "
                    "backend that takes them, in the end-to-end check (single plans) and the "

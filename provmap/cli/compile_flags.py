@@ -35,6 +35,7 @@ def collage_flags_only_under_collage(args, strategy: Strategy) -> None:
         ("--search-budget", hasattr(args, "search_budget")),
         ("--refine-budget", hasattr(args, "refine_budget")), ("--cache", args.cache is not None),
         ("--quiet-wait", hasattr(args, "quiet_wait")),
+        ("--accept-contended", bool(getattr(args, "accept_contended", False))),
         ("--pin", bool(args.pin)), ("--forbid", bool(args.forbid)), ("--cut", bool(args.cut)),
         ("--backends", bool(args.backends)), ("--measure-on", bool(args.measure_on)),
         # defaults the parser sets (4, 12): only a value other than them was given
@@ -71,6 +72,7 @@ def collage_options(args, strategy: Strategy):
         refine_budget_s=0.0 if args.no_e2e_check else getattr(args, "refine_budget", 60.0),
         measure_on=args.measure_on, reuse_plan=not args.research,
         quiet_wait_s=getattr(args, "quiet_wait", CollageOptions.quiet_wait_s),
+        accept_contended=bool(getattr(args, "accept_contended", False)),
         **({"e2e_variants": ()} if args.no_variants else
            {"e2e_variants": tuple(args.variant)} if args.variant else {}))
 
