@@ -29,13 +29,13 @@ from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.registry import parse_variant
-from provmap.partition.measure.interleave import (break_tie, measure_artifacts, near_ties,
-                                                pick_fastest, why_tied)
+from provmap.partition.measure.interleave import measure_artifacts, why_tied
 
 from .collage_report import CollageReport
 from .collage_types import (CollageOptions, CollageResult, EndToEnd, FirstLevel,  # noqa: F401
                             SearchSpace, SecondLevel)  # (CollageOptions re-exported)
 from .confirm import confirm_refinement
+from .e2e_rule import decide, tie_run
 from .constraints import check, filter_candidates, parse_constraints
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # noqa: F401  (re-exported: the CLI reads it here)
 from .fallback import fall_back
@@ -300,28 +300,30 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
         built, repeats=opts.e2e_repeats, min_block_s=0.5, never_cap=("collage",),
         progress=say), say)
     parts = {k: len(a.manifest["partitions"]) for k, a in built.items()}
-    winner, why = pick_fastest(lat, parts, margin=opts.e2e_margin)
-    measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
-    report.e2e = {"measured": measured, "winner": winner, "why": why,
-                  "repeats": opts.e2e_repeats, "margin": opts.e2e_margin}
-    tied = near_ties(lat, parts, winner, margin=opts.e2e_tie_margin) if opts.e2e_tie_passes else []
-    if tied:
+
+    def tie_said(winner, why, tied):
         # A 1-2% gap between equally simple plans is often reversed by the next measurement:
-        # measure just those again, longer, before one is kept (see near_ties).
-        first_pick = winner
+        # just those are measured again, longer, before one is kept (see near_ties).
         say(f"{winner} picked ({why}), but one measurement cannot tell it from "
             + "; ".join(why_tied(lat, winner, k, opts.e2e_tie_margin) for k in tied)
             + ": measuring them again to break the tie")
+
+    def tied_again(labels):
         again, phases["tie_break"] = measure_clean(lambda: measure_artifacts(
-            {k: built[k] for k in [winner, *tied]}, repeats=2 * opts.e2e_repeats,
-            passes=opts.e2e_tie_passes, min_block_s=1.0, never_cap=tuple([winner, *tied])),
+            {k: built[k] for k in labels}, never_cap=tuple(labels), **tie_run(opts)),
             say, "tie-break")
-        winner, why = break_tie(again, margin=opts.e2e_tie_margin)
+        return again
+
+    d = decide(lat, parts, opts, tied_again, on_tie=tie_said)
+    winner, why = d.winner, d.why
+    measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
+    report.e2e = {"measured": measured, "winner": winner, "why": why,
+                  "repeats": opts.e2e_repeats, "margin": opts.e2e_margin}
+    if d.tied:
         report.e2e["tie_break"] = {
-            "first_pick": first_pick, "tied": tied, "winner": winner, "why": why,
+            "first_pick": d.first_pick, "tied": d.tied, "winner": winner, "why": why,
             "passes": opts.e2e_tie_passes, "margin": opts.e2e_tie_margin,
-            "measured": {k: v.summary() for k, v in again.items()}}
-        report.e2e.update(winner=winner, why=why)
+            "measured": {k: v.summary() for k, v in d.tie_run.items()}}
     chosen_plan = order_plan(space.view, alternatives[winner])
     if winner != "collage":
         report.e2e["note"] = (f"{winner} measured faster end to end than the searched plan "

@@ -11,9 +11,9 @@ measured beside that load ranks two defaults 4-7% apart, and the rule kept ONNX 
 +7.4% by minimum once quiet.  A neighbour's job usually ends; a search that waits a minute or
 two for it and then measures again decides on the numbers the artifact will meet.
 
-The repeat is the end-to-end check's own rule on the alternatives it built (and the kept plan,
-when the second level changed it): one interleaved run, `pick_fastest`, and a longer run of the
-near ties (`break_tie`).  Any of those windows contended, or no quiet within the wait: nothing
+The repeat is the end-to-end check's own rule (e2e_rule.py) on the alternatives it built (and
+the kept plan, when the second level changed it): one interleaved run, `pick_fastest`, and a
+longer run of the near ties (`break_tie`).  Any of those windows contended, or no quiet within the wait: nothing
 is decided here, and the fallback's rule keeps what it keeps, saying how long it waited.
 """
 
@@ -23,8 +23,8 @@ import time
 
 from .collage_types import CollageOptions, EndToEnd, SecondLevel
 from .measure.contention import Window, wait_for_quiet
-from .measure.interleave import (break_tie, brief, measure_artifacts, near_ties,
-                                 pick_fastest)
+from .e2e_rule import decide, tie_run
+from .measure.interleave import brief, measure_artifacts
 
 #: The line that starts the wait (bench's hog that "ends" stops on it: a neighbour whose job
 #: finishes while the search waits).
@@ -64,17 +64,17 @@ def measure_again(e2e: EndToEnd, kept: SecondLevel, opts: CollageOptions, phases
     if cond.contended:
         say(f"contended again while measuring ({'; '.join(cond.reasons)})")
         return rec
-    winner, why = pick_fastest(lat, parts, margin=opts.e2e_margin)
-    measured = brief(lat)
-    tied = (near_ties(lat, parts, winner, margin=opts.e2e_tie_margin)
-            if opts.e2e_tie_passes else [])
-    if tied:
-        again, cond = _measure({k: arts[k] for k in [winner, *tied]}, phases,
-                               "quiet_tie_break", repeats=2 * opts.e2e_repeats,
-                               passes=opts.e2e_tie_passes, min_block_s=1.0)
+    def tied_again(labels):
+        again, cond = _measure({k: arts[k] for k in labels}, phases, "quiet_tie_break",
+                               **tie_run(opts))
         if cond.contended:
             say(f"contended again while breaking a tie ({'; '.join(cond.reasons)})")
-            return rec
-        winner, why = break_tie(again, margin=opts.e2e_tie_margin)
-        rec["tie_break"] = brief(again)
-    return {**rec, "quiet": True, "winner": winner, "why": why, "measured": measured}
+            return None
+        return again
+
+    d = decide(lat, parts, opts, tied_again)  # the check's own rule (e2e_rule.py)
+    if d is None:
+        return rec
+    if d.tied:
+        rec["tie_break"] = brief(d.tie_run)
+    return {**rec, "quiet": True, "winner": d.winner, "why": d.why, "measured": brief(lat)}

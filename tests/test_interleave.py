@@ -238,3 +238,30 @@ def test_alternate_flips_the_order_every_other_pass():
                         settle_s=0, min_block_s=0, min_sample_s=0, rooms=rooms, alternate=True,
                         never_cap=("a", "b"))  # two no-ops: one may warm up 10x "slower"
     assert opened == ["a", "b", "a", "b", "b", "a", "a", "b"], opened  # warm-ups, then passes
+
+
+def test_one_rule_for_the_check_and_its_quiet_repeat():
+    """partition/e2e_rule.decide: the fastest, and near ties measured again by the caller's
+    longer run before one is kept; a longer run given up (contended) decides nothing."""
+    from provmap.partition.collage_types import CollageOptions
+    from provmap.partition.e2e_rule import decide, tie_run
+
+    opts = CollageOptions(e2e_repeats=5)
+    parts = {"single:a": 1, "single:b": 1, "single:c": 1}
+    clear = {"single:a": _lat([[1.0] * 3] * 2), "single:b": _lat([[1.3] * 3] * 2),
+             "single:c": _lat([[1.2] * 3] * 2)}
+    asked = []
+    d = decide(clear, parts, opts, asked.append)
+    assert (d.winner, d.tied, d.first_pick, asked) == ("single:a", [], None, [])
+    tied = {**clear, "single:b": _lat([[1.02] * 3] * 2)}
+    told = []
+    longer = {"single:a": _lat([[1.0] * 4] * 4), "single:b": _lat([[0.9] * 4] * 4)}
+    d = decide(tied, parts, opts, lambda labels: asked.append(labels) or longer,
+               on_tie=lambda *a: told.append(a))
+    assert asked == [["single:a", "single:b"]] and told[0][0] == "single:a"
+    assert (d.winner, d.first_pick, d.tied, d.tie_run) == ("single:b", "single:a",
+                                                           ["single:b"], longer)
+    assert decide(tied, parts, opts, lambda labels: None) is None
+    assert tie_run(opts) == {"repeats": 10, "passes": opts.e2e_tie_passes, "min_block_s": 1.0}
+    # no tie-break passes: the first run decides
+    assert decide(tied, parts, CollageOptions(e2e_tie_passes=0), asked.append).winner == "single:a"
