@@ -423,3 +423,30 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
     assert container_run.main([str(model), "--backends", "tvm", "-o",
                                str(tmp_path / "bad")]) != 0
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_users_compile_beside_a_hog_in_one_command(tmp_path, monkeypatch):
+    """`python -m provmap.bench.hog_compile`: the user's own command beside a load that
+    outlasts it; what they get is recorded as they get it (a refusal: non-zero, nothing
+    written, the one line; else the artifact's strategy)."""
+    import json
+
+    import onnx
+
+    from provmap.bench import hog_compile
+    from small_models import conv_relu
+
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_relu(), model)
+    monkeypatch.setenv("PROVMAP_CONTENTION", "act")  # the subprocess's: conftest turns it off
+    out = tmp_path / "h"
+    assert hog_compile.main([str(model), "--quiet-wait", "1", "-o", str(out)]) == 0
+    (row,) = json.loads((out / "hog_compile.json").read_text())["rows"]
+    assert row["model"] == "m" and row["seconds"] > 0 and row["accept_contended"] is False
+    if row["written"]:
+        assert row["exit"] == 0 and row["strategy"].startswith("collage")
+    else:
+        assert row["exit"] != 0 and "no artifact written" in row["last_line"]
+        assert "--accept-contended" in row["last_line"]
+    assert "| m | no |" in (out / "hog_compile.md").read_text()
+    assert hog_compile.main([str(model), "--quiet-wait", "-1", "-o", str(tmp_path / "x")]) != 0

@@ -141,7 +141,9 @@ def test_confirm_measures_each_distinct_best_once_and_never_a_plan_against_itsel
                                                    ("median", "single:onnxruntime")]
     assert got[0]["passes"] == 16 and isinstance(got[0]["gain_min"], float)
     lo, hi = got[0]["slower_min"]
-    assert lo <= hi and got[0]["one_percent_min"] in ("within", "slower", "undecided")
+    # (other jobs share this host: a busy window is "not judged", never a verdict)
+    assert lo <= hi and got[0]["one_percent_min"] in ("within", "slower", "undecided",
+                                                      "not judged (contended)")
     assert got[1]["gain_min"] == got[0]["gain_min"]  # one pair measured for both
     assert "single:openvino" not in opened and opened["collage:onnxruntime,openvino"] >= 16
     # the kept plan is the best configuration's very plan: gain 0, nothing measured
