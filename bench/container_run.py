@@ -119,13 +119,9 @@ def _ms(row: dict) -> str:
 
 def markdown(res: dict) -> str:
     from .report import _table
+    from .step_run import header
 
-    h = res["host"]
-    lines = [f"# The container's overhead, {res['date']}", "",
-             f"Host: {h.get('cpu_model')} ({h.get('machine')}, {h.get('cpus')} CPUs), load at "
-             f"start {res['load_at_start']}, at end {res['load_at_end']}; "
-             f"`python -m provmap.bench.container_run`; "
-             + ", ".join(f"{k} {v}" for k, v in res["versions"].items()) + ".", ""]
+    lines = header(res, "The container's overhead", "container_run")
     lines += _table(
         f"single:<b> (provmap's artifact, library defaults) against the library called directly "
         f"on the same model, {res['passes']} adjacent paired blocks, order flipped every pass: "

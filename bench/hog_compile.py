@@ -57,13 +57,9 @@ def compile_rows(specs: list[str], accept: bool, quiet_wait: float, say) -> list
 
 def markdown(res: dict) -> str:
     from .report import _table
+    from .step_run import header
 
-    h = res["host"]
-    lines = [f"# provmap compile beside a one-core hog, {res['date']}", "",
-             f"Host: {h.get('cpu_model')} ({h.get('machine')}, {h.get('cpus')} CPUs), load at "
-             f"start {res['load_at_start']}, at end {res['load_at_end']}; "
-             f"`python -m provmap.bench.hog_compile`; "
-             + ", ".join(f"{k} {v}" for k, v in res["versions"].items()) + ".", ""]
+    lines = header(res, "provmap compile beside a one-core hog", "hog_compile")
     lines += _table(
         "`provmap compile MODEL --strategy collage` with a fresh cost cache, in a subprocess "
         "beside a one-core CPU hog that outlasts the search and its wait for quiet: what the "

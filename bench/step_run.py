@@ -28,6 +28,16 @@ def step_parser(prog: str, doc: str, output_help: str) -> argparse.ArgumentParse
     return ap
 
 
+def header(res: dict, title: str, prog: str) -> list[str]:
+    """The markdown's first lines: the title with the date, then host, load and versions."""
+    h = res["host"]
+    return [f"# {title}, {res['date']}", "",
+            f"Host: {h.get('cpu_model')} ({h.get('machine')}, {h.get('cpus')} CPUs), load at "
+            f"start {res['load_at_start']}, at end {res['load_at_end']}; "
+            f"`python -m provmap.bench.{prog}`; "
+            + ", ".join(f"{k} {v}" for k, v in res["versions"].items()) + ".", ""]
+
+
 def run_step(prog: str, a: argparse.Namespace, key: str, measure: Callable,
              markdown: Callable, stem: str, check: Callable | None = None,
              extra: dict | None = None) -> int:

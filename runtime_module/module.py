@@ -277,9 +277,9 @@ class ArtifactModule(Module):
                 env.pop(n, None)
         # Constants are copied: a caller writing into a returned array must not change what
         # the next run returns; nor an output that is a graph input, the caller's own array.
-        consts = self._constant_outputs()
         if self._outputs_plain:  # every output computed by a partition: nothing to copy
             return {n: env[n] for n in self.output_names}
+        consts = self._constant_outputs()
         return {n: consts[n].copy() if n in consts else
                 np.array(env[n]) if n in self.input_specs else env[n] for n in self.output_names}
 
