@@ -199,11 +199,14 @@ def topological_order(graph: onnx.GraphProto, known) -> list[int]:
     return order
 
 
-def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = None) -> NodeIds:
+def compute_node_ids(graph: onnx.GraphProto, outer: dict[str, bytes] | None = None,
+                     inputs=None) -> NodeIds:
+    """`inputs`: the graph inputs whose types key the IDs, when not `graph.input` (the
+    importer passes the model's own, before `--input-shape` fixed any size)."""
     inits = {t.name for t in graph.initializer}
     tensor_key: dict[str, bytes] = dict(outer or {})
     pos = 0
-    for vi in graph.input:
+    for vi in graph.input if inputs is None else inputs:
         if vi.name in inits:
             continue
         tensor_key[vi.name] = _h("input", pos, _type_sig(vi))

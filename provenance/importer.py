@@ -25,13 +25,14 @@ from tvm import relax
 from . import ids as _ids
 from .util.errors import ProvmapError, first_line
 from .util.files import unreadable_model
-from .fold import FOLD_REASON, fold_constants, infer_types
+from .fold import FOLD_REASON, fold_constants, infer_types, weightless
 from .int8_pairs import saturation_warning
 from .model import (ROLE_FOLDED, ROLE_PRODUCED, OnnxNode, ProvenanceMap, RelaxExpr,
                     mark_vm_evaluated)
 from .normalize import (drop_stale_value_info, duplicate_node_names, file_order_of,
                         for_checker, frozen_inputs, normalize, reconcile_outputs)
 from .shapes import apply_input_shapes, failure_hint, named_size_conflicts
+from .symbolic import open_input_symbols
 from .tracking import ONNX_DOMAINS, OPAQUE_PREFIX, TrackingImporter
 from .type_oracle import TypeOracle
 
@@ -149,9 +150,13 @@ def _bindings(func):
         yield from block.bindings
 
 
-def _sorted(model, label):
+def _sorted(model, label, as_given):
+    """`model` in topological order, and its node IDs with the graph inputs typed as in
+    `as_given` (the model before the input shapes were fixed): an ID names the node, not the
+    sizes one compile gave its inputs, so a static import and a dynamic one agree."""
+    inputs = list(as_given.graph.input)
     try:
-        nid = _ids.compute_node_ids(model.graph)
+        nid = _ids.compute_node_ids(model.graph, inputs=inputs)
     except _ids.GraphOrderError as e:
         raise ProvmapError(f"{label}: {e}") from None
     if nid.topo_order == list(range(len(model.graph.node))):
@@ -161,7 +166,7 @@ def _sorted(model, label):
     sorted_model.CopyFrom(model)
     del sorted_model.graph.node[:]
     sorted_model.graph.node.extend(model.graph.node[i] for i in nid.topo_order)
-    return sorted_model, _ids.compute_node_ids(sorted_model.graph)
+    return sorted_model, _ids.compute_node_ids(sorted_model.graph, inputs=inputs)
 
 
 def import_onnx(source, shape_dict: dict | None = None, label: str | None = None,
@@ -194,7 +199,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
     if stale:
         derived.append("stale value_info dropped")
     shaped = model
-    model, nid = _sorted(model, label)
+    model, nid = _sorted(model, label, normalized)
     if model is not shaped:
         derived.append("nodes sorted into topological order")
     original = model.graph
@@ -212,7 +217,8 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
         derived.append("graph output shapes as computed, not as declared")
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 1)
-    imp = TrackingImporter(graph, label, {}, onnx_types, not_compilable)
+    imp = TrackingImporter(graph, label, {}, onnx_types, not_compilable,
+                           symbolic_types(model, type_oracle))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "unknown dimension" advice: shapes are checked above
@@ -245,6 +251,15 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
                          + named_size_conflicts(given, shape_dict)]
     imported.output_hints = sorted(hints)
     return imported
+
+
+def symbolic_types(model: onnx.ModelProto, type_oracle: TypeOracle | None) -> dict:
+    """The oracle's symbolic types when some input dimension stays open ({} otherwise: a static
+    model's shapes are all Relax needs, and the inference costs seconds on big graphs)."""
+    ask = getattr(type_oracle, "symbolic_types", None)
+    if ask is None or not open_input_symbols(model):
+        return {}
+    return ask(weightless(model))
 
 
 def _build_map(mod, imp: TrackingImporter, graph, nid: _ids.NodeIds, label: str) -> Imported:

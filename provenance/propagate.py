@@ -226,6 +226,12 @@ class ProvenanceTracker:
                                                  m.claimed_by)
                 for ov in claimed:
                     m.claim(ov, v, "outlining")
+                if not claimed and site is not None:
+                    # A pass that renames the symbolic variables inside outlined functions
+                    # (CanonicalizeTIRVariables) defeats the evaluation: rule 4 then.
+                    m.env_new[v] = ("new", v)
+                    pending[site].append(v)
+                    continue
                 m.new_prov.setdefault(v, set())
                 m.env_new[v] = result
                 continue

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
-from . import converters, half
+from . import converters, half, symbolic
 from .util.dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
@@ -66,12 +66,14 @@ class TrackingImporter(_fe.ONNXGraphImporter):
     recorded here, and the backends that consume ONNX run the node as written.
     """
 
-    def __init__(self, graph, label, shape_dict, onnx_types, not_compilable=None):
+    def __init__(self, graph, label, shape_dict, onnx_types, not_compilable=None,
+                 symbolic_types=None):
         super().__init__(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
         #: node index -> reason: nodes TVM failed to build after a whole import (provmap.
         #: provenance.salvage), made opaque on the next import like nodes it cannot convert.
         self._not_compilable = dict(not_compilable or {})
         self._graph_nodes = list(graph.node)
+        self._graph_inputs = list(graph.input)
         self._label = label
         self._onnx_types = onnx_types
         self.node_markers: list[list] = [[] for _ in self._graph_nodes]
@@ -82,6 +84,10 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         self.widened: dict[int, str] = {}
         self._half_verdicts: dict = {}
         self._known: set = set()
+        #: ONNX Runtime's symbolic types (provmap.provenance.symbolic), for a model whose input
+        #: dimensions stay open; the inputs' TIR variables once the graph inputs are parsed.
+        self._symbolic = dict(symbolic_types or {})
+        self._symbols: dict | None = None
 
     def _parse_graph_input(self, graph):
         # Inputs Relax cannot type as a numeric tensor (strings, sequences, optionals) become
@@ -236,6 +242,8 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                     reason = f"Relax import failed: {type(e).__name__}: {msg[-1] if msg else ''}"
             if reason is not None:
                 sym = self._make_opaque(idx, node, inputs, reason)
+            elif self._symbolic and node.op_type not in _TUPLE_OPS:
+                sym = self._related(node, sym)
             outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
             self.node_values[idx] = sym
             for o in outs:
@@ -249,6 +257,22 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                 for k, name in enumerate(names):
                     if name and k < len(outs):
                         self._nodes[name] = outs[k]
+
+
+    def _related(self, node, sym):
+        """`sym` with each output's shape stated in the inputs' symbols where Relax lost them."""
+        if self._symbols is None:
+            self._symbols = symbolic.input_symbols(
+                self._nodes[vi.name] for vi in self._graph_inputs if vi.name in self._nodes)
+        if not self._symbols:
+            return sym
+        outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
+        new = [symbolic.refine(self.bb, o, self._symbolic.get(name), self._symbols)
+               if name and k < len(outs) else o
+               for k, (o, name) in enumerate(zip(outs, node.output))] + outs[len(node.output):]
+        if all(a is b for a, b in zip(new, outs)):
+            return sym
+        return relax.Tuple(new) if isinstance(sym, relax.Tuple) else new[0]
 
 
 # Ops TVM's importer lets read a Relax shape directly (its own list, in _construct_nodes).

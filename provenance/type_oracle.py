@@ -29,6 +29,12 @@ class TypeOracle(Protocol):
         (it may guess where data decides: the caller weighs it against the declaration)."""
         ...
 
+    def symbolic_types(self, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+        """Every tensor's type with its dimensions in the model's own symbols (`seq`,
+        `batch*seq`), asked when the model is imported with input dimensions open: ONNX's
+        inference forgets a symbol at the first Range or computed Reshape."""
+        ...
+
 
 def unknown_domains(model: onnx.ModelProto) -> set[str]:
     """Operator domains of `model` that onnx has no schema for (ORT's contrib ops, custom ops)."""

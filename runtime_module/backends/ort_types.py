@@ -67,40 +67,15 @@ def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str
     run.  Only fully static shapes are returned; {} when it gives up (com.microsoft's
     DynamicQuantizeLSTM, in common_old.onnx) or fails."""
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
+        from onnxruntime.tools.symbolic_shape_infer import get_opset
     except ImportError:  # pragma: no cover - ships with onnxruntime
         return {}
     if (get_opset(model) or 0) < 7:  # its own limit
         return {}
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    for o in probe.graph.output:
-        if o.type.HasField("tensor_type"):
-            o.type.tensor_type.ClearField("shape")
-    try:
-        import contextlib
-        import io
-
-        # SymbolicShapeInference.infer_shapes without its last step: where it gives up it saves
-        # the model as "sym_shape_infer_temp.onnx" (weights as loose .data files) in the
-        # working directory.  No guessing (auto_merge, guess_output_rank off): only what it
-        # computed is taken, and only fully static output shapes.
-        sym = SymbolicShapeInference(2**31 - 1, False, False, 0)
-        # its logger warns on stderr ("unsupported broadcast between 64 100"): its guesses
-        # are not taken, so its words are not the user's business (issue 36)
-        import logging
-
-        quiet = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
-        level = quiet.level
-        quiet.setLevel(logging.CRITICAL)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.ExitStack() as stack:
-            stack.callback(quiet.setLevel, level)
-            sym._preprocess(probe)
-            while sym.run_:
-                sym._infer_impl()
-            sym._update_output_from_vi()
-        inferred = sym.out_mp_
-    except Exception:
+    # No guessing (auto_merge, guess_output_rank off): only what it computed is taken, and
+    # only fully static output shapes.
+    inferred = _run_symbolic(model)
+    if inferred is None:
         return {}
     out = {}
     for o in inferred.graph.output:
@@ -111,15 +86,76 @@ def symbolic_output_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str
     return out
 
 
+def symbolic_types(light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Every tensor's type by ONNX Runtime's symbolic shape inference, dimensions as it writes
+    them: sizes, the model's own symbols (`seq`) and expressions of them (`batch*seq`,
+    `seq + 1`).  ONNX's inference loses a symbol at the first Range or computed Reshape (a
+    GPT-2 export's position ids); this one keeps it, which is what lets a dynamic model import
+    with its shapes related to its inputs.  With auto_merge, as ONNX Runtime's transformer
+    tools run it: a broadcast of `Min(64, seq)` against `seq` (BERT's position ids) is read as
+    one size, where without it the inference stops there.  A merge is a relation the importer
+    states with a match_cast, which TVM's VM checks at run time: a wrong one is an error at
+    some shape, never a wrong value, and the compile checks the profile's points.  A dimension
+    it cannot relate stays its own new symbol, which the importer ignores.  {} when it fails."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import get_opset
+    except ImportError:  # pragma: no cover - ships with onnxruntime
+        return {}
+    if (get_opset(light) or 0) < 7:
+        return {}
+    inferred = _run_symbolic(light, auto_merge=True)
+    if inferred is None:
+        return {}
+    g = inferred.graph
+    return {vi.name: vi.type for vi in list(g.value_info) + list(g.output)
+            if vi.name and vi.type.HasField("tensor_type")}
+
+
+def _run_symbolic(model: onnx.ModelProto, auto_merge: bool = False):
+    """SymbolicShapeInference on a copy, quietly, without its last step (where it gives up it
+    saves the model as "sym_shape_infer_temp.onnx" in the working directory): its model, or
+    None."""
+    import contextlib
+    import io
+    import logging
+
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for o in probe.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    quiet = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # its warnings are about guesses it is not asked for
+    try:
+        sym = SymbolicShapeInference(2**31 - 1, auto_merge, False, 0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            sym._preprocess(probe)
+            while sym.run_:
+                sym._infer_impl()
+            sym._update_output_from_vi()
+        return sym.out_mp_
+    except Exception:
+        return None
+    finally:
+        quiet.setLevel(level)
+
+
 class OrtTypes:
     """The TypeOracle ONNX Runtime answers: its graph resolution for tensors after operators onnx
-    has no schema for, its symbolic shape inference for unshaped graph outputs."""
+    has no schema for, its symbolic shape inference for unshaped graph outputs and for the
+    symbolic dimensions of a model imported with its shapes open."""
 
     def tensor_types(self, light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
         return ort_types(light, names)
 
     def output_shapes(self, light: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:
         return symbolic_output_shapes(light, names)
+
+    def symbolic_types(self, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+        return symbolic_types(light)
 
 
 #: The one instance importers pass as `type_oracle`.
