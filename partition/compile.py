@@ -86,7 +86,7 @@ def _said_once(fn):
 def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
                   backend_options: dict | None = None, progress=None,
                   collage_options=None, embed_model: bool = False,
-                  input_shapes: dict | None = None) -> Artifact:
+                  input_shapes: dict | None = None, dims: dict | None = None) -> Artifact:
     """Import, partition with `strategy`, build every partition, and (if `out`) save atomically.
 
     `model` is a path, bundled:NAME, a ModelProto, or an already loaded GraphView (whose
@@ -102,7 +102,7 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
     # The CLI checks these too, before the import; a script calling this gets the same errors
     # instead of a plan silently made without its options.
     check_backend_options(strategy, backend_options or {})
-    view = model_for_compile(model, input_shapes, progress)
+    view = model_for_compile(model, input_shapes, progress, dims=_api_dims(dims))
     check_op_lists(backend_options or {}, {n.op_type for n in view.nodes})
     if progress is not None:
         run_ops = {view.nodes[i].op_type for i in view.op_nodes}
@@ -136,6 +136,18 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
     if out is not None:
         art.save(out, record_built=True)  # built here: its native code is ours to run
     return art
+
+
+def _api_dims(dims: dict | None) -> dict | None:
+    """`dims={"seq": (1, 128, 512), "batch": 1}` from a script, as `--dim` gives them."""
+    if dims is None:
+        return None
+    from provmap.provenance.profile import as_range
+
+    if not isinstance(dims, dict):
+        raise ProvmapError(f"dims: expected {{symbol: size or (min, opt, max)}}, got "
+                           f"{type(dims).__name__}")
+    return {str(k): as_range(v, f"dims[{k!r}]") for k, v in dims.items()}
 
 
 def _unrunnable_shapes(view, input_shapes) -> None:

@@ -22,16 +22,17 @@ from provmap.runtime_module.graph_view import GraphView
 
 
 def load_view(model, label: str | None = None, check: bool = True,
-              input_shapes: dict | None = None) -> GraphView:
+              input_shapes: dict | None = None, dims: dict | None = None) -> GraphView:
     """Import a model (path, "bundled:NAME" or ModelProto) and wrap it for partitioning.
 
-    `input_shapes` (NAME -> dims) fixes symbolic input dimensions; partitioning needs every
-    input shape static, and the refusal names each open dimension."""
+    `input_shapes` (NAME -> dims) and `dims` (SYMBOL -> size) give the input dimensions a size
+    or a range (provmap.provenance.profile); partitioning needs one of them for every input
+    dimension, and the refusal names each open one."""
     if isinstance(model, (str, os.PathLike)):
         model, name = zoo.resolve(str(model))
         label = label or name
     return GraphView(import_onnx(model, shape_dict=input_shapes, label=label, check=check,
-                                 require_static=True, type_oracle=ORT_TYPES))
+                                 require_static=True, type_oracle=ORT_TYPES, dims=dims))
 
 
 def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | None = None,
@@ -49,7 +50,8 @@ class ModelRead(str):
     apart from the import (its "built in N s" never counted reading the model)."""
 
 
-def model_for_compile(model, input_shapes: dict | None = None, progress=None) -> GraphView:
+def model_for_compile(model, input_shapes: dict | None = None, progress=None,
+                      dims: dict | None = None) -> GraphView:
     """The model compile works on, read here so its callers (the CLI among them) only name it.
 
     A GraphView passes through as it is: tests and the bench compile one loaded model with
@@ -58,7 +60,7 @@ def model_for_compile(model, input_shapes: dict | None = None, progress=None) ->
     if isinstance(model, GraphView):
         return model
     t0 = time.perf_counter()
-    view = load_view(model, input_shapes=input_shapes)
+    view = load_view(model, input_shapes=input_shapes, dims=dims)
     if progress is not None:
         progress(ModelRead(f"imported {view.imported.label}: {len(view.nodes)} ONNX nodes "
                            f"({len(view.op_nodes)} compute) in {time.perf_counter() - t0:.2f} s"))

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
+from .pass_instrument import TrackingInstrument
 from .relax_keys import (ValueKeys, bindings, callee, expr_name, host_functions, relax_callee,
                          relax_functions)
 
@@ -426,7 +427,7 @@ class ProvenanceTracker:
                 for b in bindings(self.mod[fname]) if self.callee(b.value) is not None]
 
     def instrument(self):
-        return _TrackingInstrument(self)
+        return TrackingInstrument(self)
 
 
 def _reads_only_shape(value) -> bool:
@@ -439,18 +440,3 @@ def _shape_unknown(ty) -> bool:
     if isinstance(ty, relax.TupleType):
         return any(_shape_unknown(f) for f in ty.fields)
     return isinstance(ty, relax.TensorType) and not isinstance(ty.shape, relax.ShapeExpr)
-
-
-@tvm.instrument.pass_instrument
-class _TrackingInstrument:
-    """Updates a tracker after every pass that changed the followed functions (nested included)."""
-
-    def __init__(self, tracker: ProvenanceTracker):
-        self.tracker = tracker
-
-    def run_after_pass(self, mod, info):
-        t = self.tracker
-        if info.name.startswith(("tirx.", "s_tir.")):
-            return
-        if t.tracks(mod) and t.changed(mod):
-            t.update(mod, info.name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .profile import DIM_FLAG, SHAPE_FLAG, _SYMBOL, DimRange, ShapeProfile, parse_dim, symbol_for
 from .util.errors import ProvmapError
 
 if TYPE_CHECKING:  # reading an artifact checks shapes here without importing onnx (start-up)
@@ -54,12 +55,19 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     if dims in ("", "scalar"):
         return name, ()
     parts = dims.replace(",", "x").split("x")
+    if any(".." in p for p in parts):  # a range: MIN..MAX[@OPT] (provmap.provenance.profile)
+        shape = tuple(parse_dim(p, f"{FLAG} {spec!r}: input {name!r} dimension {i}")
+                      for i, p in enumerate(parts))
+        check_size(f"{FLAG} {spec!r}: input {name!r}",
+                   [d if isinstance(d, int) else d.max for d in shape])
+        return name, shape
     try:
         if not all(p.strip().isascii() for p in parts):  # int() reads '٤' as 4 (issue 36)
             raise ValueError
         shape = tuple(int(p) for p in parts)
     except ValueError:
-        raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be integers separated by 'x'") from None
+        raise ProvmapError(f"{FLAG} {spec!r}: dimensions must be integers separated by 'x', "
+                           "or ranges MIN..MAX[@OPT]") from None
     for i, d in enumerate(shape):
         # Zero is a size (an empty sequence, an empty KV cache): legal ONNX, and ORT runs it;
         # the backends that cannot refuse it themselves, with their reason.
@@ -129,7 +137,7 @@ def _named_sizes(model: onnx.ModelProto, shapes: dict | None):
                 not vi.type.tensor_type.HasField("shape"):
             continue
         for d, w in zip(vi.type.tensor_type.shape.dim, want):
-            if d.dim_param and not _fixed(d):
+            if d.dim_param and not _fixed(d) and isinstance(w, int):
                 yield name, d.dim_param, int(w)
 
 
@@ -213,8 +221,8 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
             if not vi.type.HasField("tensor_type"):
                 raise ProvmapError(f"{label}: input {vi.name!r} is not a tensor; {FLAG} "
                                    "cannot give it a shape")
-            want = shapes[vi.name]
-            bad = [k for k, w in enumerate(want) if int(w) < 0]
+            want = shapes[vi.name]  # sizes, and symbols a shape profile keeps open
+            bad = [k for k, w in enumerate(want) if not isinstance(w, str) and int(w) < 0]
             if bad:  # the Python API's input_shapes= too, not only the parsed flag
                 raise ProvmapError(f"{label}: input {vi.name!r} dimension {bad[0]} is "
                                    f"{want[bad[0]]}; sizes must be >= 0")
@@ -224,19 +232,27 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
                 size = itemsize(onnx_dtype(tt.elem_type))
             except Exception:  # an element type numpy cannot hold: count a byte each
                 size = 1
-            check_size(f"{label}: input {vi.name!r}", [int(w) for w in want], size)
+            check_size(f"{label}: input {vi.name!r}", [int(w) for w in want
+                                                      if not isinstance(w, str)], size)
             if tt.HasField("shape") and len(tt.shape.dim) != len(want):
                 raise ProvmapError(f"{label}: input {vi.name!r} has rank {len(tt.shape.dim)} "
                                    f"({_dims_text(tt)}), {FLAG} gives {len(want)} dimensions")
             if tt.HasField("shape"):
                 for k, (d, w) in enumerate(zip(tt.shape.dim, want)):
                     if _fixed(d) and d.dim_value != w:
+                        if isinstance(w, str):
+                            raise ProvmapError(f"{label}: input {vi.name!r} dimension {k} is "
+                                               f"fixed at {d.dim_value} in the model; it takes "
+                                               "no range")
                         raise ProvmapError(f"{label}: input {vi.name!r} dimension {k} is fixed "
                                            f"at {d.dim_value} in the model, {FLAG} gives {w}")
             tt.ClearField("shape")
             tt.shape.SetInParent()
             for w in want:
-                tt.shape.dim.add().dim_value = w
+                if isinstance(w, str):
+                    tt.shape.dim.add().dim_param = w
+                else:
+                    tt.shape.dim.add().dim_value = w
     if require_static:
         open_dims = []
         for vi in _open_inputs(out):
@@ -252,3 +268,114 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: dict | None, label: str,
             raise ProvmapError(f"{label}: input shapes are not static: {'; '.join(open_dims)}; "
                                f"give them, e.g. {shape_hint(out, _bound_symbols(model, shapes))}")
     return out
+
+
+def build_profile(model, shapes: dict | None, dims: dict | None, label: str,
+                  require_all: bool = True) -> tuple[dict, ShapeProfile]:
+    """The profile `shapes` (input -> dims, each a size or a DimRange) and `dims` (symbol ->
+    size or DimRange) give `model`, and what `apply_input_shapes` writes into its inputs: sizes
+    as dim_value, ranged axes as dim_param (their symbol).  A size or range given for one
+    input's named dimension holds for every input naming it (ONNX reads one name as one size).
+    Refuses in one line an open dimension nothing sizes, a symbol given two ranges, a --dim the
+    model does not name."""
+    shapes, dims = dict(shapes or {}), dict(dims or {})
+    inputs = [vi for vi in runtime_inputs(model.graph) if vi.type.HasField("tensor_type")]
+    stray = sorted(set(shapes) - {vi.name for vi in runtime_inputs(model.graph)})
+    if stray:
+        raise ProvmapError(f"{label}: {SHAPE_FLAG} names {', '.join(repr(u) for u in stray)}, "
+                           f"which the model does not take; its inputs are "
+                           f"{', '.join(repr(vi.name) for vi in inputs) or '(none)'}")
+    ranges: dict[str, tuple[object, str]] = {s: (v, f"{DIM_FLAG} {s}") for s, v in dims.items()}
+
+    def give(sym: str, v, who: str) -> None:
+        norm = v.min if isinstance(v, DimRange) and v.fixed else v
+        first = ranges.setdefault(sym, (norm, who))
+        # Two sizes for one name are said by the importer, not refused (ONNX Runtime runs such
+        # inputs where no node joins them); a range must be one.
+        if first[0] != norm and not (isinstance(norm, int) and isinstance(first[0], int)):
+            text = lambda x: x.text() if isinstance(x, DimRange) else str(x)  # noqa: E731
+            raise ProvmapError(f"{label}: dimension '{sym}' is {text(first[0])} for {first[1]} "
+                               f"but {text(norm)} for {who}; the model names them alike, so "
+                               "they are one size")
+
+    declared: dict[str, list] = {}
+    for vi in inputs:
+        tt = vi.type.tensor_type
+        want = shapes.get(vi.name)
+        decl = list(tt.shape.dim) if tt.HasField("shape") else None
+        if decl is None and want is not None:
+            decl = [None] * len(want)
+        if decl is not None and want is not None and len(want) != len(decl):
+            raise ProvmapError(f"{label}: input {vi.name!r} has rank {len(decl)}, {SHAPE_FLAG} "
+                               f"gives {len(want)} dimensions")
+        declared[vi.name] = decl
+        for axis, d in enumerate(decl or ()):
+            given = want[axis] if want is not None else None
+            if given is None or d is None or _fixed(d):
+                continue
+            give(symbol_for(vi.name, axis, d.dim_param), given, f"input {vi.name!r}")
+    named = set()
+    profile, open_dims = ShapeProfile(), []
+    open_syms: dict[str, None] = {}  # in order of appearance
+    for vi in inputs:
+        decl = declared[vi.name]
+        if decl is None:
+            open_dims.append(f"{vi.name!r} (rank unknown)")
+            continue
+        want = shapes.get(vi.name)
+        row, missing = [], []
+        for axis, d in enumerate(decl):
+            given = want[axis] if want is not None else None
+            if given is None and d is not None and _fixed(d):
+                row.append(d.dim_value)
+                continue
+            sym = symbol_for(vi.name, axis, d.dim_param if d is not None else "")
+            v = given if given is not None else ranges.get(sym, (None, ""))[0]
+            if v is None:
+                if d is not None and d.dim_param:
+                    open_syms.setdefault(d.dim_param)
+                missing.append(f"{axis} ('{d.dim_param}')" if d is not None and d.dim_param
+                               else str(axis))
+                row.append(None)
+                continue
+            named.add(sym)
+            if isinstance(v, DimRange) and v.fixed:
+                v = v.min
+            row.append(v if isinstance(v, int) else sym)
+            if isinstance(v, DimRange):
+                profile.symbols[sym] = v
+        if missing:
+            dims_text = "x".join(str(x) if x is not None else (d.dim_param if d is not None
+                                                                 and d.dim_param else "?")
+                                 for x, d in zip(row, decl))
+            open_dims.append(f"{vi.name!r} [{dims_text}] dimension{'s' * (len(missing) > 1)} "
+                             f"{', '.join(missing)}")
+        profile.inputs[vi.name] = row
+    unknown = sorted(set(dims) - named)
+    if unknown:
+        raise ProvmapError(f"{label}: {DIM_FLAG} names {', '.join(repr(u) for u in unknown)}, "
+                           "which no open dimension of the model's inputs has")
+    if open_dims and require_all:
+        bound = {s: v for s, (v, _w) in ranges.items() if isinstance(v, int)}
+        names = {o.split("'")[1] for o in open_dims}
+        hint = " ".join(_example(vi, bound) for vi in inputs if vi.name in names)
+        ranged = [s for s in open_syms if _SYMBOL.match(s)][:1]
+        rng = f"{DIM_FLAG} {ranged[0]}=1..64" if ranged else f"{SHAPE_FLAG} NAME=1x1..64"
+        raise ProvmapError(f"{label}: input shapes are not static: {'; '.join(open_dims)}; give "
+                           f"them sizes, e.g. {hint} (open sizes shown as 1), or ranges that "
+                           f"one artifact serves, e.g. {rng} (MIN..MAX[@OPT], opt defaults to "
+                           "max)")
+    # what the model's inputs become: sizes, range symbols, and (not required) open axes as the
+    # model wrote them
+    write = {}
+    for vi in inputs:
+        row = profile.inputs.get(vi.name)
+        if row is None or (vi.name not in shapes and all(
+                x is None or not isinstance(x, str) for x in row) and None in row):
+            continue
+        decl = declared[vi.name]
+        write[vi.name] = tuple(x if x is not None else (decl[k].dim_param or
+                                                        symbol_for(vi.name, k, ""))
+                               for k, x in enumerate(row))
+    profile.inputs = {n: r for n, r in profile.inputs.items() if None not in r}
+    return write, profile

@@ -19,8 +19,9 @@ from __future__ import annotations
 import ast
 
 import onnx
-from tvm import relax, tirx
+import tvm
 import tvm.tirx.analysis  # noqa: F401  (undefined_vars)
+from tvm import relax, tirx
 
 
 def open_input_symbols(model: onnx.ModelProto) -> bool:
@@ -134,3 +135,27 @@ def refine(bb: relax.BlockBuilder, value, tp, env: dict):
     if shape is None:
         return value
     return bb.match_cast(value, relax.TensorType(shape, ty.dtype))
+
+
+def arange(node, inputs, tp, env: dict):
+    """A Range whose length the symbolic inference relates to the inputs (position ids:
+    `Range(0, seq, 1)`), built as `R.arange` over that length, or None to leave it to the
+    frontend.  The frontend reads the length from a tensor and mints a fresh variable for it
+    (`range_len_0`), which TVM's VM shape lowering then fails to compute in fused kernels
+    ("PrimExpr 8 * range_len_0 has not been computed": every KV-cache decoder export).
+    Only constant start and delta are taken; the length is the inference's."""
+    import numpy as np
+
+    if len(inputs) != 3 or not all(isinstance(x, tvm.ir.GenericConst) for x in (inputs[0], inputs[2])):
+        return None
+    shape = wanted_shape(tp, 1, env)
+    if shape is None:
+        return None
+    start, delta = (inputs[k].value.numpy() for k in (0, 2))
+    if start.size != 1 or delta.size != 1 or start.dtype.kind != "i" or delta.dtype.kind != "i" \
+            or int(delta) == 0:
+        return None
+    s, d = int(np.ravel(start)[0]), int(np.ravel(delta)[0])
+    end = tirx.IntImm("int64", s) + shape[0] * tirx.IntImm("int64", d)
+    return relax.op.arange(tirx.IntImm("int64", s), end, tirx.IntImm("int64", d),
+                           dtype=str(start.dtype))

@@ -232,7 +232,13 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                     self._known.add(x)
             reason = self._not_compilable.get(idx) or self._precheck(node, inputs)
             sym = None
-            if reason is None:
+            if reason is None and self._symbolic and node.op_type == "Range":
+                try:
+                    sym = self._emit_or_none(symbolic.arange(
+                        node, inputs, self._symbolic.get(node.output[0]), self._input_symbols()))
+                except Exception:  # an input it cannot read: the frontend's conversion
+                    sym = None
+            if reason is None and sym is None:
                 try:
                     sym = self._convert(idx, node, inputs)
                 except _NotComputed as e:
@@ -259,12 +265,24 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                         self._nodes[name] = outs[k]
 
 
-    def _related(self, node, sym):
-        """`sym` with each output's shape stated in the inputs' symbols where Relax lost them."""
+    def _input_symbols(self) -> dict:
         if self._symbols is None:
             self._symbols = symbolic.input_symbols(
                 self._nodes[vi.name] for vi in self._graph_inputs if vi.name in self._nodes)
-        if not self._symbols:
+        return self._symbols
+
+    def _emit_or_none(self, e):
+        """`e` emitted; None (the frontend's conversion then) when it is None or fails."""
+        if e is None:
+            return None
+        try:
+            return self._emit(e)
+        except Exception:  # TVM's normalization refused it: the frontend's way is kept
+            return None
+
+    def _related(self, node, sym):
+        """`sym` with each output's shape stated in the inputs' symbols where Relax lost them."""
+        if not self._input_symbols():
             return sym
         outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
         new = [symbolic.refine(self.bb, o, self._symbolic.get(name), self._symbols)

@@ -393,6 +393,8 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
             "onnx_nodes": len(view.nodes),
             "op_nodes": len(view.op_nodes),
             "input_shapes_given": dict(imp.input_shapes),
+            # the sizes a dynamic artifact serves (provmap.provenance.profile); absent: static
+            **({"shape_profile": imp.profile.to_json()} if getattr(imp, "profile", None) else {}),
             "not_compilable_by_tvm": {view.node_ids[i]: why for i, why in imp.opaque.items()},
             "folded_before_import": len(imp.folded),
             "index_inputs": index_inputs(view),

@@ -137,6 +137,15 @@ def _check_model(v: _V, model, members: dict) -> None:
             for i, d in enumerate(v.list_(dims, f"model.input_shapes_given.{_key(name)}",
                                           max_len=64)):
                 v.int_(d, f"model.input_shapes_given.{_key(name)}[{i}]")
+    if "shape_profile" in model:
+        from provmap.provenance.profile import json_problem
+
+        why = json_problem(model["shape_profile"])
+        names = {t.get("name") for t in model["inputs"] if isinstance(t, dict)}
+        if why is None and not set(model["shape_profile"]["inputs"]) <= names:
+            why = "names an input the model does not take"
+        if why:
+            v.fail("model.shape_profile", why)
     if "not_compilable_by_tvm" in model:
         for nid, why in v.dict_(model["not_compilable_by_tvm"], "model.not_compilable_by_tvm").items():
             v.str_(why, f"model.not_compilable_by_tvm.{_key(nid)}", max_len=MAX_TEXT)

@@ -26,12 +26,12 @@ from typing import Callable, Mapping
 import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, with numpy)
 import numpy as np
 
+
 from provmap.provenance.util.errors import ProvmapError, ProvmapWarning, did_you_mean
-from provmap.provenance.util.listing import unused_names
 
 from .artifact import Artifact, read_artifact
 from .backend import BackendError
-from .index_bounds import check_indices, random_ints
+from .inputs import InputContract, shape_ok as _shape_ok
 from .lookup import Lookup
 from . import trust as _trust
 from .registry import backend_class, get_backend
@@ -123,10 +123,11 @@ class ArtifactModule(Module):
                            for p in self.manifest["partitions"]]
         for m in self.partitions:
             self.import_module(m)
-        self.input_specs = {t["name"]: t for t in self.manifest["model"]["inputs"]}
+        self.contract = InputContract(self.manifest["model"])
+        self.input_specs = self.contract.specs
+        #: The sizes a dynamic artifact serves, checked on every run (None: static).
+        self.profile = self.contract.profile
         self.output_names = [t["name"] for t in self.manifest["model"]["outputs"]]
-        # Absent from artifacts written before it (format version 2 still reads them).
-        self._index_inputs = dict(self.manifest["model"].get("index_inputs") or {})
         self._lookup = None
         self._plan = None
         self._constants: dict[str, np.ndarray] | None = None
@@ -314,47 +315,11 @@ class ArtifactModule(Module):
         self._check_inputs(inputs)
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
-        if type(inputs) is not dict and not isinstance(inputs, Mapping):  # a list read as names
-            raise ProvmapError(f"inputs must map each input name to an array "
-                               f"({', '.join(self.input_specs)}), not a {type(inputs).__name__}")
-        env = {}
-        checks = self.__dict__.get("_input_checks")
-        if checks is None:  # read once: right after a model's run every lookup here is slow
-            checks = self._input_checks = [  # (MobileNet-v3: 6.5-9.6 us a call, 1 us warm)
-                (n, tuple(s["shape"]), _dtype_or_none(s["dtype"]), s["dtype"],
-                 self._index_inputs.get(n)) for n, s in self.input_specs.items()]
-        for name, shape, want, dname, bound in checks:
-            if name not in inputs:
-                raise ProvmapError(f"missing input {name!r}; the model takes "
-                                   f"{', '.join(self.input_specs)}" + unused_names(name, inputs))
-            a = np.asarray(inputs[name])
-            if not _shape_ok(a.shape, shape) or (
-                    a.dtype != want if want is not None else str(a.dtype) != dname):
-                raise ProvmapError(f"input {name!r}: expected {dname}{list(shape)}, "
-                                   f"got {a.dtype}{list(a.shape)}")
-            if bound is not None:
-                check_indices(name, a, bound)
-            # Not np.ascontiguousarray: it turns 0-d arrays into shape (1,).
-            env[name] = np.asarray(a, order="C")
-        extra = set(inputs) - set(self.input_specs) if len(inputs) != len(checks) else ()
-        if extra:
-            raise ProvmapError(f"unknown input(s) {sorted(extra)}; the model takes "
-                               f"{', '.join(self.input_specs) or 'no input'}")
-        return env
+        return self.contract.check(inputs)
 
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
-        out = {}
-        for name, spec in self.input_specs.items():
-            dt = np.dtype(spec["dtype"])
-            if None in spec["shape"]:
-                raise ProvmapError(f"input {name!r} has a dimension known only at run time "
-                                   f"({spec['shape']}): give the inputs (--inputs FILE.npz)")
-            if dt.kind == "f":
-                out[name] = rng.standard_normal(spec["shape"]).astype(dt)
-            else:  # 0/1 (masks, bools), or any row of the table an integer input indexes
-                out[name] = random_ints(rng, dt, spec["shape"], self._index_inputs.get(name))
-        return out
+    def random_inputs(self, seed: int = 0, point: str = "opt") -> dict[str, np.ndarray]:
+        """Seeded inputs of the right dtypes (at the profile's `point` for a dynamic artifact)."""
+        return self.contract.random(seed, point)
 
     def close(self) -> None:
         """Release every loaded partition's native resources now (sessions, compiled models)
@@ -387,19 +352,6 @@ def _call(step, env: dict) -> tuple:
     except Exception as e:
         first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         raise ProvmapError(f"partition {m.id} ({m.backend}) failed: {first}") from None
-
-
-def _dtype_or_none(name: str):
-    try:
-        return np.dtype(name)
-    except TypeError:  # a name numpy does not know: compared by its string, as before
-        return None
-
-
-def _shape_ok(shape: tuple, spec: tuple) -> bool:
-    """`spec` may hold None for a dimension only known at run time (NonZero, Unique outputs)."""
-    return shape == spec or (len(shape) == len(spec)
-                             and all(w is None or g == w for g, w in zip(shape, spec)))
 
 
 def _loads_native_code(backend: str) -> bool:

@@ -2,32 +2,8 @@
 
 from __future__ import annotations
 
-import onnx
-from cli_runner import provmap, refused
+from cli_runner import provmap
 from onnx import TensorProto, helper
-
-
-def _two_inputs(tmp_path):
-    """input_ids and attention_mask both [B, S], joined by one node, as a BERT export has them."""
-    g = helper.make_graph(
-        [helper.make_node("Mul", ["input_ids", "attention_mask"], ["y"], name="mul")], "g",
-        [helper.make_tensor_value_info("input_ids", TensorProto.FLOAT, ["B", "S"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["B", "S"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S"])])
-    path = tmp_path / "two.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              path)
-    return path
-
-
-def test_the_shape_hint_keeps_the_sizes_given_for_the_same_symbols(tmp_path):
-    """After input_ids=1x16 the hint said attention_mask=1x1, which gives S two sizes."""
-    out = tmp_path / "a.provmap"
-    line = refused(provmap("compile", _two_inputs(tmp_path), "-o", out, "--strategy",
-                           "single:onnxruntime", "--input-shape", "input_ids=1x16"),
-                   "input shapes are not static")
-    assert "--input-shape attention_mask=1x16" in line, line
-    assert not out.exists()
 
 
 def test_the_option_table_says_what_tvm_builds_for_without_mcpu():

@@ -24,12 +24,14 @@ from .common import print_safe as _say, print_text_safe
 from .compile_trust import refuse_unusable_cache, refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
                             set_tuning_db, strategy_of)
+from .inspect_text import print_inspect_text
 from .trust import add_trust_command
 
 
 def cmd_compile(args) -> int:
     from provmap.partition.backend_options import check_backend_options
     from provmap.partition.compile import compile_model
+    from provmap.provenance.profile import parse_dims
     from provmap.provenance.shapes import parse_input_shapes
 
     for flag, value in (("--max-depth", args.max_depth), ("--max-size", args.max_size)):
@@ -41,6 +43,7 @@ def cmd_compile(args) -> int:
     refuse_unusable_trust_list(strategy)
     collage_flags_only_under_collage(args, strategy)
     input_shapes = parse_input_shapes(args.input_shape)
+    dims = parse_dims(args.dim)
     search_options = collage_options(args, strategy)
     if search_options is not None:
         refuse_unusable_cache(search_options.cache_path)
@@ -50,7 +53,7 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     art = compile_model(args.model, strategy, out=args.output, backend_options=backend_options,
                         progress=said, collage_options=search_options,
-                        embed_model=args.embed_model, input_shapes=input_shapes)
+                        embed_model=args.embed_model, input_shapes=input_shapes, dims=dims)
     t2 = time.perf_counter()
     said.flush()
     t1 = said.model_read_at or t0  # the build alone: reading the model never counted
@@ -236,44 +239,7 @@ def cmd_inspect(args) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    m = info["model"]
-    _say(f"{info['artifact']}: model {m['name']} (sha256 {m['sha256'][:12]}), strategy "
-          f"{info['strategy']}, {len(info['partitions'])} partition(s)")
-    if m.get("derived"):
-        _say(f"  compiled provmap's derived copy (sha256 {m['derived_sha256'][:12]}): "
-              f"{'; '.join(m['derived'])}")
-    from provmap.workbench.placement import describe_states
-
-    _say(f"  node states: {describe_states(info['placement']['states'])}")
-    pl = info["placement"]  # which nodes those are: what --model changes (issue 36)
-    _say(f"  over {len(pl['nodes'])} ONNX nodes of "
-         + ("the model as given" + (f" ({term_safe(args.model)})" if args.model else
-                                    " (embedded in the artifact)")
-            if pl["model"] == "original" else
-            "the compiled copy (pass --model FILE to key them to your model)"))
-    for name, b in info["backends"].items():
-        _say(f"  backend {name} {b['version']} {b['options'] or ''}".rstrip())
-    for w in info["warnings"]:
-        _say(f"  warning: {w}")
-    from provmap.runtime_module.schedule import describe
-
-    _say(f"  schedule: {describe(info['schedule'])}")
-    for p in info["partitions"]:
-        ops = [n for n in p["onnx_nodes"] if not n["helper"] and n.get("ran", True)]
-        nk = len(p["kernels"])
-        print()
-        _say(f"{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
-              f"{nk} kernel{'s' if nk != 1 else ''}  [{p.get('why', '')}]")
-        for t in p["inputs"]:
-            _say(f"  in   {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B  <- {t['producer']}")
-        for t in p["outputs"]:
-            _say(f"  out  {t['name']}: {t['dtype']}{t['shape']} {t['bytes']} B")
-        shown = ops[:args.limit] if args.limit else ops
-        _say("  nodes: " + ", ".join(f"{n['name'] or n['id']}({n['op_type']})" for n in shown)
-              + (f", ... {len(ops) - len(shown)} more" if len(shown) < len(ops) else ""))
-        ks = p["kernels"][:args.limit] if args.limit else p["kernels"]
-        _say("  kernels: " + ", ".join(k.split(":", 1)[1] for k in ks)
-              + (f", ... {len(p['kernels']) - len(ks)} more" if len(ks) < len(p["kernels"]) else ""))
+    print_inspect_text(info, args.model, args.limit)
     return 0
 
 

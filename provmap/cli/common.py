@@ -111,8 +111,14 @@ def add_random_options(parser, what="random inputs") -> None:
 def add_input_shape_option(parser) -> None:
     """`--input-shape NAME=1x3x224x224`, repeatable, on every command that imports a model."""
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
-                        help="fix an input's shape, e.g. input=1x3x224x224 (repeatable; needed "
-                             "when the model leaves a dimension symbolic)")
+                        help="an input's shape, e.g. input=1x3x224x224, an axis may be a range "
+                             "MIN..MAX[@OPT] (input_ids=1x1..512@128; opt defaults to max) "
+                             "(repeatable; needed when the model leaves a dimension symbolic)")
+    parser.add_argument("--dim", action="append", default=[], metavar="SYMBOL=SIZE|MIN..MAX",
+                        help="a symbolic dimension of the model by its name, on every input "
+                             "naming it: a size (batch=1) or a range served by one artifact "
+                             "(seq=1..512@128; opt, what the search measures at, defaults to "
+                             "max) (repeatable)")
 
 
 def add_trust_option(parser) -> None:

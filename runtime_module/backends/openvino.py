@@ -270,7 +270,7 @@ class OpenVINOBackend(Backend):
 
     def _compile(self, model, what: str):
         try:
-            return _get_core().compile_model(model, _DEVICE, self.config())
+            return _get_core().compile_model(model, _DEVICE, _shape_safe(model, self.config()))
         except Exception as e:
             raise BackendError(f"OpenVINO {self.version()}: {_DEVICE} plugin cannot compile "
                                f"{what}: {ov_error(e)}") from None
@@ -294,7 +294,7 @@ class OpenVINOBackend(Backend):
         """PERF_COUNT of the executed layers (this backend's kernels, paired by
         `ov_kernels.profiled_kernel_names`); see `Backend.profile_kernels`."""
         model = self._read_ir(blob.files["model.xml"], blob.files["model.bin"])
-        cfg = dict(self.config(), PERF_COUNT="YES")
+        cfg = _shape_safe(model, dict(self.config(), PERF_COUNT="YES"))
         compiled = _get_core().compile_model(model, _DEVICE, cfg)
         kernel_of = profiled_kernel_names(compiled, list(blob.kernels))
         runner = OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
@@ -413,3 +413,13 @@ class OpenVINORunner(Runner):
     def close(self) -> None:
         self._request = None
         self.compiled = None
+
+
+def _shape_safe(model, cfg: dict) -> dict:
+    """`cfg` for a model with dynamic dimensions: the CPU plugin's runtime cache (kernels kept
+    per input shape) off.  With it on, OpenVINO 2026.4 computes wrong values, or NaN, at a
+    larger shape after one with a size-1 axis (a TorchScript attention block run at 1x1 then
+    4x32 from one compiled model; the same on the plain library, tests/test_dynamic_shapes.py)."""
+    if model.is_dynamic():
+        cfg = dict(cfg, CPU_RUNTIME_CACHE_CAPACITY="0")
+    return cfg

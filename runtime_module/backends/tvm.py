@@ -28,6 +28,7 @@ from ..options import Option, as_bool
 from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
 from .empty_tensors import refuse_reductions_over_nothing
 from .tvm_host import missing_features, refuse_foreign_cpu
+from .tvm_module import bounded, module_for
 from .tvm_tuning import (TuningDatabase, default_db_dir, llvm_cpu_problem, make_target,
                          stderr_log, tune_regions, tuned_pipeline)
 
@@ -149,26 +150,6 @@ def _ops_in(value):
 
     relax.analysis.post_order_visit(value, visit)
     return found
-
-
-def _module_for(fn, imported_mod) -> tvm.IRModule:
-    """`fn` as "main" of a module that also holds the functions it calls from the imported
-    module: some converters (Einsum, reflect/edge Pad, ...) emit call_tir to PrimFuncs
-    they add beside "main".  Only those reachable from `fn` are copied, so a partition's
-    library does not carry other partitions' kernels."""
-    by_gv = {gv: f for gv, f in imported_mod.functions.items() if gv.name_hint != "main"}
-    funcs = {}
-    stack = [fn]
-    while stack:
-        f = stack.pop()
-        if not isinstance(f, relax.Function):
-            continue  # PrimFuncs call nothing that lives in the module
-        for gv in relax.analysis.all_global_vars(f):
-            if gv in by_gv and gv not in funcs:
-                funcs[gv] = by_gv[gv]
-                stack.append(by_gv[gv])
-    funcs[tvm.ir.GlobalVar("main")] = fn
-    return tvm.IRModule(funcs)
 
 
 def _not_a_tensor(imp, name: str) -> bool:
@@ -317,8 +298,9 @@ class TVMBackend(Backend):
                 raise BackendError(f"tvm: {sub.view.describe(i)} is not compilable by TVM: "
                                    f"{opaque[i]}")
         fn, var_expr, param_names, out_names = sub.relax_function()
-        fn = fn.with_attr("global_symbol", "main")
-        return _module_for(fn, sub.view.imported.mod), var_expr, param_names, out_names
+        fn = bounded(fn.with_attr("global_symbol", "main"),
+                      getattr(sub.view.imported, "profile", None))
+        return module_for(fn, sub.view.imported.mod), var_expr, param_names, out_names
 
     def build(self, sub) -> Blob:
         region = self.region(sub)
