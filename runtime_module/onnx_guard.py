@@ -3,68 +3,43 @@
 Why: a partition's `model.onnx` is handed to ONNX Runtime as bytes, and ORT resolves a
 tensor's external data (`data_location: EXTERNAL`, `external_data {location: ...}`) against the
 current directory.  An artifact from a stranger whose initializer said `.ssh/id_rsa` read the
-victim's key into its outputs, with no trust asked (ORT partitions are "only data").  provmap
-never writes external data into an artifact, so any reference at all, in any tensor anywhere in
-the model (initializers, sparse initializers, Constant and other tensor attributes, subgraphs of
-If/Loop/Scan, model-local functions, training_info graphs), is refused, for every backend,
-trusted or not.
+victim's key into its outputs, with no trust asked (ORT partitions are "only data"); so did one
+whose model-local function had that tensor as an attribute default (issue 52), a place the old
+list of places to look missed.  provmap never writes external data into an artifact, so any
+reference at all, in any tensor the protobuf descriptors say the model can hold
+(onnx_tensors.walk), is refused, for every backend, trusted or not, and so is a field or enum
+value this onnx does not declare (it could hold or mean a tensor the walk cannot see).
 """
 
 from __future__ import annotations
 
 from provmap.provenance.util.errors import ProvmapError
 
-
-def _tensor_refs(t, where: str):
-    import onnx
-
-    if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
-        loc = next((e.value for e in t.external_data if e.key == "location"), "?")
-        yield f"{where} tensor {t.name!r} refers to external data {loc!r}"
-
-
-def _sparse_refs(s, where: str):
-    yield from _tensor_refs(s.values, where)
-    yield from _tensor_refs(s.indices, where)
-
-
-def _graph_refs(g, where: str):
-    for t in g.initializer:
-        yield from _tensor_refs(t, f"{where} initializer")
-    for s in g.sparse_initializer:
-        yield from _sparse_refs(s, f"{where} sparse initializer")
-    for k, n in enumerate(g.node):
-        yield from _node_refs(n, f"{where} node #{k} {n.name!r} ({n.op_type})")
-
-
-def _node_refs(n, where: str):
-    # Iterative over subgraphs' nesting would be needed only past protobuf's own recursion
-    # limit (100), which parsing already enforces.
-    for a in n.attribute:
-        at = f"{where} attribute {a.name!r}:"
-        if a.HasField("t"):
-            yield from _tensor_refs(a.t, at)
-        for t in a.tensors:
-            yield from _tensor_refs(t, at)
-        if a.HasField("sparse_tensor"):
-            yield from _sparse_refs(a.sparse_tensor, at)
-        for s in a.sparse_tensors:
-            yield from _sparse_refs(s, at)
-        if a.HasField("g"):
-            yield from _graph_refs(a.g, f"{at} subgraph")
-        for g in a.graphs:
-            yield from _graph_refs(g, f"{at} subgraph")
+_OUTSIDE = ("an artifact holds its tensors itself; external data would be read from this "
+            "machine's files")
 
 
 def external_refs(model) -> list[str]:
-    """Every tensor of `model` (a ModelProto) that names data outside it, described."""
-    out = list(_graph_refs(model.graph, "graph"))
-    for k, t in enumerate(model.training_info):  # ORT ignores them today; a tool may not
-        out.extend(_graph_refs(t.initialization, f"training_info[{k}].initialization"))
-        out.extend(_graph_refs(t.algorithm, f"training_info[{k}].algorithm"))
-    for f in model.functions:
-        for k, n in enumerate(f.node):
-            out.extend(_node_refs(n, f"function {f.name!r} node #{k} {n.name!r} ({n.op_type})"))
+    """Every tensor of `model` (a ModelProto) that names data outside it, and every message with
+    fields or enum values this onnx does not declare (protobuf keeps both as unknown fields),
+    described with its path in the model."""
+    import onnx
+
+    from .onnx_tensors import unknown_field_numbers, walk
+
+    out = []
+    for path, kind, msg in walk(model):
+        if kind == "tensor":
+            if msg.data_location == onnx.TensorProto.EXTERNAL or len(msg.external_data):
+                loc = next((e.value for e in msg.external_data if e.key == "location"), "?")
+                out.append(f"{path}: tensor {msg.name!r} refers to external data {loc!r} "
+                           f"({_OUTSIDE})")
+        else:
+            nums = ", ".join(map(str, unknown_field_numbers(msg)[:5]))
+            out.append(f"{path or 'the model'}: {msg.DESCRIPTOR.name} field number(s) {nums} "
+                       f"hold what onnx {onnx.__version__} does not declare (a newer ONNX's "
+                       "field or enum value, which could name external data this check cannot "
+                       "see)")
     return out
 
 
@@ -81,8 +56,7 @@ def check_onnx_bytes(data: bytes, where: str):
             from None
     refs = external_refs(model)
     if refs:
-        raise ProvmapError(f"{where}: refused: {refs[0]} (an artifact holds its tensors itself; "
-                           "external data would be read from this machine's files)"
+        raise ProvmapError(f"{where}: refused: {refs[0]}"
                            + (f"; {len(refs) - 1} more" if len(refs) > 1 else ""))
     return model
 

@@ -73,7 +73,9 @@ def external(name: str, location: str, length: int = 16) -> TensorProto:
 def stealing_model(where: str = "initializer", location: str = "secret.bin") -> bytes:
     """x[4] + w -> y, where w's 16 bytes are read from `location` by whoever loads the model;
     `where` puts w in an initializer, a Constant's attribute, a sparse initializer, an If's
-    branch or a model-local function."""
+    branch, a model-local function's Constant, or ("function_default") the default of a
+    model-local function's attribute, which the function's Constant takes by `ref_attr_name`
+    (issue 52: ONNX Runtime reads it, and the guard's old list of places missed it)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
     w = external("w", location)
@@ -101,6 +103,18 @@ def stealing_model(where: str = "initializer", location: str = "secret.bin") -> 
                 helper.make_node("Add", ["a", "w"], ["b"])]
         funcs.append(helper.make_function("evil", "Steal", ["a"], ["b"], body,
                                           [helper.make_opsetid("", 17)]))
+        nodes.append(helper.make_node("Steal", ["x"], ["y"], name="steal", domain="evil"))
+    elif where == "function_default":
+        const = helper.make_node("Constant", [], ["w"])
+        ref = const.attribute.add()
+        ref.name, ref.type, ref.ref_attr_name = "value", onnx.AttributeProto.TENSOR, "wdef"
+        f = helper.make_function("evil", "Steal", ["a"], ["b"],
+                                 [const, helper.make_node("Add", ["a", "w"], ["b"])],
+                                 [helper.make_opsetid("", 17)])
+        default = f.attribute_proto.add()
+        default.name, default.type = "wdef", onnx.AttributeProto.TENSOR
+        default.t.CopyFrom(w)
+        funcs.append(f)
         nodes.append(helper.make_node("Steal", ["x"], ["y"], name="steal", domain="evil"))
     g = helper.make_graph(nodes, "g", [x], [y], inits, sparse_initializer=sparse)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),

@@ -61,7 +61,25 @@ def test_external_data_in_a_partition_is_refused_and_nothing_is_read(ort_art, tm
     assert not (tmp_path / "out.npz").exists()
 
 
-@pytest.mark.parametrize("where", ["constant", "sparse", "subgraph", "function"])
+def test_external_data_in_a_function_attribute_default_is_refused_by_run(ort_art, tmp_path):
+    """Issue 52: a model-local function whose attribute default (`attribute_proto`) is a tensor
+    of `.ssh/id_rsa`, taken by a Constant through `ref_attr_name`, ORT's optimizer off: `run`
+    in the victim's home exited 0 with the key's first 16 bytes in the outputs, because the
+    guard walked a list of places and that one was not on it."""
+    art = _with_model(ort_art, tmp_path / "received.provmap",
+                      stealing_model("function_default", ".ssh/id_rsa"), optimization="disable")
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_rsa").write_bytes(SECRET + b"-----END KEY-----")
+    r = provmap("run", art, "--inputs", _zeros(tmp_path), "-o", tmp_path / "out.npz",
+                cwd=tmp_path)
+    one_error(r, "received.provmap: partitions/p0/model.onnx: refused: "
+                 "functions[0].attribute_proto[0].t: tensor 'w' refers to external data "
+                 "'.ssh/id_rsa'")
+    assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.parametrize("where", ["constant", "sparse", "subgraph", "function",
+                                   "function_default"])
 def test_external_data_anywhere_in_the_model_is_refused_at_load(ort_art, tmp_path,
                                                                 monkeypatch, where):
     art = _with_model(ort_art, tmp_path / "steal.provmap", stealing_model(where))
