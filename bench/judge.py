@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from provmap.partition.measure import DEFAULT_QUANT_STEPS
 from provmap.provenance.util.attrs import node_attr as _attr
 
 #: Ops whose 8-bit integer outputs are quantized values (judged in steps).
@@ -36,7 +37,7 @@ QUANT_OPS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "QLinearConv",
                        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
                        "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearConcat",
                        "QGemm", "QLinearSoftmax"})
-QUANT_STEPS = 1  # workbench.compare.Tolerance's default
+QUANT_STEPS = DEFAULT_QUANT_STEPS  # the accuracy guard's and compare's
 _QUANTIZED = ("int8", "uint8")
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from provmap.bench.output_err import err_cell
 from provmap.provenance.util.atomic import write_atomic, write_bytes_atomic
 from provmap.workbench.headroom import verdict
 
@@ -229,18 +230,17 @@ def markdown(res: dict) -> str:
         rows.append([r["model"], r["strategy"],
                      f"{r['kept']} [{', '.join(r.get('backends') or [])}]{twin}",
                      f"{r['median_ms']:.2f}{capped}", f"{r['p90_ms']:.2f}", f"{r['min_ms']:.2f}",
-                     f"{r['spread']:.2f}", ratio, ratio_min, r["partitions"],
-                     f"{r['max_abs_err_vs_ort']:.1e}", _load(r)])
+                     f"{r['spread']:.2f}", ratio, ratio_min, r["partitions"], err_cell(r), _load(r)])
     lines += _table(
-        "End-to-end latency (all strategies of a model measured together, interleaved blocks; "
-        "below 1 ms a sample is the mean of enough calls to last 1 ms); "
-        "ratio = median / best single configuration's median (the fastest row of one library, "
-        "its thread, spinning and hint variants included); ratio (min) = the same with minimums "
-        "(steadier on a noisy machine); kept = the plan the artifact runs (a plan identical to "
-        "a single-backend plan is measured once and reported for both); err = max abs "
-        "difference from ONNX Runtime on the original model; load = CPUs other processes "
-        "used during the model's latency run / CPUs, and **noisy** when that run was contended "
-        "or the row's samples spread over 0.75 (its ratio is then not a result).",
+        "End-to-end latency (all strategies of a model measured together, interleaved blocks; below 1 ms a "
+        "sample is the mean of enough calls to last 1 ms); ratio = median / best single configuration's "
+        "median (the fastest row of one library, its thread, spinning and hint variants included); ratio "
+        "(min) = the same with minimums (steadier on a noisy machine); kept = the plan the artifact runs (a "
+        "plan identical to a single-backend plan is measured once and reported for both); err = max abs "
+        "difference from ONNX Runtime on the original model (and in steps for a quantized output, one step "
+        "agreeing; **bold**: the accuracy guard would refuse it); load = CPUs other processes used during "
+        "the model's latency run / CPUs, and **noisy** when that run was contended or the row's samples "
+        "spread over 0.75 (its ratio is then not a result).",
         ["model", "strategy", "kept", "median ms", "p90 ms", "min ms", "spread", "ratio",
          "ratio (min)", "partitions", "err", "load"], rows)
     if res.get("headroom"):

@@ -35,12 +35,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 from .baseline import gains, is_default, library
 from .costs import artifact_stats, provenance_cost
 from .hog import cpu_hog
 from .limits import headroom, measured_with_load, row_load
+from .output_err import output_err
 from .paired import confirm_gains, paired_overhead
 from provmap.partition.collage_report import predicted_vs_measured
 from provmap.partition.quiet_again import WAITING
@@ -359,7 +358,6 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
         best_default = min(defaults, key=defaults.get) if defaults else None
         for s, m in mods.items():
             got = m.run(feeds)
-            err = max(float(np.max(np.abs(got[k].astype(np.float64) - r))) for k, r in ref.items())
             summ = lat[s].summary()
             out["rows"].append({
                 "model": name, "strategy": s, "kept": m.manifest["strategy"],
@@ -370,7 +368,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 "partitions": len(m.manifest["partitions"]),
                 "same_plan_as": same.get(s),
                 "backends": sorted({p["backend"] for p in m.manifest["partitions"]}),
-                "max_abs_err_vs_ort": err, **row_load(window, summ)})
+                **output_err(model, got, ref), **row_load(window, summ)})
             m.close()
         # The minimum is the steadier estimate on a noisy 2-core machine: ratios by min too.
         mins = {s: min(lat[s].samples_s) for s in singles}

@@ -16,14 +16,14 @@ import ml_dtypes
 import numpy as np
 import onnx
 
+from provmap.partition.measure.quant_steps import (DEFAULT_QUANT_STEPS, grid_steps, steps_bound,
+                                                  step_unit)
+from provmap.partition.measure.quant_steps import dequantized_steps  # noqa: F401  (its old home)
 from provmap.provenance.util.errors import ProvmapError, first_line
 
 
-#: 8-bit integer tensors in a model are quantized activations (QuantizeLinear, QLinearConv,
-#: DynamicQuantizeLinear... outputs).  Libraries round the same real value to neighbouring steps
-#: (ties, fused requantization), so one step apart is the expected agreement, not a wrong kernel:
-#: ONNX Runtime and OpenVINO differ by exactly one step on a QOperator ResNet-18 here.
-QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
+# Quantized tensors are judged in steps by the rule every decision shares (the search's accuracy
+# guard too): partition/measure/quant_steps.py, where the 8-bit dtypes and the default N live.
 #: 16-bit float tensors, judged in units in the last place as well (Tolerance.ulps).
 HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
@@ -33,7 +33,7 @@ class Tolerance:
     atol: float = 1e-4
     rtol: float = 1e-3
     #: For int8/uint8 tensors, instead of atol/rtol: how many quantization steps apart passes.
-    quant_steps: int = 1
+    quant_steps: int = DEFAULT_QUANT_STEPS
     #: For float16/bfloat16 tensors, as well as atol/rtol: how many units in the last place of
     #: the reference value apart passes.  Each library rounds intermediate results to the
     #: tensor's precision in its own order: a correct fp16 HardSwish on TVM and on ONNX Runtime
@@ -44,11 +44,12 @@ class Tolerance:
 
 def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance, step=None) -> dict:
     """max abs / max rel error (over the reference's non-zero elements) and cosine similarity;
-    `ok` by |got - ref| <= atol + rtol*|ref|,
-    or for 8-bit integer tensors by |got - ref| <= quant_steps, or for a float tensor on a
-    quantization grid of `step` (a DequantizeLinear's output: `dequantized_steps`) by
-    |got - ref| <= quant_steps * step as well.  `step` may instead be the 16-bit float type a
-    float32 tensor was computed in (`tensor_grids`): it is then judged in that type's ulps too."""
+    `ok` by |got - ref| <= atol + rtol*|ref|, or for a quantized tensor within quant_steps of
+    its grid (`quant_steps.steps_bound`): an 8-bit integer tensor, an integer tensor the graph
+    quantizes (`grid_steps`), or a float tensor on the grid of `step` (a DequantizeLinear's
+    output), which passes on either rule.  Other integer tensors (indices, shapes) are exact:
+    rtol let argmax 1000 pass for 1001.  `step` may instead be the 16-bit float type a float32
+    tensor was computed in (`tensor_grids`): it is then judged in that type's ulps too."""
     half = step if isinstance(step, np.dtype) else None
     step = None if half is not None else step
     got, ref = np.asarray(got), np.asarray(ref)
@@ -86,23 +87,25 @@ def metrics(got: np.ndarray, ref: np.ndarray, tol: Tolerance, step=None) -> dict
     na, nr = np.linalg.norm(a[both]), np.linalg.norm(r[both])
     cosine = float(np.dot(a[both], r[both]) / (na * nr)) if na > 0 and nr > 0 else \
         (1.0 if na == nr else 0.0)
-    plain = tol.atol + tol.rtol * np.abs(r[both])
-    bound = tol.quant_steps if got.dtype in QUANTIZED else plain
+    unit = step_unit(got.dtype, step)
+    integer = got.dtype.kind in "iub"
+    plain = 0.0 if integer else tol.atol + tol.rtol * np.abs(r[both])
+    bound = steps_bound(tol.quant_steps, unit) if integer and unit else plain
     # the rule a passing tensor passed on: a JSON reader saw atol/rtol beside a max abs past
     # them and "ok" (a uint8 QDQ output one step off: the sixteenth afternoon)
-    passed_on = "quant_steps" if got.dtype in QUANTIZED else "atol/rtol"
-    if got.dtype not in QUANTIZED and not bool(np.all(diff <= plain)):
-        passed_on = ("quant_steps" if step else
+    passed_on = "quant_steps" if integer and unit else "atol/rtol"
+    if not integer and not bool(np.all(diff <= plain)):
+        passed_on = ("quant_steps" if unit else
                      "ulps" if tol.ulps and (got.dtype in HALF or half is not None) else None)
-    if step and got.dtype not in QUANTIZED:  # one step of the grid is one step, as for int8
-        bound = np.maximum(bound, tol.quant_steps * step * (1 + 1e-6))
+    if unit and not integer:  # one step of the grid is one step, as for int8
+        bound = np.maximum(bound, steps_bound(tol.quant_steps, unit))
     if tol.ulps and (got.dtype in HALF or half is not None):  # the reference's own spacing in
         # the 16-bit type the values were computed in
         spacing = np.spacing(np.abs(ref.ravel()[both]).astype(half or got.dtype)).astype(np.float64)
         bound = np.maximum(bound, tol.ulps * spacing)
     ok = not problem and bool(np.all(diff <= bound))
     top = float(np.abs(r[both]).max()) if both.any() else 0.0
-    if ok and got.dtype not in QUANTIZED and not step and 0 < top <= tol.atol and max_abs > 0 \
+    if ok and not integer and not unit and 0 < top <= tol.atol and max_abs > 0 \
             and cosine < 0.999:
         # every reference value is inside atol, so atol alone cannot judge the tensor: a
         # partition with noise for weights "matched" at cosine -0.29 on 1e-9 logits (the
@@ -136,8 +139,8 @@ def model_notes(model: onnx.ModelProto) -> tuple[dict[str, str], dict[str, float
 
 def tensor_grids(model: onnx.ModelProto, consts=None) -> dict:
     """Tensor -> what `metrics` judges it on beside atol/rtol: its quantization step
-    (`dequantized_steps`) or the 16-bit float type it was computed in (`half_casts`)."""
-    return {**half_casts(model), **dequantized_steps(model, consts)}
+    (`grid_steps`) or the 16-bit float type it was computed in (`half_casts`)."""
+    return {**half_casts(model), **grid_steps(model)}
 
 
 _HALF_TYPES = {onnx.TensorProto.FLOAT16: np.dtype(np.float16),
@@ -169,23 +172,6 @@ def half_casts(model: onnx.ModelProto) -> dict[str, np.dtype]:
             pass
     return {n.output[0]: _HALF_TYPES[types[n.input[0]]] for n in casts
             if types.get(n.input[0]) in _HALF_TYPES}
-
-
-def dequantized_steps(model: onnx.ModelProto, consts=None) -> dict[str, float]:
-    """Tensor -> its quantization step: the output of a DequantizeLinear whose scale is one
-    constant.  Its values lie on that grid, so two libraries rounding one element to
-    neighbouring levels differ by exactly one step (a uint8 QDQ model: 1/255 = 0.00392 failed
-    compare at atol 1e-4, while workbench.md calls one step agreement: issue 36)."""
-    dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and len(n.input) > 1]
-    consts = _notable_constants(model) if consts is None else consts
-    out = {}
-    for n in dq:
-        scale = consts.get(n.input[1])
-        if scale is not None and scale.size == 1:
-            v = float(np.abs(scale.astype(np.float64)).ravel()[0])
-            if np.isfinite(v) and v > 0:
-                out[n.output[0]] = v
-    return out
 
 
 _RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",

@@ -9,3 +9,8 @@ are priced; this room is where that change happens, without touching the search.
 
 The room imports from the search room only the vocabulary (`candidate`) and the model loader
 (`model_source`); tests/test_layers.py holds it to that."""
+
+#: Quantized outputs agree within this many quantization steps, wherever a decision is made
+#: (the accuracy guard, `compare --quant-steps`, bench): one rounding flip (quant_steps.py says
+#: why).  Here, importing nothing, so the CLI's help shows it without importing numpy.
+DEFAULT_QUANT_STEPS = 1

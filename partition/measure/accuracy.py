@@ -2,15 +2,22 @@
 
 A candidate that is fast and wrong must never be picked, so every measured candidate is first
 run on the same inputs as the reference backend and compared with the runner's rule
-(|out - ref| <= atol + rtol * |ref|, NaN equals NaN).  Inputs derive from the region's key alone,
-so the same key always sees the same inputs and a cached verdict stays true."""
+(|out - ref| <= atol + rtol * |ref|, NaN equals NaN), except where a correct library may differ:
+a quantized output is judged in its quantization steps, by the rule compare uses
+(`quant_steps.py`: an int8 QuantizeLinear rounding one value the other way is agreement, not a
+wrong kernel; issue 51), and other integer outputs (indices, shapes) must be equal.  Inputs
+derive from the region's key alone, so the same key always sees the same inputs and a cached
+verdict stays true."""
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
+
+from .quant_steps import DEFAULT_QUANT_STEPS, in_steps, step_unit, steps_bound
 
 
 def make_inputs(specs, key: str) -> dict[str, np.ndarray]:
@@ -32,40 +39,80 @@ def make_inputs(specs, key: str) -> dict[str, np.ndarray]:
     return out
 
 
-def compare_outputs(outs: dict, refs: dict, atol: float, rtol: float) -> tuple[float, str]:
-    """(max abs err over all outputs, "" or the first failure's description)."""
+class Verdict(NamedTuple):
+    err: float                   # max abs err over all outputs
+    failure: str                 # "" or the first failing output's description
+    steps: float | None = None   # that output's worst difference in steps, if quantized
+    quant_worst: float | None = None  # the worst in steps over every quantized output
+
+
+def compare_outputs(outs: dict, refs: dict, atol: float, rtol: float, steps: dict | None = None,
+                    quant_steps: int = DEFAULT_QUANT_STEPS) -> Verdict:
+    """Every reference output against the candidate's.  `steps`: output -> its quantization
+    step as the graph gives it (`quant_steps.grid_steps`); an 8-bit integer output is on a grid
+    without it."""
+    steps = steps or {}
     worst = 0.0
-    failure = ""
+    failure, failed_steps, quant_worst = "", None, None
     for name, r in refs.items():
         if name not in outs:
-            return float("inf"), f"output '{name}' missing"
+            return Verdict(float("inf"), f"output '{name}' missing")
         a = np.asarray(outs[name])
         r = np.asarray(r)
         if a.shape != r.shape:
-            return float("inf"), f"output '{name}' has shape {a.shape}, reference {r.shape}"
+            return Verdict(float("inf"), f"output '{name}' has shape {a.shape}, reference "
+                                         f"{r.shape}")
         if a.size == 0:
             continue
+        unit = step_unit(r.dtype, steps.get(name))
         if a.dtype.kind in "fc" or r.dtype.kind in "fc":
             af = a.astype(np.float64)
             rf = r.astype(np.float64)
             nan_a, nan_r = np.isnan(af), np.isnan(rf)
             if (nan_a != nan_r).any():
-                return float("inf"), f"output '{name}' has NaN where the reference has none " \
-                                     "(or the reverse)"
+                return Verdict(float("inf"), f"output '{name}' has NaN where the reference has "
+                                             "none (or the reverse)")
             ok_mask = nan_a | (af == rf)  # equal infs, NaN pairs
             diff = np.where(ok_mask, 0.0, np.abs(af - rf))
             diff = np.where(np.isnan(diff), np.inf, diff)
-            err = float(diff.max())
-            bad = (diff > atol + rtol * np.abs(np.where(ok_mask, 0.0, rf))).any()
+            bound = atol + rtol * np.abs(np.where(ok_mask, 0.0, rf))
+            if unit:  # on a DequantizeLinear's grid: either rule passes, as in compare
+                bound = np.maximum(bound, steps_bound(quant_steps, unit))
         else:
             diff = np.abs(a.astype(np.int64) - r.astype(np.int64)) if a.dtype != bool \
                 else (a != r).astype(np.int64)
-            err = float(diff.max())
-            bad = err > 0
-        if bad and not failure:
+            bound = steps_bound(quant_steps, unit) if unit else 0
+        err = float(diff.max())
+        if unit:
+            quant_worst = max(quant_worst or 0.0, in_steps(diff, unit))
+        if (diff > bound).any() and not failure:
             failure = f"output '{name}'"
+            failed_steps = in_steps(diff, unit) if unit else None
         worst = max(worst, err)
-    return worst, failure
+    return Verdict(worst, failure, failed_steps, quant_worst)
+
+
+def refusal(v: Verdict, settings: dict, ref_name: str, quantized: bool) -> str:
+    """Why a candidate is refused for accuracy, as explain and the search's counts read it
+    (the text before the first ':' is the kind).  A quantized output says its worst difference
+    in steps; a region with quantized outputs names quant-steps among the tolerances, so a
+    verdict cached before issue 51 (which judged them by equality) is told apart
+    (`stale_refusal`)."""
+    n = settings.get("quant_steps", DEFAULT_QUANT_STEPS)
+    if v.steps is not None:
+        k = f"{v.steps:.3g}"
+        return (f"accuracy guard: {k} quantization step{'' if k == '1' else 's'} apart > "
+                f"quant-steps {n} vs {ref_name} ({v.failure}; max abs err {v.err:.3g})")
+    q = f"; quant-steps {n}" if quantized else ""
+    return (f"accuracy guard: max abs err {v.err:.3g} > tol (atol {settings['atol']:g}, rtol "
+            f"{settings['rtol']:g}{q}) vs {ref_name} ({v.failure})")
+
+
+def stale_refusal(reason: str, quantized: bool) -> bool:
+    """A cached accuracy refusal of a region with quantized outputs, decided before they were
+    judged in steps: measured again rather than trusted (it left OpenVINO out of a QDQ
+    ResNet-50's search for good)."""
+    return quantized and reason.startswith("accuracy guard:") and "quant" not in reason
 
 
 class RefCache:

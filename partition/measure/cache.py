@@ -17,7 +17,9 @@ Beside each isolated price, `in_context` may hold the same region's time measure
 running plan (Collage's second level feeds it back): a later search prices the region from it.
 
 Accuracy verdicts are stored as they were decided: the estimator's tolerances are not part of
-the key, so after changing atol/rtol use a fresh cache file (or `delete_invalid()`).
+the key, so after changing atol/rtol use a fresh cache file (or `delete_invalid()`).  One
+exception: a quantized region's refusal written before issue 51 is measured again
+(`accuracy.stale_refusal`), since the rule it was decided by called one rounding step wrong.
 
 Concurrency: two searches may write the same file at once.  The file uses WAL journaling (readers
 never block writers), every connection waits up to `busy_timeout_ms` for a lock instead of

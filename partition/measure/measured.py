@@ -19,6 +19,8 @@ Design
   default, with spinning threads off so it does not slow the next measurement).  A candidate on
   the reference backend itself is not checked.  Failing `|out - ref| <= atol + rtol * |ref|`
   anywhere makes the candidate invalid ("accuracy guard: max abs err X > tol vs onnxruntime");
+  a quantized output is judged in its steps instead (`quant_steps`, compare's rule: within
+  `quant_steps` of them; "accuracy guard: 2 quantization steps apart > quant-steps 1 ...");
   the check runs *before* timing, so a wrong candidate costs no timing.  If the reference itself
   cannot build the region the candidate stays valid and unchecked (`stats()["unchecked"]`).
 * Isolation (`isolate=True`, the default).  Measurements run in one persistent worker process
@@ -56,7 +58,8 @@ from typing import Callable, Mapping
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.runtime_module.backend import Backend
 
-from .accuracy import RefCache
+from .accuracy import RefCache, stale_refusal
+from .quant_steps import DEFAULT_QUANT_STEPS, region_steps
 from .cache import CostCache, backend_identity
 from ..candidate import Candidate, Estimate
 from .cost import CostEstimator
@@ -94,6 +97,7 @@ class MeasuredEstimator(CostEstimator):
     def __init__(self, backends: Mapping[str, Backend], cache: CostCache | None = None,
                  warmup: int = 2, repeats: int = 10, min_time_s: float = 0.05,
                  max_time_s: float | None = 0.5, check_accuracy: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
+                 quant_steps: int = DEFAULT_QUANT_STEPS,
                  reference: str | Backend | None = "onnxruntime", isolate: bool = True,
                  progress: Callable[[int, int, float], None] | None = None,
                  timeout_s: float | None = 1200.0, start_method: str = "spawn",
@@ -104,8 +108,8 @@ class MeasuredEstimator(CostEstimator):
         self.cache = cache if cache is not None else CostCache(":memory:")
         self.settings = {"warmup": int(warmup), "repeats": int(repeats),
                          "min_time_s": float(min_time_s), "max_time_s": max_time_s,
-                         "atol": float(atol),
-                         "rtol": float(rtol)}
+                         "atol": float(atol), "rtol": float(rtol),
+                         "quant_steps": int(quant_steps)}
         self.check_accuracy = bool(check_accuracy) and reference is not None
         if isinstance(reference, str):
             ref_opts = {"allow_spinning": False} if reference == "onnxruntime" else {}
@@ -212,6 +216,9 @@ class MeasuredEstimator(CostEstimator):
                 self._c["in_context"] += 1
                 return Estimate(row[0], cached=True)
         hit = self.cache.get(key, ident) or self._quarantine.get(key, ident)
+        if hit is not None and hit.seconds is None and self._needs_check(name) and \
+                stale_refusal(hit.reason, bool(region_steps(view, sub))):
+            hit = None
         if hit is not None:
             if (key, ident) not in self._prefetched:
                 self._c["cache_hits"] += 1
@@ -384,15 +391,18 @@ class MeasuredEstimator(CostEstimator):
         content = hashlib.blake2b(model_bytes, digest_size=16).hexdigest()
         check = self._needs_check(name)
         backend = self.backends[name]
+        steps = region_steps(view, sub) if check else None
         if not self.isolate:
             return measure_once(sub, key, content, backend, self.reference if check else None,
-                            self.reference.name if check else "", self.settings, self._refs), True
+                                self.reference.name if check else "", self.settings, self._refs,
+                                steps), True
         req = {"model": model_bytes, "label": label, "key": key, "content": content,
                "backend": self._spec[name], "options": backend.options(),
                "reference": self._ref_spec if check else None,
                "ref_options": self.reference.options() if check else {},
                "ref_name": self.reference.name if check else "",
-               "settings": self.settings, "ref_cache_bytes": self.ref_cache_bytes}
+               "settings": self.settings, "ref_cache_bytes": self.ref_cache_bytes,
+               "steps": steps}
         try:
             return self._worker.call(req, self.timeout_s), True
         except WorkerDied as d:

@@ -19,7 +19,8 @@ from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import backend_class, get_backend
 
-from .accuracy import RefCache, compare_outputs, make_inputs
+from .accuracy import RefCache, compare_outputs, make_inputs, refusal
+from .quant_steps import DEFAULT_QUANT_STEPS
 from provmap.runtime_module.subgraph import Subgraph
 
 
@@ -82,9 +83,10 @@ def timing_plan(settings: dict, first_call_s: float) -> tuple[int, int]:
 
 
 def measure_once(sub, key: str, content: str, backend: Backend, ref: Backend | None, ref_name: str,
-             settings: dict, refs: RefCache) -> dict:
+             settings: dict, refs: RefCache, steps: dict | None = None) -> dict:
     """Measure one region on one backend (in whatever process this runs).  Never raises for a
-    backend's failure: returns {"reason": ...} instead."""
+    backend's failure: returns {"reason": ...} instead.  `steps`: the region's quantized
+    outputs -> their step (`quant_steps.region_steps`), judged in steps by the guard."""
     phases = {"build_load_s": 0.0, "check_s": 0.0, "time_s": 0.0}
     res = {"seconds": None, "reason": "", "spread": 0.0, "repeats": 0, "max_abs_err": None,
            "unchecked": False, "phases": phases}
@@ -112,12 +114,11 @@ def measure_once(sub, key: str, content: str, backend: Backend, ref: Backend | N
             if want is None:
                 res["unchecked"] = True
             else:
-                err, where = compare_outputs(outs, want, settings["atol"], settings["rtol"])
-                res["max_abs_err"] = err
-                if where:
-                    res["reason"] = (f"accuracy guard: max abs err {err:.3g} > tol "
-                                     f"(atol {settings['atol']:g}, rtol {settings['rtol']:g}) vs "
-                                     f"{ref_name} ({where})")
+                v = compare_outputs(outs, want, settings["atol"], settings["rtol"], steps,
+                                    settings.get("quant_steps", DEFAULT_QUANT_STEPS))
+                res["max_abs_err"] = v.err
+                if v.failure:
+                    res["reason"] = refusal(v, settings, ref_name, bool(steps))
                     return res
         phase = "time"
         t0 = time.perf_counter()
@@ -207,7 +208,7 @@ def handle_request(req: dict, state: RequestState) -> dict:
             return {"seconds": None, "reason": f"re-import of the cut region failed: "
                                                f"{first_line(e)}"}
         return measure_once(sub, req["key"], req["content"], backend, ref, req["ref_name"],
-                            req["settings"], state.refs)
+                            req["settings"], state.refs, req.get("steps"))
     except BaseException as e:  # keep the process alive whatever happens in Python
         return {"seconds": None, "reason": f"worker error: {type(e).__name__}: "
                                            f"{first_line(e)}"}

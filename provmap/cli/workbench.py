@@ -15,6 +15,7 @@ from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_opti
                      add_random_options, add_trust_option, check_inputs_choice, count,
                      non_negative, note_needless_trust, print_safe, read_json_file, repeats,
                      term_safe, warn)
+from provmap.partition.measure import DEFAULT_QUANT_STEPS
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.util.atomic import write_bytes_atomic
 
@@ -338,7 +339,7 @@ def _tolerances(p):
                    help="absolute tolerance per element (default %(default)s)")
     p.add_argument("--rtol", type=non_negative, default=1e-3,
                    help="relative tolerance per element (default %(default)s)")
-    p.add_argument("--quant-steps", type=count, default=1,
+    p.add_argument("--quant-steps", type=count, default=DEFAULT_QUANT_STEPS,
                    help="int8/uint8 (quantized) tensors: steps apart that still match, in "
                    "place of atol/rtol; a DequantizeLinear's float output with one constant "
                    "scale also matches within that many steps of its scale (default "

@@ -1,0 +1,32 @@
+"""bench's err column: an artifact's outputs against ONNX Runtime's on the original model, judged
+by the accuracy guard's own rule (partition/measure/accuracy.py, quant_steps.py).
+
+Why not max abs alone: on a quantized model a correct library one rounding step off shows the
+step itself as its error (0.05 on a DequantizeLinear of scale 0.05), which read as a wrong plan
+next to a float model's 1e-6 (issue 51).  The column says the difference in steps where the
+output is quantized, and marks a row the guard would have refused."""
+
+from __future__ import annotations
+
+from provmap.partition.measure.accuracy import compare_outputs
+from provmap.partition.measure.quant_steps import DEFAULT_QUANT_STEPS, grid_steps
+
+#: The accuracy guard's defaults (MeasuredEstimator): the same verdict the search would give.
+ATOL, RTOL = 1e-4, 1e-3
+
+
+def output_err(model, got: dict, ref: dict) -> dict:
+    """The row's err keys: max abs (as before), the worst difference in quantization steps over
+    quantized outputs (None: none is quantized) and whether the guard's rule accepts them."""
+    v = compare_outputs(got, ref, ATOL, RTOL, grid_steps(model), DEFAULT_QUANT_STEPS)
+    return {"max_abs_err_vs_ort": v.err, "err_steps_vs_ort": v.quant_worst,
+            "err_ok_vs_ort": not v.failure}
+
+
+def err_cell(r: dict) -> str:
+    """The column's text; rows written before issue 51 have max abs only and render as then."""
+    text = f"{r['max_abs_err_vs_ort']:.1e}"
+    if r.get("err_steps_vs_ort") is not None:
+        k = f"{r['err_steps_vs_ort']:.3g}"
+        text += f" ({k} step{'' if k == '1' else 's'})"
+    return text if r.get("err_ok_vs_ort", True) else f"**{text}**"
