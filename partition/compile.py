@@ -60,6 +60,34 @@ def _collage_artifact(view: GraphView, res, backends: dict, progress) -> Artifac
     return art
 
 
+def _collage_over_profile(model, view: GraphView, backends: dict, options, progress) -> Artifact:
+    """The search at the profile's opt sizes, the kept plan built for the whole range, and how
+    it and each library's default plan fare at min, opt and max (provmap.partition.
+    profile_plan)."""
+    from .collage import collage
+    from .profile_plan import describe_points, opt_view, points_report, transfer
+
+    opt = opt_view(model, view)
+    if progress is not None:
+        progress(f"collage: searching at the profile's opt sizes "
+                 f"({view.imported.profile.describe()})")
+    res = collage(opt, backends, options, progress=progress)
+    every = res.backends or backends
+    plan = transfer(res.plan, opt, view)
+    art = with_schedule(build_artifact(view, plan, every, progress=progress),
+                        res.plan.info.get("schedule"))
+    defaults = {f"single:{n}": build_artifact(view, single(view, b), {n: b})
+                for n, b in backends.items()}
+    rows = points_report(art, defaults, view.imported.profile)
+    art.manifest["plan_info"] = {**(art.manifest.get("plan_info") or {}),
+                                 "collage": res.report.to_json(), "profile_points": rows}
+    art.manifest["strategy"] = res.strategy or "collage"
+    if progress is not None:
+        for line in describe_points(rows):
+            progress(f"collage: at {line}")
+    return art
+
+
 def _record_given(art: Artifact, given) -> None:
     """How the model was named to compile, so compare/annotate can say which --model to pass
     when it is not embedded: bundled:NAME as given, a file by its name only (an artifact is
@@ -112,8 +140,11 @@ def compile_model(model, strategy: Strategy | str = DEFAULT_STRATEGY, out=None,
         from .collage import collage
 
         _, backends = make_plan(view, strategy, backend_options)
-        res = collage(view, backends, collage_options, progress=progress)
-        art = _collage_artifact(view, res, backends, progress)
+        if view.imported.profile is not None:
+            art = _collage_over_profile(model, view, backends, collage_options, progress)
+        else:
+            res = collage(view, backends, collage_options, progress=progress)
+            art = _collage_artifact(view, res, backends, progress)
         _record_given(art, model)
         if embed_model:
             embed_source_model(art, _given_model(model, view))

@@ -173,3 +173,31 @@ def test_one_artifact_serves_the_prefill_and_every_decode_step(tmp_path, path, s
     rep = run_loop(str(path), load(art, trust=True), prompt=128, steps=32)
     assert rep.steps == 33
     assert rep.worst_abs < 1e-4, rep.worst_abs
+
+
+# ---- Collage with a profile ---------------------------------------------------------------------
+def test_collage_searches_at_opt_and_reports_every_point(tmp_path):
+    """The search runs on the opt sizes; the kept plan is built for the whole range, runs at
+    every point, and explain says how it and each library's default fare at min, opt and max."""
+    from provmap.partition.collage_types import CollageOptions
+
+    art_path = tmp_path / "c.provmap"
+    opts = CollageOptions(max_depth=2, max_size=3, cache_path=str(tmp_path / "c.sqlite"),
+                          e2e_repeats=3, refine_budget_s=0.0, e2e_variants=(),
+                          accept_contended=True, quiet_wait_s=2.0)
+    art = compile_model(str(ATTENTION), "collage:onnxruntime,openvino", out=art_path,
+                        dims=PROFILE, collage_options=opts)
+    rows = art.manifest["plan_info"]["profile_points"]
+    assert [r["point"] for r in rows] == ["min", "opt", "max"]
+    assert rows[1]["shapes"] == {"x": [2, 8, 16]}
+    for r in rows:
+        assert set(r["median_ms"]) == {"kept", "single:onnxruntime", "single:openvino"}
+        assert r["best_single"] in ("single:onnxruntime", "single:openvino")
+    mod = load(art_path, trust=True)
+    for b, s in SHAPES:
+        x = np.random.default_rng(b * 100 + s).standard_normal((b, s, 16)).astype(np.float32)
+        np.testing.assert_allclose(mod.run({"x": x})[mod.output_names[0]],
+                                   _ort(ATTENTION, {"x": x})[mod.output_names[0]],
+                                   rtol=1e-3, atol=1e-5)
+    text = provmap("explain", art_path).stdout
+    assert "searched at opt" in text and "max (x=4x32x16): kept" in text, text

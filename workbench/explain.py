@@ -128,6 +128,7 @@ def explain_artifact(manifest: dict) -> dict:
                      "in_artifact": art_p is not None})
     e2e = rep.e2e or {}
     return {"strategy": strategy, "searched": True, "backends": rep.backends,
+            "profile_points": (manifest.get("plan_info") or {}).get("profile_points"),
             "estimated_ms": rep.estimated_ms, "crossing_ms": rep.crossing_ms,
             "partitions": rows,
             "end_to_end": {"winner": e2e.get("winner"), "why": e2e.get("why"),
@@ -192,6 +193,12 @@ def explain_lines(x: dict) -> list[str]:
                 why = "; ".join(f"{b}: {r}" for b, r in d["declined_by"].items())
                 lines.append(f"      {d['node_desc']} -> {d['backend']} because {why}")
         return lines + _measuring_section(x)
+    if x.get("profile_points"):
+        from provmap.partition.profile_plan import describe_points
+
+        lines.append("shape profile: searched at opt; the kept plan and each library's default "
+                     "plan measured interleaved at each point (median):")
+        lines.extend(f"  {ln}" for ln in describe_points(x["profile_points"]))
     est = x.get("estimated_ms") or {}
     lines.append("search estimates (ms): " + ", ".join(
         f"{k} {v:.3f}" if v is not None else f"{k} invalid" for k, v in est.items()))

@@ -154,7 +154,7 @@ def _room(rooms, key):
 
 
 def measure_artifacts(artifacts: Mapping[str, object], one_at_a_time: bool = True,
-                      **options) -> dict[str, Latency]:
+                      point: str = "opt", **options) -> dict[str, Latency]:
     """`measure_interleaved` over built artifacts (Artifact objects), run on the first one's
     seeded random inputs.  Each is loaded for its own blocks and closed after
     (`one_at_a_time`, see the module's docstring), so a candidate is priced as it will run: alone
@@ -163,7 +163,7 @@ def measure_artifacts(artifacts: Mapping[str, object], one_at_a_time: bool = Tru
 
     # Built by this process (the search's alternatives): their native code is our own.
     mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}
-    feeds = next(iter(mods.values())).random_inputs(0)
+    feeds = next(iter(mods.values())).random_inputs(0, point)  # a profile's point if dynamic
     rooms = {k: (m.load_runners, m.close) for k, m in mods.items()} if one_at_a_time else None
     try:
         if rooms is None:
