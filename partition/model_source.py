@@ -36,12 +36,12 @@ def load_view(model, label: str | None = None, check: bool = True,
 
 
 def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | None = None,
-              progress=None) -> MapResult:
+              progress=None, dims: dict | None = None) -> MapResult:
     """provmap.provenance.mapper.map_model (`provmap.map`, `provmap map`) with ONNX Runtime's
     types: import `model`, build it with TVM following every binding through every pass, and
     (if `out`) save OUT.json and OUT.sqlite atomically."""
     return _map_model(model, out=out, input_shapes=input_shapes, progress=progress,
-                      type_oracle=ORT_TYPES)
+                      type_oracle=ORT_TYPES, dims=dims)
 
 
 class ModelRead(str):

@@ -32,12 +32,15 @@ class MapResult:
 
 
 def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | None = None,
-              progress=None, type_oracle: TypeOracle | None = None) -> MapResult:
+              progress=None, type_oracle: TypeOracle | None = None,
+              dims: dict | None = None) -> MapResult:
     """Import `model` (path, "bundled:NAME" or ModelProto), build it with TVM following every
     binding through every pass, and (if `out`) save OUT.json and OUT.sqlite atomically.
 
     Nodes TVM cannot convert, or cannot build once converted (provmap.provenance.salvage), stay
     in the map, marked "not compilable by TVM: <reason>"; the rest is built and mapped.
+    `dims` sizes the model's symbols (`--dim`); a dimension left open or given a range stays
+    symbolic, which TVM compiles (provmap.provenance.symbolic).
     `type_oracle` types what ONNX's inference cannot (provmap.provenance.type_oracle); this
     floor has none, so `provmap.map` and `provmap map` pass ONNX Runtime's
     (provmap.partition.model_source.map_model)."""
@@ -59,14 +62,15 @@ def map_model(model, out: str | os.PathLike | None = None, input_shapes: dict | 
     t0 = time.perf_counter()
     proto, loaded_label = read_model(model)  # as given: import_onnx normalizes and checks it
     label = label or loaded_label
-    imported = import_onnx(proto, label=label, shape_dict=input_shapes, type_oracle=type_oracle)
+    imported = import_onnx(proto, label=label, shape_dict=input_shapes, type_oracle=type_oracle,
+                           dims=dims)
     t1 = time.perf_counter()
     say(f"imported {label}: {len(imported.pmap.nodes)} ONNX nodes, "
         f"{len(imported.pmap.exprs)} Relax bindings ({t1 - t0:.2f} s)")
 
     def reimport(not_compilable):
         return import_onnx(proto, label=label, shape_dict=input_shapes, check=False,
-                           not_compilable=not_compilable, type_oracle=type_oracle)
+                           not_compilable=not_compilable, type_oracle=type_oracle, dims=dims)
 
     try:
         build, imported, _ = compile_around_failures(imported, reimport, say=say)

@@ -100,6 +100,18 @@ def parse_dims(specs) -> dict[str, object]:
     return out
 
 
+def at_opt(values: dict) -> dict:
+    """`values` (sizes, ranges, or shapes of them) with every range at its opt size: for tools
+    that compare numbers at one shape (bisect)."""
+    def one(v):
+        if isinstance(v, DimRange):
+            return v.opt
+        if isinstance(v, tuple):
+            return tuple(one(d) for d in v)
+        return v
+    return {k: one(v) for k, v in values.items()}
+
+
 def as_range(v, where: str):
     """A Python API value for a dimension: an int, a DimRange, or (min, opt, max)."""
     if isinstance(v, DimRange) or (isinstance(v, int) and not isinstance(v, bool)):

@@ -371,8 +371,9 @@ def build_profile(model, shapes: dict | None, dims: dict | None, label: str,
     for vi in inputs:
         row = profile.inputs.get(vi.name)
         if row is None or (vi.name not in shapes and all(
-                x is None or not isinstance(x, str) for x in row) and None in row):
-            continue
+                isinstance(x, int) or x is None for x in row) and row == [
+                    d.dim_value if _fixed(d) else None for d in declared[vi.name]]):
+            continue  # nothing given changes this input
         decl = declared[vi.name]
         write[vi.name] = tuple(x if x is not None else (decl[k].dim_param or
                                                         symbol_for(vi.name, k, ""))

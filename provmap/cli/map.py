@@ -12,12 +12,14 @@ from .common import MODEL_HELP, say_progress, add_input_shape_option, dispatch
 
 def cmd_map(args) -> int:
     from provmap.partition.model_source import map_model
+    from provmap.provenance.profile import parse_dims
     from provmap.provenance.shapes import parse_input_shapes
 
     from .preflight import map_prefix
 
     res = map_model(args.model, out=map_prefix(args.output),
-                    input_shapes=parse_input_shapes(args.input_shape), progress=say_progress)
+                    input_shapes=parse_input_shapes(args.input_shape), progress=say_progress,
+                    dims=parse_dims(args.dim))
     cov, pmap = res.coverage, res.pmap
     if args.json:
         print(json.dumps(cov, indent=2))

@@ -138,10 +138,13 @@ def cmd_bisect(args) -> int:
     from provmap.workbench.bisect import bisect
     from provmap.partition.compile import load_view
 
+    from provmap.provenance.profile import at_opt, parse_dims
     from provmap.provenance.shapes import parse_input_shapes
 
     given = _given_inputs(args)
-    view = load_view(*_model_and_shapes(args.model, parse_input_shapes(args.input_shape), given))
+    # bisect compares numbers at one shape: a range stands for its opt size
+    view = load_view(*_model_and_shapes(args.model, at_opt(parse_input_shapes(args.input_shape)),
+                                        given), dims=at_opt(parse_dims(args.dim)))
     if not view.op_nodes:
         raise ProvmapError(f"{args.model}: no node computes anything at run time (its outputs "
                            "are inputs or constants): nothing to bisect")

@@ -416,10 +416,13 @@ class OpenVINORunner(Runner):
 
 
 def _shape_safe(model, cfg: dict) -> dict:
-    """`cfg` for a model with dynamic dimensions: the CPU plugin's runtime cache (kernels kept
-    per input shape) off.  With it on, OpenVINO 2026.4 computes wrong values, or NaN, at a
-    larger shape after one with a size-1 axis (a TorchScript attention block run at 1x1 then
-    4x32 from one compiled model; the same on the plain library, tests/test_dynamic_shapes.py)."""
+    """`cfg` for a model with dynamic dimensions: the CPU plugin's snippets (its fused
+    attention kernels) off.  With them on, OpenVINO 2026.4 computes wrong values, or NaN on the
+    plain library, at a larger shape after one whose attention had a size-1 inner dimension
+    (the TorchScript attention block at 1x1 then 4x32 from one compiled model: the MatMul after
+    Softmax; tests/test_dynamic_shapes.py).  Turning the runtime cache off
+    (CPU_RUNTIME_CACHE_CAPACITY=0) fixed it too, but prepared every kernel again at each new
+    shape: a KV decoder's decode step took 25x the library's own time."""
     if model.is_dynamic():
-        cfg = dict(cfg, CPU_RUNTIME_CACHE_CAPACITY="0")
+        cfg = dict(cfg, SNIPPETS_MODE="DISABLE")
     return cfg

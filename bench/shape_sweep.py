@@ -1,0 +1,170 @@
+"""Shape sweep: one artifact per strategy, compiled once for a shape profile, timed at each point
+of it; and a KV-cache decoder's decode steps against the library called directly.
+
+    python3 -m provmap.bench.shape_sweep -o bench/out/user [--kv-model FILE] [--models NAME,...]
+
+Rows per model and point: each strategy's median (interleaved, each artifact alone in the
+process while it runs: partition.measure.interleave.measure_artifacts at that point's sizes) and
+its ratio to the best single-library plan at that point.  The decode row: a prefill of 128
+tokens and 32 decode steps from one single-partition artifact, each step's time beside the same
+library running the user's file, interleaved step by step (bench/kv_decode.py).
+
+Models: the repository's dynamic exports (tests/data: a TorchScript attention block, GPT-2 and
+Llama KV decoders) always; with the [torch] extra, `--models` adds torch_models exports with
+their dynamic axes (bert_dynamic, gpt2_dynamic, resnet18)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+STRATEGIES = ["single:onnxruntime", "single:openvino", "single:tvm", "greedy:openvino,onnxruntime"]
+#: model -> (path or torch_models name, profile dims)
+BUILTIN = {
+    "attention": (DATA / "torchscript_attention_dynamic.onnx",
+                  {"batch": (1, 2, 8), "seq": (1, 16, 256)}),
+    "gpt2_kv_prefill": (DATA / "gpt2_kv_decoder.onnx",
+                        {"batch": 1, "seq": (16, 128, 512), "past": 0, "total": (16, 128, 512)}),
+    "gpt2_kv_decode": (DATA / "gpt2_kv_decoder.onnx",
+                       {"batch": 1, "seq": 1, "past": (0, 128, 1024), "total": (1, 129, 1025)}),
+}
+TORCH = {"bert_dynamic": {"batch": (1, 1, 4), "seq": (16, 128, 512)},
+         "gpt2_dynamic": {"batch": (1, 1, 4), "seq": (16, 128, 512)},
+         "resnet18": {"N": (1, 1, 8)}}
+
+
+def sweep(path: str, dims: dict, say, repeats: int = 10) -> dict:
+    from provmap.partition.compile import compile_model
+    from provmap.partition.measure.interleave import measure_artifacts
+
+    arts, failed = {}, {}
+    for s in STRATEGIES:
+        t0 = time.perf_counter()
+        try:
+            arts[s] = compile_model(path, s, dims=dims)
+            say(f"  {s}: compiled in {time.perf_counter() - t0:.1f} s")
+        except Exception as e:  # a strategy that cannot take the model is a row, not the end
+            failed[s] = str(e).splitlines()[0][:200]
+            say(f"  {s}: {failed[s]}")
+    prof = next(iter(arts.values())).manifest["model"]["shape_profile"] if arts else None
+    rows = []
+    if prof:
+        from provmap.provenance.profile import ShapeProfile
+
+        for point, shapes in ShapeProfile.from_json(prof).points():
+            lat = measure_artifacts(arts, point=point, repeats=repeats, passes=2)
+            med = {k: v.summary()["median_ms"] for k, v in lat.items()}
+            singles = {k: v for k, v in med.items() if k.startswith("single:")}
+            best = min(singles, key=singles.get) if singles else None
+            rows.append({"point": point, "shapes": {n: list(d) for n, d in shapes.items()},
+                         "median_ms": {k: round(v, 4) for k, v in med.items()},
+                         "best_single": best,
+                         "ratio_to_best": {k: round(v / singles[best], 3) for k, v in med.items()}
+                         if best else {}})
+            say(f"  {point}: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()))
+    return {"profile": prof, "failed": failed, "points": rows}
+
+
+def decode_row(path: str, say, prompt: int = 128, steps: int = 32,
+               strategies=("single:onnxruntime", "single:openvino", "single:tvm")) -> dict:
+    """Each single-partition strategy's decode steps: logits against ONNX Runtime at every step
+    (run_loop), and the step's time against its own library running the user's file directly
+    (TVM against ONNX Runtime), each loop alone, alternated (kv_decode.decode_step_times)."""
+    from provmap.partition.compile import compile_model
+    from provmap.provenance.profile import parse_dims
+    from provmap.runtime_module.module import ArtifactModule
+
+    from .kv_decode import decode_step_times, library_step, profile_flags, run_loop
+
+    dims = parse_dims(profile_flags(prompt, steps)[1::2])
+    out = {}
+    for s in strategies:
+        art = ArtifactModule(compile_model(path, s, dims=dims), trust=True)
+        worst = run_loop(path, art, prompt=prompt, steps=steps).worst_abs
+        lib = s.split(":", 1)[1] if s != "single:tvm" else "onnxruntime"
+        t = decode_step_times(path, {"artifact": art.run, lib: library_step(path, lib)},
+                              prompt=prompt, steps=steps)
+        out[s] = {"worst_abs_logits": worst, "step_ms_median": round(t["artifact"], 4),
+                  "library": lib, "library_step_ms_median": round(t[lib], 4),
+                  "ratio": round(t["artifact"] / t[lib], 3)}
+        say(f"  decode {s}: {t['artifact']:.3f} ms a step vs {lib} directly {t[lib]:.3f} "
+            f"(x{t['artifact'] / t[lib]:.3f}), worst |logits diff| {worst:.2e}")
+        art.close()
+    return out
+
+
+def markdown(res: dict) -> str:
+    lines = [f"# Shape sweep, {res['date']}", "", f"Host: {res['host']}; "
+             "`python -m provmap.bench.shape_sweep`.", "",
+             "Each strategy compiled once for the model's profile, timed at min, opt and max "
+             "(median ms, interleaved; ratio to the best single-library plan at that point).", ""]
+    for name, m in res["models"].items():
+        lines += [f"## {name}", "", f"profile: {m['profile']['symbols'] if m['profile'] else '-'}", ""]
+        if m["failed"]:
+            lines += [f"- {k}: not built: {v}" for k, v in m["failed"].items()] + [""]
+        strategies = list(m["points"][0]["median_ms"]) if m["points"] else []
+        lines += ["| point | " + " | ".join(strategies) + " |",
+                  "|---|" + "---|" * len(strategies)]
+        for r in m["points"]:
+            lines.append(f"| {r['point']} {r['shapes']} | " + " | ".join(
+                f"{r['median_ms'][s]:.3f} (x{r['ratio_to_best'][s]:.2f})" for s in strategies) + " |")
+        lines.append("")
+    if res.get("decode"):
+        lines += [f"## Decode steps (KV cache: {res.get('kv_model')}), prefill 128 then 32 "
+                  "steps, one artifact per strategy", "",
+                  "| strategy | step ms (median) | library directly | ms | ratio | worst abs logits |",
+                  "|---|---|---|---|---|---|"]
+        for s, d in res["decode"].items():
+            lines.append(f"| {s} | {d['step_ms_median']:.3f} | {d['library']} | "
+                         f"{d['library_step_ms_median']:.3f} | x{d['ratio']:.3f} | "
+                         f"{d['worst_abs_logits']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    from provmap.provenance.util.atomic import write_bytes_atomic
+    from provmap.runtime_module.host import _cpu_model
+
+    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.shape_sweep",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("-o", "--output", required=True, help="directory for shape_sweep.json/.md")
+    ap.add_argument("--models", default="", help=f"torch exports to add: {', '.join(TORCH)}")
+    ap.add_argument("--kv-model", help="a KV-cache decoder for the decode row (default: the "
+                                       "repository's tiny GPT-2 export)")
+    ap.add_argument("--only", help="comma-separated builtin model names")
+    ap.add_argument("--decode-strategies", default="single:onnxruntime,single:openvino,single:tvm",
+                    help="strategies of the decode row")
+    a = ap.parse_args(argv)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    out = Path(a.output)
+    out.mkdir(parents=True, exist_ok=True)
+    models = {k: v for k, v in BUILTIN.items() if not a.only or k in a.only.split(",")}
+    tmp = tempfile.TemporaryDirectory()
+    for name in filter(None, a.models.split(",")):
+        from .torch_models import MODELS, export
+
+        p = Path(tmp.name) / f"{name}.onnx"
+        export(MODELS[name], "torchscript", p, 0)
+        models[name] = (p, TORCH[name])
+    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": _cpu_model(),
+           "models": {}}
+    for name, (path, dims) in models.items():
+        say(f"{name}:")
+        res["models"][name] = sweep(str(path), dims, say)
+    say("decode:")
+    kv = str(a.kv_model or DATA / "gpt2_kv_decoder.onnx")
+    res["kv_model"] = Path(kv).name
+    res["decode"] = decode_row(kv, say, strategies=a.decode_strategies.split(","))
+    write_bytes_atomic(out / "shape_sweep.json", json.dumps(res, indent=1).encode())
+    write_bytes_atomic(out / "shape_sweep.md", markdown(res).encode())
+    say(f"wrote {out / 'shape_sweep.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
