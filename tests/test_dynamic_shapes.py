@@ -201,3 +201,19 @@ def test_collage_searches_at_opt_and_reports_every_point(tmp_path):
                                    rtol=1e-3, atol=1e-5)
     text = provmap("explain", art_path).stdout
     assert "searched at opt" in text and "max (x=4x32x16): kept" in text, text
+
+
+# ---- the bench's shape sweep -------------------------------------------------------------------
+def test_the_shape_sweep_times_each_strategy_at_each_point_and_checks_its_numbers():
+    from provmap.bench.shape_sweep import markdown, sweep
+
+    res = sweep(str(ATTENTION), PROFILE, lambda m: None, repeats=3,
+                strategies=["single:onnxruntime", "greedy:openvino,onnxruntime"])
+    assert not res["failed"]
+    assert [r["point"] for r in res["points"]] == ["min", "opt", "max"]
+    for r in res["points"]:
+        assert r["best_single"] == "single:onnxruntime"
+        assert r["ratio_to_best"]["single:onnxruntime"] == 1.0
+        assert max(r["max_abs_vs_ort"].values()) < 1e-4, r
+    text = markdown({"date": "d", "host": "h", "models": {"attention": res}})
+    assert "| max {'x': [4, 32, 16]} |" in text, text
