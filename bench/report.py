@@ -104,6 +104,16 @@ def _pair(g: dict, what: str) -> str:
     return f"{_pct(g.get(what + '_min'))} / {_pct(g.get(what + '_median'))}"
 
 
+def _search_states(s: dict) -> str:
+    """The first level's states expanded and the peak RSS when it ended; "beam" when its
+    bound made it give up the shortest path (rows older than issue 51 have neither: "-")."""
+    if s.get("search_states") is None:
+        return "-"
+    rss = s.get("search_peak_rss_mb")
+    return (f"{s['search_states']}" + (f" ({rss:.0f})" if rss else "")
+            + (" beam" if s.get("search_method") == "beam" else ""))
+
+
 def _hogged(s: dict) -> str:
     """A search beside a one-core hog (`--search-beside-hog`) and what fallback.py did."""
     if not s.get("beside_hog"):
@@ -296,11 +306,12 @@ def markdown(res: dict) -> str:
             "plan comes from the cost cache; 'searched' if it did not).",
             ["model", "backends", "cache", "first compile s", "of it search s", "candidates",
              "after pruning", "measured", "skipped (budget)", "cache hits", "invalid",
-             "second compile s (measured)", "same command again s", "kept", "why"],
+             "states (peak RSS MB)", "second compile s (measured)", "same command again s",
+             "kept", "why"],
             [[s["model"], s["strategy"].split(":", 1)[-1], s["cache"], f"{s['first_s']:.1f}",
               f"{s['first_search_only_s']:.1f}", s["candidates"], s["after_pruning"],
               s["measured"], s.get("skipped_budget", 0), s["cache_hits"], s["invalid"],
-              f"{s['warm_s']:.1f} ({s['warm_measured']})",
+              _search_states(s), f"{s['warm_s']:.1f} ({s['warm_measured']})",
               (_f(s.get("warm_e2e_s"), "{:.1f}") + ("" if s.get("warm_e2e_plan_reused", True)
                                                    else " (searched)")), s["kept"],
               (s.get("e2e_why") or "-").replace("|", "/")

@@ -132,7 +132,8 @@ def _price_and_search(space: SearchSpace, opts: CollageOptions, say):
                              {"skipped": "candidates measured on a remote device"})
         res = search(view, kept, lambda c: est.estimate(view, c),
                      crossing=lambda nbytes, a, b: crossing_s(calib, nbytes, a, b),
-                     switch=lambda a, b: switch_s(calib["switches"], a, b))
+                     switch=lambda a, b: switch_s(calib["switches"], a, b),
+                     bounds=opts.search_bounds, say=say)
         plan = coalesce(view, res.plan, cuts=set(space.cons.cuts) if space.cons else frozenset())
         # Counted before region_alternatives, which prices each kept partition on every backend
         # too (cache hits mostly): counted after, it said "priced 888 of 886 candidates".
@@ -190,9 +191,7 @@ def first_level(space: SearchSpace, opts: CollageOptions, say, t0: float) -> Fir
         constraint_flags=[{"node": view.node_ids[key[1]], "kind": key[0], "flag": flag}
                           for key, flag in space.cons.origin.items()] if space.cons else None,
         candidates=space.candidates, estimator=stats, boundary_calibration=calib,
-        search={"states_expanded": res.states_expanded, "priced": res.priced,
-                "invalid": res.invalid, "seconds": round(res.seconds, 3),
-                "switch_ms": res.switch_s * 1e3},
+        search=res.record(),  # states, peak RSS, and whether the bound made it a beam
         estimated_ms={"collage": res.estimated_s * 1e3,
                       **{f"single:{b}": v for b, v in single_est.items()}},
         crossing_ms=res.crossing_s * 1e3,

@@ -27,7 +27,7 @@ class CollageReport:
     candidates: dict | None = None          # generated / after constraints / after pruning
     estimator: dict | None = None           # MeasuredEstimator.stats()
     boundary_calibration: dict | None = None
-    search: dict | None = None              # states expanded, priced, invalid, seconds
+    search: dict | None = None              # SearchResult.record(): states, peak RSS, ...
     estimated_ms: dict | None = None        # "collage" and "single:<b>" estimates
     crossing_ms: float | None = None
     partitions_before_coalescing: int | None = None

@@ -16,6 +16,7 @@ from provmap.runtime_module.plan import Plan
 from .collage_report import CollageReport
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # defined where the CLI's help reads it
 from .search import SearchResult
+from .search_bounds import DEFAULT_BOUNDS, SearchBounds
 
 
 @dataclass
@@ -54,6 +55,8 @@ class CollageOptions:
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers
     reuse_plan: bool = True         # a kept plan stored in the cost cache for this model and
                                     # these settings is reused (see plan_cache_keys)
+    search_bounds: SearchBounds = DEFAULT_BOUNDS  # the first level's states and memory, past
+    #                                 which it finishes as a beam (partition/search_bounds.py)
 
 
 @dataclass

@@ -18,6 +18,15 @@ threads still spinning, our own waking up (partition/measure/boundary.py, `calib
 `switch(from_backend, to_backend)` is added once per distinct pair of backends a candidate
 meets across its boundary, on top of the per-tensor crossings; it depends on the same frontier
 backends, so the state stays what it is and Dijkstra stays exact.
+
+Exact is not bounded: a wide frontier (attention's branches, quantize/dequantize side chains)
+has a number of backend signatures exponential in its width, and a BERT-base's search grew to
+the OOM killer (issue 51).  So the shortest path keeps at most `signatures_per_cover` of them
+per covered set (the cheapest reached; 1 would be Collage's own state, with crossings charged
+on the path), states point at their parent instead of copying an assignment
+(partition/cover_states.py), and past `max_states` stored or `max_growth_bytes` of memory the
+search starts again as a beam over the first uncovered node, bounded by construction
+(partition/cover_beam.py), and says so.  The bounds are in partition/search_bounds.py.
 """
 
 from __future__ import annotations
@@ -33,7 +42,10 @@ from provmap.runtime_module.plan import PartitionSpec, Plan
 from provmap.runtime_module.graph_view import GraphView
 
 from .candidate import Candidate, Estimate
+from .cover_beam import beam
+from .cover_states import CoverStates, Label, path_of
 from .opgraph import facts, mask_of
+from .search_bounds import DEFAULT_BOUNDS, MemoryWatch, SearchBounds, peak_rss_bytes
 
 Crossing = Callable[[int, str, str], float]
 
@@ -54,67 +66,37 @@ class SearchResult:
     seconds: float = 0.0
     estimates: dict = field(default_factory=dict)  # every candidate the search priced
     switch_s: float = 0.0        # the part of crossing_s paid for changes of backend
+    states_stored: int = 0       # states the search held (its memory), both searches together
+    signatures_dropped: int = 0  # frontier signatures past signatures_per_cover, not expanded
+    degraded: str | None = None  # why the shortest path gave way to the beam (None: it did not)
+    peak_rss_mb: float | None = None  # the process's peak resident memory when the search ended
+
+    def record(self) -> dict:
+        """The search's part of the first level's report (`search` in plan_info["collage"])."""
+        return {"states_expanded": self.states_expanded, "states_stored": self.states_stored,
+                "signatures_dropped": self.signatures_dropped,
+                "method": "beam" if self.degraded else "shortest path",
+                "degraded": self.degraded, "peak_rss_mb": self.peak_rss_mb,
+                "priced": self.priced, "invalid": self.invalid,
+                "seconds": round(self.seconds, 3), "switch_ms": self.switch_s * 1e3}
 
 
-class _Edges:
-    """Boundary tensors of each candidate, computed once: (tensor bytes, producer or consumer)."""
-
-    def __init__(self, view: GraphView):
-        self.view = view
-        self._cache: dict[frozenset, tuple[list, list]] = {}
-
-    def of(self, ops: frozenset) -> tuple[list, list]:
-        got = self._cache.get(ops)
-        if got is not None:
-            return got
-        v = self.view
-        ins, outs = [], []
-        for i in ops:
-            for j in v.op_successors(i):
-                if j not in ops:
-                    outs.append((self._bytes_between(i, j), j))
-        for i in ops:
-            for p in self._op_preds(i):
-                if p not in ops:
-                    ins.append((self._bytes_between(p, i), p))
-        self._cache[ops] = (ins, outs)
-        return ins, outs
-
-    def _op_preds(self, i: int) -> set[int]:
-        preds = getattr(self, "_preds", None)
-        if preds is None:
-            preds = {k: set() for k in self.view.op_nodes}
-            for a in self.view.op_nodes:
-                for b in self.view.op_successors(a):
-                    preds[b].add(a)
-            self._preds = preds
-        return preds[i]
-
-    def _bytes_between(self, producer: int, consumer: int) -> int:
-        v = self.view
-        total = 0
-        for t in v.nodes[producer].output:
-            if not t:
-                continue
-            try:
-                total += v.spec(t).nbytes
-            except ProvmapError:
-                pass
-            # Only count the tensors the consumer (or its helpers) actually reads: near enough
-            # to take every output of a single-output producer, which is nearly all of them.
-        return total
+class _OverBudget(Exception):
+    pass
 
 
 def search(view: GraphView, candidates: Iterable[Candidate],
            price: Callable[[Candidate], Estimate], crossing: Crossing = no_crossing,
            strategy: str = "collage",
-           switch: Callable[[str, str], float] | None = None) -> SearchResult:
-    """Cheapest cover of `view.op_nodes` by `candidates`; raises ProvmapError if none exists."""
+           switch: Callable[[str, str], float] | None = None,
+           bounds: SearchBounds = DEFAULT_BOUNDS,
+           say: Callable[[str], None] | None = None) -> SearchResult:
+    """Cheapest cover of `view.op_nodes` by `candidates`; raises ProvmapError if none exists.
+    Within `bounds` it is the shortest path (exact unless frontier signatures were dropped);
+    past them a beam, with a line to `say` and the reason in the result."""
     t0 = time.perf_counter()
     order = list(view.op_nodes)
     pos = {n: k for k, n in enumerate(order)}
-    n = len(order)
-    full = (1 << n) - 1
     by_first, nonconvex = _by_first_node(view, candidates, order, pos, strategy)
 
     estimates: dict[Candidate, Estimate] = {}
@@ -132,92 +114,109 @@ def search(view: GraphView, candidates: Iterable[Candidate],
                 invalid[key] = invalid.get(key, 0) + 1
         return e
 
-    edges = _Edges(view)
-    backends = sorted({c.backend for lst in by_first.values() for _, c in lst})
-    bcode = {b: k + 1 for k, b in enumerate(backends)}  # 0 = not covered yet
-
     # With crossing costs the future cost of a state depends on which backend computed the
     # covered nodes that still touch uncovered ones (the frontier), so the frontier's backends
     # are part of the state; without crossing costs the covered set alone is the state.
-    adj = [0] * n
-    for k in range(n):
-        for j in view.op_successors(order[k]):
-            adj[k] |= 1 << pos[j]
-            adj[pos[j]] |= 1 << k
     use_crossing = crossing is not no_crossing or switch is not None
-
-    def key_of(mask: int, a: bytes, front: int):
-        """State key, and the frontier: covered nodes that still touch uncovered ones.  The
-        caller passes the candidate frontier (old frontier | newly covered), so this is
-        O(frontier), not O(covered)."""
-        sig = []
-        fm = 0
-        m = front
-        while m:
-            low = m & -m
-            k = low.bit_length() - 1
-            if adj[k] & ~mask:
-                fm |= low
-                if use_crossing:
-                    sig.append((k, a[k]))
-            m ^= low
-        return ((mask, tuple(sig)) if use_crossing else mask), fm
-
-    start, _ = key_of(0, bytes(n), 0)
-    best: dict = {start: 0.0}
-    parent: dict = {}
-    assign: dict = {start: bytes(n)}
-    frontier: dict = {start: 0}
-    tie = itertools.count()
-    heap = [(0.0, next(tie), 0, start)]
-    expanded = 0
-    final = None
-    while heap:
-        cost, _, state, key = heapq.heappop(heap)
-        if cost > best.get(key, float("inf")):
-            continue
-        if state == full:
-            final = key
-            break
-        expanded += 1
-        first = (~state & (state + 1)).bit_length() - 1  # lowest zero bit
-        a = assign[key]
-        for mask, c in by_first[first]:
-            if mask & state:
-                continue
-            est = cost_of(c)
-            if not est.valid:
-                continue
-            cross, sw = (_crossing_cost(edges, c, a, pos, backends, crossing, switch)
-                         if use_crossing else (0.0, 0.0))
-            new = state | mask
-            total = cost + est.seconds + cross
-            na = bytearray(a)
-            code = bcode[c.backend]
-            for i in c.ops:
-                na[pos[i]] = code
-            na = bytes(na)
-            nkey, nfront = key_of(new, na, frontier[key] | mask)
-            if total < best.get(nkey, float("inf")):
-                best[nkey] = total
-                parent[nkey] = (key, c, cross, sw)
-                assign[nkey] = na
-                frontier[nkey] = nfront
-                heapq.heappush(heap, (total, next(tie), new, nkey))
+    states = CoverStates(view, order, pos, by_first, cost_of, crossing, switch, use_crossing)
+    walk = _ShortestPath(states, bounds)
+    degraded = None
+    try:
+        final = walk.run()
+    except _OverBudget as e:
+        degraded = str(e)
+        walk.release()
+        width = _beam_width(bounds, states.n)
+        if say is not None:
+            say(f"{strategy}: the shortest path stopped at its bound ({degraded}); finishing "
+                f"with a beam of {width} states per node (bounded, not exact)")
+        final, b_expanded, b_stored = beam(states, width)
+        walk.expanded += b_expanded
+        walk.stored += b_stored
     if final is None:
         raise ProvmapError(f"{strategy}: no valid cover of the model by the candidates "
-                           f"(invalid candidates: {invalid or 'none'})")
-    chosen, crossing_total, switch_total = _path(parent, estimates, start, final)
+                           f"(invalid candidates: {invalid or 'none'})"
+                           + (f"; the beam search after {degraded} found none either"
+                              if degraded else ""))
+    chosen, crossing_total, switch_total = path_of(final, estimates)
     parts = [PartitionSpec(c.backend, sorted(c.ops), why=f"{strategy}: {c.rule}, "
                            f"est {e.seconds * 1e3:.3f} ms") for c, e in chosen]
-    plan = Plan(strategy=strategy, partitions=parts,
-                info={"estimated_ms": best[final] * 1e3, "crossing_ms": crossing_total * 1e3,
-                      "switch_ms": switch_total * 1e3})
-    return SearchResult(plan=plan, chosen=chosen, estimated_s=best[final],
-                        crossing_s=crossing_total, states_expanded=expanded,
+    info = {"estimated_ms": final.cost * 1e3, "crossing_ms": crossing_total * 1e3,
+            "switch_ms": switch_total * 1e3}
+    if degraded:
+        info["search_degraded"] = degraded
+    plan = Plan(strategy=strategy, partitions=parts, info=info)
+    peak = peak_rss_bytes()
+    return SearchResult(plan=plan, chosen=chosen, estimated_s=final.cost,
+                        crossing_s=crossing_total, states_expanded=walk.expanded,
                         priced=len(estimates), invalid=invalid,
                         seconds=time.perf_counter() - t0, estimates=estimates,
-                        switch_s=switch_total)
+                        switch_s=switch_total, states_stored=walk.stored,
+                        signatures_dropped=walk.dropped, degraded=degraded,
+                        peak_rss_mb=round(peak / 2**20, 1) if peak else None)
+
+
+def _beam_width(bounds: SearchBounds, n: int) -> int:
+    """No wider than what keeps the beam's expansions (n x width) within the states budget."""
+    return max(1, min(bounds.beam_width, bounds.max_states // max(n, 1)))
+
+
+class _ShortestPath:
+    """Dijkstra over the cover states, at most `signatures_per_cover` states per covered set,
+    raising _OverBudget past the states or memory budget."""
+
+    def __init__(self, states: CoverStates, bounds: SearchBounds):
+        self.states, self.bounds = states, bounds
+        self.expanded = self.stored = self.dropped = 0
+        self.best: dict = {}
+        self.heap: list = []
+
+    def release(self) -> None:
+        """Let the beam have the memory (what it needs of ours it reaches through parents)."""
+        self.best, self.heap = {}, []
+
+    def run(self) -> Label | None:
+        states, bounds = self.states, self.bounds
+        per_cover = max(1, bounds.signatures_per_cover)
+        settled: dict[int, int] = {}  # covered mask -> signatures expanded
+        memory = MemoryWatch(bounds)
+        start = states.start()
+        best = self.best
+        best[start.key] = start
+        tie = itertools.count()
+        heap = self.heap
+        heap.append((0.0, next(tie), start))
+        full = states.full
+        while heap:
+            _, _, lab = heapq.heappop(heap)
+            if best.get(lab.key) is not lab:
+                continue  # a cheaper path to the same state came first
+            if lab.mask == full:
+                return lab
+            seen = settled.get(lab.mask, 0)
+            if seen >= per_cover:
+                self.dropped += 1
+                continue
+            settled[lab.mask] = seen + 1
+            self.expanded += 1
+            for key, new, front, codes, total, c, cross, sw in states.successors(lab):
+                if settled.get(new, 0) >= per_cover:
+                    continue
+                old = best.get(key)
+                if old is not None and total >= old.cost:
+                    continue
+                nlab = Label(key, new, front, codes, total, lab, c, cross, sw)
+                best[key] = nlab
+                heapq.heappush(heap, (total, next(tie), nlab))
+                self.stored += 1
+                if self.stored > bounds.max_states:
+                    raise _OverBudget(f"{bounds.max_states} states stored, "
+                                      f"{self.expanded} expanded")
+                grown = memory.over(self.stored)
+                if grown is not None:
+                    raise _OverBudget(f"memory grew {grown / 2**20:.0f} MB during the search, "
+                                      f"{self.stored} states stored")
+        return None
 
 
 def _by_first_node(view: GraphView, candidates: Iterable[Candidate], order: list, pos: dict,
@@ -246,44 +245,6 @@ def _by_first_node(view: GraphView, candidates: Iterable[Candidate], order: list
         raise ProvmapError(f"{strategy}: no candidate covers {view.describe(uncoverable[0])} "
                            f"({len(uncoverable)} node(s) uncovered; check constraints)")
     return by_first, nonconvex
-
-
-def _crossing_cost(edges: "_Edges", c: Candidate, a: bytes, pos: dict, backends: list,
-                   crossing: Crossing, switch=None) -> tuple[float, float]:
-    """What placing `c` costs at its boundaries with the nodes already assigned (`a`: each
-    node's backend code, 0 = not yet), in both directions: (all of it, the switches' part).
-    Tensors pay `crossing` each; a change of backend pays `switch` once per distinct pair."""
-    cross = 0.0
-    pairs = set()
-    ins, outs = edges.of(c.ops)
-    for nbytes, p in ins:
-        src = a[pos[p]]
-        if src and backends[src - 1] != c.backend:
-            cross += crossing(nbytes, backends[src - 1], c.backend)
-            pairs.add((backends[src - 1], c.backend))
-    for nbytes, q in outs:
-        dst = a[pos[q]]
-        if dst and backends[dst - 1] != c.backend:
-            cross += crossing(nbytes, c.backend, backends[dst - 1])
-            pairs.add((c.backend, backends[dst - 1]))
-    sw = sum(switch(x, y) for x, y in pairs) if switch is not None else 0.0
-    return cross + sw, sw
-
-
-def _path(parent: dict, estimates: dict, start, final) -> tuple[list, float, float]:
-    """The chosen candidates from the start state to `final`, in order, their crossings and
-    the switches' part of them."""
-    chosen = []
-    crossing_total = switch_total = 0.0
-    k = final
-    while k != start:
-        prev, c, cross, sw = parent[k]
-        chosen.append((c, estimates[c]))
-        crossing_total += cross
-        switch_total += sw
-        k = prev
-    chosen.reverse()
-    return chosen, crossing_total, switch_total
 
 
 def coalesce(view: GraphView, plan: Plan, cuts: set | frozenset = frozenset()) -> Plan:
