@@ -90,6 +90,19 @@ def test_a_dim_the_model_does_not_name_and_a_range_on_a_fixed_axis_are_refused(t
     assert not out.exists()
 
 
+def test_an_unnamed_open_axis_given_a_range_gets_a_symbol_of_its_own(tmp_path):
+    """paddle2onnx's -1 and a bare `?` have no name: the range names it INPUT_AXIS."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    art = compile_model(str(path), "single:openvino", input_shapes={"x": (DimRange(1, 2, 8), 4)})
+    assert art.manifest["model"]["shape_profile"] == {"inputs": {"x": ["x_0", 4]},
+                                                      "symbols": {"x_0": [1, 2, 8]}}
+
+
 # ---- one artifact, every shape -----------------------------------------------------------------
 @pytest.mark.parametrize("strategy", ["single:onnxruntime", "single:openvino", "single:tvm",
                                       "greedy:openvino,onnxruntime", "greedy:tvm,onnxruntime"])
