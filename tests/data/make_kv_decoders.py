@@ -9,6 +9,9 @@ past + seq, so a profile gives all three.
 
     python3 tests/data/make_kv_decoders.py gpt2 ts tests/data/gpt2_kv_decoder.onnx
     python3 tests/data/make_kv_decoders.py llama ts tests/data/llama_gqa_kv_decoder.onnx
+
+`gpt2-small` in place of `gpt2` writes the GPT-2-small-sized decoder (GPT2Config(): 124M
+parameters, 650 MB) the bench's decode row takes with `--kv-model` (not committed).
 """
 import sys
 
@@ -16,10 +19,11 @@ import torch  # pyright: ignore[reportMissingImports]  (the [torch] extra; not r
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # pyright: ignore[reportMissingImports]
 from transformers.cache_utils import DynamicCache  # pyright: ignore[reportMissingImports]
 torch.manual_seed(0)
-kind = sys.argv[1]; dynamo = sys.argv[2] == "dynamo"
+SMALL = sys.argv[1] == "gpt2-small"
+kind = "gpt2" if SMALL else sys.argv[1]; dynamo = sys.argv[2] == "dynamo"
 if kind == "gpt2":
-    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=256)
-    model = GPT2LMHeadModel(cfg).eval(); L=2; H=4; D=8
+    cfg = GPT2Config() if SMALL else GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=256)
+    model = GPT2LMHeadModel(cfg).eval(); L=cfg.n_layer; H=cfg.n_head; D=cfg.n_embd // cfg.n_head
 else:
     cfg = LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, vocab_size=64, max_position_embeddings=256)
     model = LlamaForCausalLM(cfg).eval(); L=2; H=2; D=8
