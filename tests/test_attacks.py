@@ -109,6 +109,37 @@ def test_backend_options_outside_the_declared_set_are_refused(ort_art, tmp_path,
     one_error(provmap("run", art, "--random"), "backends.onnxruntime.options", field)
 
 
+# -- free-form manifest fields are a record, never configuration -------------------------------
+
+def test_explain_headroom_builds_no_backend_the_manifest_names(ort_art, tmp_path):
+    """Issue 52: `explain --headroom` built its backends from `plan_info.collage.backends`,
+    options and all: an ONNX Runtime artifact listing a tuned TVM with `tuning_db=/any/path`
+    made provmap write a tuning database there.  The backends are the user's (`--backends`,
+    default compile's search backends and their threads=1 variants)."""
+    evil = tmp_path / "evil_db"
+    manifest, files = members(ort_art)
+    manifest["plan_info"] = {"collage": {
+        "backends": [f"tvm[tune=metaschedule;trials=1;tune_budget=1;tuning_db={evil}]"],
+        "e2e_variants": ["onnxruntime[threads=3]"]}}
+    art = repack(tmp_path / "plan.provmap", manifest, files)
+    onnx.save(relu_model(), tmp_path / "relu.onnx")
+    r = provmap("explain", art, "--headroom", "--repeats", "1", "--model",
+                tmp_path / "relu.onnx", "--json")
+    assert r.returncode == 0, r.stderr
+    assert not evil.exists()
+    per = json.loads(r.stdout)["headroom"]["per_backend"]
+    assert set(per) == {"onnxruntime", "onnxruntime[threads=1]", "openvino",
+                        "openvino[threads=1]"}, per
+    r = provmap("explain", art, "--headroom", "--repeats", "1", "--model",
+                tmp_path / "relu.onnx", "--json", "--backends", "onnxruntime[threads=2]")
+    assert r.returncode == 0, r.stderr
+    assert set(json.loads(r.stdout)["headroom"]["per_backend"]) == {"onnxruntime[threads=2]"}
+    one_error(provmap("explain", art, "--headroom", "--model", tmp_path / "relu.onnx",
+                      "--backends", "onnxruntime[bogus=1]"), "--backends", "bogus")
+    one_error(provmap("explain", art, "--backends", "onnxruntime"), "--backends", "--headroom")
+    assert not evil.exists()
+
+
 # -- trust is never gained by reading and saving ----------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from provmap.partition.measure import DEFAULT_QUANT_STEPS
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.util.atomic import write_bytes_atomic
 
-from .common import check_input_names, only_with
+from .common import backend_list, check_input_names, only_with
 from .source_model import refuse_source_model
 
 
@@ -301,7 +301,7 @@ def cmd_explain(args) -> int:
 
     only_with(args, "--headroom or --oracle-plans", args.headroom or args.oracle_plans,
                ("--model", args.model is not None), ("--repeats", args.repeats is not None),
-               ("--trust", args.trust))
+               ("--backends", args.backends is not None), ("--trust", args.trust))
     args.repeats = 10 if args.repeats is None else args.repeats
     mod = load(args.artifact, runnable=False)
     try:  # plan_info is the search's record, free-form: an edited one must not crash explain
@@ -406,9 +406,8 @@ def add_workbench_commands(sub) -> None:
     e.add_argument("artifact")
     e.add_argument("--json", action="store_true", help="print the explanation as JSON")
     e.add_argument("--headroom", action="store_true", help="also measure the limit: the "
-                   "per-node oracle over the searched backends and variants (each ONNX node on "
-                   "its fastest one, from profiling), and the share of the headroom the artifact "
-                   "captured")
+                   "per-node oracle over --backends (each ONNX node on its fastest one, from "
+                   "profiling), and the share of the headroom the artifact captured")
     e.add_argument("--oracle-plans", action="store_true", help="with the limit, build the "
                    "plans it implies (each fused unit on its fastest configuration, and coarser "
                    "ones) and measure them beside the best single configuration: does its "
@@ -417,6 +416,11 @@ def add_workbench_commands(sub) -> None:
                    "(--headroom)")
     e.add_argument("--repeats", type=repeats, default=None,
                    help="profiled runs per plan for --headroom (default 10)")
+    e.add_argument("--backends", type=backend_list, default=None,
+                   help="--headroom: backends and variants to profile, e.g. "
+                   "onnxruntime,openvino[threads=1],tvm (default: compile's search backends "
+                   "onnxruntime,openvino and their threads=1 variants; never read from the "
+                   "artifact)")
     add_trust_option(e)
     e.set_defaults(func=cmd_explain)
 
