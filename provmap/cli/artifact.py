@@ -143,6 +143,10 @@ def cmd_run(args) -> int:
     mod = load(args.artifact, runnable=True, trust=args.trust, runners=False)
     note_needless_trust(mod, args.trust)
     if given is not None:  # names, shapes and dtypes before seconds of loading the partitions
+        from .npz_inputs import expect_of_contract
+
+        # the headers first: data is read only for arrays the model takes (cli/npz_inputs.py)
+        given = given.arrays(expect_of_contract(mod.contract), mod.contract.profile)
         mod.check_inputs(given)
     mod.load_runners()
     mod.on_warning = lambda line: warn([line])

@@ -31,8 +31,14 @@ def _given_inputs(args):
 
 
 def _inputs(args, mod=None, view=None, given=None) -> dict:
+    """The arrays: the --inputs file's, read once its headers match the artifact's inputs (or
+    the model's, for bisect), else random ones."""
     if given is not None:
-        return given
+        from .npz_inputs import expect_of_contract, expect_of_graph
+
+        if mod is not None:
+            return given.arrays(expect_of_contract(mod.contract), mod.contract.profile)
+        return given.arrays(expect_of_graph(view.model.graph))
     if mod is not None:
         return mod.random_inputs(args.seed)
     from provmap.provenance.bundled import zoo
@@ -115,16 +121,21 @@ def cmd_compare(args) -> int:
     return 0 if res["match"] else 1
 
 
-def _model_and_shapes(model, shapes: dict, given: dict | None):
-    """(model, label, True, input shapes) for load_view: the --inputs arrays fix the shapes of
-    the inputs --input-shape leaves open (bisect with an npz of 1x16 arrays asked for
-    --input-shape and suggested 1x1: the thirteenth afternoon)."""
+def _model_and_shapes(model, shapes: dict, npz=None):
+    """(model, label, True, input shapes) for load_view: the --inputs arrays (`npz`, their
+    headers read, data not yet) fix the shapes of the inputs --input-shape leaves open (bisect
+    with an npz of 1x16 arrays asked for --input-shape and suggested 1x1: the thirteenth
+    afternoon), once they are checked against what the model's inputs fix."""
     from provmap.provenance.bundled import zoo
     from provmap.provenance.shapes import runtime_inputs
 
+    from .npz_inputs import check_headers, expect_of_graph
+
     proto, label = zoo.resolve(str(model)) if isinstance(model, (str, os.PathLike)) \
         else (model, None)
+    given = npz.headers if npz is not None else None
     if given:
+        check_headers(npz.path, given, expect_of_graph(proto.graph))
         for vi in runtime_inputs(proto.graph):
             a = given.get(vi.name)
             if vi.name not in shapes and hasattr(a, "shape") and vi.type.HasField("tensor_type"):
@@ -151,7 +162,7 @@ def cmd_bisect(args) -> int:
                            "choose another --reference")
     backend = get_backend(args.backend)
     if given is not None:  # the artifact's reader checks these for run/compare; bisect has none
-        check_input_names(view, given, args.inputs)
+        check_input_names(view, given.headers, args.inputs)
     inputs = _inputs(args, view=view, given=given)
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
                  progress=say_progress)
