@@ -209,15 +209,17 @@ def _check_input_total(v: _V, inputs: list) -> None:
 
 def _check_partitions(v: _V, parts, members: dict, backends: dict) -> list[str]:
     ids: list[str] = []
+    seen_ids: set = set()  # `pid in ids` scanned the list per partition: quadratic (issue 52)
     runs_in: dict = {}  # op node -> the partition that runs it (a node runs in one)
     for i, p in enumerate(v.list_(parts, "partitions", max_len=1_000_000)):
         at = f"partitions[{i}]"
         v.dict_(p, at, required=("id", "backend", "type_key", "ops", "onnx_nodes", "inputs",
                                  "outputs", "files", "source", "kernels"))
         pid = v.str_(p["id"], f"{at}.id", pattern=_PID)
-        if pid in ids:
+        if pid in seen_ids:
             v.fail(f"{at}.id", f"{pid} is used by two partitions")
         ids.append(pid)
+        seen_ids.add(pid)
         v.str_(p["backend"], f"{at}.backend", empty=False)
         if p["backend"] not in backends:
             v.fail(f"{at}.backend", f"{_short(p['backend'])} is not in the manifest's backends")
