@@ -163,8 +163,11 @@ def cmd_run(args) -> int:
         times.append(time.perf_counter() - s)
     if args.output:
         save_npz_atomic(args.output, outs)
+        _note_npz_keys("output", outs, args.output)
     if args.save_inputs:  # .json: Polygraphy's inputs file, for its --load-inputs
         (writers[1] if polygraphy_inputs else save_npz_atomic)(args.save_inputs, inputs)
+        if not polygraphy_inputs:
+            _note_npz_keys("input", inputs, args.save_inputs)
     if args.save_outputs:
         writers[0](outs, args.save_outputs, f"provmap-runner-{os.path.basename(args.artifact)}")
     summary = {"artifact": args.artifact, "load_s": round(t1 - t0, 4),
@@ -192,6 +195,15 @@ def cmd_run(args) -> int:
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
     return 0
+
+
+def _note_npz_keys(what: str, arrays: dict, path: str) -> None:
+    """One warning line per tensor whose .npz key is not its name (npz_write.npz_key: a `/`
+    or `%` in it), so the user knows what to ask np.load for."""
+    from provmap.provenance.util.npz_write import npz_key
+
+    warn([f"{what} {name!r} is written as {npz_key(name)!r} in {path}"
+          for name in arrays if npz_key(name) != name])
 
 
 def _polygraphy_writers():
