@@ -21,6 +21,7 @@ from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add
                      note_needless_trust, parse_backend_options, positive_int, repeats,
                      say_progress, seconds, term_safe, warmups, warn)
 from .common import print_safe as _say, print_text_safe
+from .json_out import strict_dumps
 from .compile_trust import refuse_unusable_cache, refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
                             set_tuning_db, strategy_of)
@@ -248,12 +249,12 @@ def cmd_inspect(args) -> int:
         relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
                  .decode(errors="replace"))
         if args.json:  # --json was ignored here: the text is a field of the usual object
-            print(json.dumps({**info, "relax": relax}, indent=2))
+            print(strict_dumps({**info, "relax": relax}, indent=2))
         else:
             print_text_safe(relax)
         return 0
-    if args.json:
-        print(json.dumps(info, indent=2))
+    if args.json:  # strict: a manifest's free-form fields may hold NaN (json_out.py)
+        print(strict_dumps(info, indent=2))
         return 0
     print_inspect_text(info, args.model, args.limit)
     return 0
@@ -273,7 +274,7 @@ def cmd_lookup(args) -> int:
             args.json_error_printed = True  # dispatch's own {"error"} object would be a second
         raise
     if args.json:
-        print(json.dumps(ans, indent=2))
+        print(strict_dumps(ans, indent=2))
         return 0
     for r in ans["results"]:
         if "kernels" in r and "backends" in r:  # node answer

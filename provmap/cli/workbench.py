@@ -328,7 +328,9 @@ def cmd_explain(args) -> int:
         x["headroom"] = headroom_of(args, mod, _reference_model(mod, args.model))
         text = None if args.json else explain_lines(x)
     if args.json:
-        print(json.dumps(x, indent=1))
+        from .json_out import strict_dumps
+
+        print(strict_dumps(x, indent=1))
     else:  # names and reasons from the artifact are someone else's text, a newline too
         for ln in text:
             print_safe(ln)
