@@ -78,12 +78,21 @@ class Artifact:
     #: "built here" in the trust list when its builder saves it (save(record_built=True)).  One read from a file never is, however it
     #: is re-saved (issue 33: re-saving a received artifact used to make it trusted).
     built_here: bool = field(default=False, repr=False, compare=False)
+    #: id -> partition, built on first use (see `partition`).
+    _by_id: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def partition(self, pid: str) -> dict:
-        for p in self.manifest["partitions"]:
-            if p["id"] == pid:
-                return p
-        raise KeyError(pid)
+        """Partition `pid` by an index: a scan of the list per call made every reader that
+        visits each partition quadratic (issue 52: 20,000 empty partitions, a 4.9 MB file, took
+        21 s in inspect; 80,000 did not finish in 300 s).  The index is rebuilt when the
+        manifest's list is replaced or changes length (tests and with_schedule edit it)."""
+        parts = self.manifest["partitions"]
+        if self._by_id is None or self._by_id[0] is not parts or self._by_id[1] != len(parts):
+            index: dict = {}
+            for p in parts:
+                index.setdefault(p["id"], p)  # the first of a duplicate, as the scan found
+            self._by_id = (parts, len(parts), index)
+        return self._by_id[2][pid]
 
     def blob(self, pid: str) -> Blob:
         """Partition `pid`'s code and data, as its backend loads them.  Every model file in it is

@@ -72,17 +72,30 @@ class InputContract:
     def random(self, seed: int = 0, point: str = "opt") -> dict[str, np.ndarray]:
         """Seeded inputs of the right dtypes, at one point of a dynamic artifact's profile
         (min, opt or max; the opt sizes by default, those the search measured at)."""
+        from provmap.provenance.shapes import memory_bytes
+
         rng = np.random.default_rng(seed)
         sizes = self.profile.shapes(point) if self.profile is not None else {}
-        out = {}
-        for name, spec in self.specs.items():
+        todo, total = [], 0
+        for name, spec in self.specs.items():  # every size known before anything is drawn
             dt = np.dtype(spec["dtype"])
             shape = sizes.get(name, spec["shape"])
             if None in shape:
                 raise ProvmapError(f"input {name!r} has a dimension known only at run time "
                                    f"({spec['shape']}): give the inputs (--inputs FILE.npz)")
-            if dt.kind == "f":
-                out[name] = rng.standard_normal(shape).astype(dt)
+            todo.append((name, dt, tuple(shape)))
+            total += int(np.prod(shape, dtype=object)) * dt.itemsize
+        if total > memory_bytes():
+            raise ProvmapError(f"random inputs of {total} bytes in all ({point} sizes): more "
+                               "than this machine's memory")
+        out = {}
+        for name, dt, shape in todo:
+            if dt in (np.float32, np.float64):
+                # drawn in the target dtype: a float64 draw cast down doubled the peak
+                # (issue 52); the same seed draws the same values as before in float64
+                out[name] = rng.standard_normal(shape, dtype=dt)
+            elif dt.kind == "f":  # float16, bfloat16: numpy draws only float32 and float64
+                out[name] = rng.standard_normal(shape, dtype=np.float32).astype(dt)
             else:  # 0/1 (masks, bools), or any row of the table an integer input indexes
                 out[name] = random_ints(rng, dt, shape, self.index_inputs.get(name))
         return out

@@ -28,8 +28,10 @@ The list: `$PROVMAP_TRUST`, else `$XDG_CONFIG_HOME/provmap/trusted-artifacts.sql
   a second name and makes list/prune walk many files);
 - an old list (text, one `digest  # stamp note` line each) is converted once, under a lock: at
   the default location into the new file beside it, the old file left for older provmap
-  versions; at a `$PROVMAP_TRUST` path in place; where it cannot be (read-only), it is still
-  read line by line, as before.
+  versions; at a `$PROVMAP_TRUST` path in place (a symbolic link's target, the link kept),
+  the old text kept beside it as `NAME.old`; where it cannot be (read-only), it is still read
+  line by line, as before.  Only a file holding at least one `digest` line is an old list:
+  comments alone are someone's notes, never converted.
 
 Each entry keeps the artifact's absolute path, how it got there (built here, trusted by the
 user, or migrated), when, and on which backends its native code runs.  Entries are only ever for
@@ -126,6 +128,7 @@ def file_digest(path: str | os.PathLike) -> str | None:
 # -- storage ---------------------------------------------------------------------------------
 
 _LEGACY_LINE = re.compile(rb"\s*(#.*)?|\s*[0-9a-f]{64}\s*(#.*)?")
+_LEGACY_ENTRY = re.compile(rb"\s*[0-9a-f]{64}\s*(#|$)")
 _LEGACY_MAX = 64 << 20  # an old list of a million entries is ~100 MB; no real one comes near
 
 
@@ -147,9 +150,11 @@ def _is_legacy(path: Path) -> bool:
             data = f.read()
     except OSError:
         return False
-    if not data:
-        return False
-    return all(_LEGACY_LINE.fullmatch(line) for line in data.splitlines())
+    lines = data.splitlines()
+    # at least one entry: a file of comments only (a user's notes.txt of `#` lines) was taken
+    # for an old list, and a plain `run` of a TVM artifact rewrote it as SQLite (issue 52)
+    return (all(_LEGACY_LINE.fullmatch(line) for line in lines)
+            and any(_LEGACY_ENTRY.match(line) for line in lines))
 
 
 def check_store(path: Path | None = None) -> None:
@@ -230,14 +235,33 @@ def _locked(path: Path):
         os.close(fd)
 
 
+def _kept_name(path: Path) -> Path:
+    """Where an old list converted in place is kept: `NAME.old` (`.old.2`, ... if taken)."""
+    kept, n = path.with_name(path.name + ".old"), 1
+    while os.path.lexists(kept):
+        n += 1
+        kept = path.with_name(f"{path.name}.old.{n}")
+    return kept
+
+
 def _migrate(path: Path, source: Path | None = None) -> None:
     """Write an old text list (`source`, default `path` itself) as the table at `path`,
-    atomically, under a lock (two processes finding it old at once convert it once)."""
-    source = source or path
+    atomically, under a lock (two processes finding it old at once convert it once).
+
+    A symbolic link is followed: its target is converted and the link stays (a linked list was
+    replaced by a file, issue 52).  Converted in place, the old file is kept beside it
+    (`_kept_name`): the text was the user's, and an older provmap reads only that."""
+    in_place = source is None or source == path
+    path = Path(os.path.realpath(path))
+    source = path if in_place else source
     with _locked(path):
-        if source == path and not _is_legacy(path) or source != path and path.exists():
+        if in_place and not _is_legacy(path) or not in_place and path.exists():
             return
         rows = list(_legacy_rows(source))
+        if in_place:
+            import shutil
+
+            shutil.copy2(path, _kept_name(path))
         tmp = path.with_name(path.name + ".migrating")
         tmp.unlink(missing_ok=True)
         con = sqlite3.connect(tmp)

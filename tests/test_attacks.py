@@ -109,6 +109,37 @@ def test_backend_options_outside_the_declared_set_are_refused(ort_art, tmp_path,
     one_error(provmap("run", art, "--random"), "backends.onnxruntime.options", field)
 
 
+# -- free-form manifest fields are a record, never configuration -------------------------------
+
+def test_explain_headroom_builds_no_backend_the_manifest_names(ort_art, tmp_path):
+    """Issue 52: `explain --headroom` built its backends from `plan_info.collage.backends`,
+    options and all: an ONNX Runtime artifact listing a tuned TVM with `tuning_db=/any/path`
+    made provmap write a tuning database there.  The backends are the user's (`--backends`,
+    default compile's search backends and their threads=1 variants)."""
+    evil = tmp_path / "evil_db"
+    manifest, files = members(ort_art)
+    manifest["plan_info"] = {"collage": {
+        "backends": [f"tvm[tune=metaschedule;trials=1;tune_budget=1;tuning_db={evil}]"],
+        "e2e_variants": ["onnxruntime[threads=3]"]}}
+    art = repack(tmp_path / "plan.provmap", manifest, files)
+    onnx.save(relu_model(), tmp_path / "relu.onnx")
+    r = provmap("explain", art, "--headroom", "--repeats", "1", "--model",
+                tmp_path / "relu.onnx", "--json")
+    assert r.returncode == 0, r.stderr
+    assert not evil.exists()
+    per = json.loads(r.stdout)["headroom"]["per_backend"]
+    assert set(per) == {"onnxruntime", "onnxruntime[threads=1]", "openvino",
+                        "openvino[threads=1]"}, per
+    r = provmap("explain", art, "--headroom", "--repeats", "1", "--model",
+                tmp_path / "relu.onnx", "--json", "--backends", "onnxruntime[threads=2]")
+    assert r.returncode == 0, r.stderr
+    assert set(json.loads(r.stdout)["headroom"]["per_backend"]) == {"onnxruntime[threads=2]"}
+    one_error(provmap("explain", art, "--headroom", "--model", tmp_path / "relu.onnx",
+                      "--backends", "onnxruntime[bogus=1]"), "--backends", "bogus")
+    one_error(provmap("explain", art, "--backends", "onnxruntime"), "--backends", "--headroom")
+    assert not evil.exists()
+
+
 # -- trust is never gained by reading and saving ----------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -343,3 +374,52 @@ def test_backends_write_nothing_under_home(tmp_path):
     assert r.returncode == 0, r.stderr
     assert provmap("run", art, "--random", env=env).returncode == 0
     assert sorted(p.name for p in home.rglob("*")) == []
+
+
+# -- the trust store: what is converted, and how (issue 52) -------------------------------------
+
+def test_a_file_of_comments_only_is_never_converted(received_tvm, tmp_path):
+    """Every line a `#` comment was taken for an old-format list: a plain `run` of a TVM
+    artifact rewrote the user's notes as SQLite.  An old list holds at least one digest line."""
+    notes = tmp_path / "notes.txt"
+    text = "# my notes\n#   nothing here is a digest\n\n"
+    notes.write_text(text)
+    env = dict(os.environ, PROVMAP_TRUST=str(notes))
+    r = provmap("run", received_tvm, "--random", env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    one_error(provmap("trust", received_tvm, env=env), "notes.txt", "not a trust list")
+    assert notes.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_old_list_is_converted_through_its_link_and_kept_beside_it(received_tvm, tmp_path):
+    """A symbolic link to an old list was replaced by a file, and the old text was gone: the
+    link's target is converted, the link stays, the text is kept as NAME.old."""
+    real = tmp_path / "real"
+    real.mkdir()
+    old = real / "list.txt"
+    text = f"# mine\n{'b' * 64}  # 2025-01-01T00:00:00+00:00 built here: /x/a.provmap\n"
+    old.write_text(text)
+    link = tmp_path / "link"
+    link.symlink_to(old)
+    env = dict(os.environ, PROVMAP_TRUST=str(link))
+    r = provmap("trust", received_tvm, env=env)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.path.realpath(link) == str(old)
+    assert old.read_bytes()[:16] == b"SQLite format 3\x00"
+    assert (real / "list.txt.old").read_text() == text
+    r = provmap("trust", "--list", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "b" * 64 in [e["digest"] for e in json.loads(r.stdout)["entries"]]
+
+
+def test_the_trust_lists_journal_is_never_an_output(ort_art, tmp_path):
+    """`-o LIST-journal` wrote a file SQLite takes for a hot journal of the list, which then
+    read as damaged; the journal is provmap's own file whether it exists or not."""
+    lst = tmp_path / "list"
+    env = dict(os.environ, PROVMAP_TRUST=str(lst))
+    assert provmap("trust", "--list", env=env).returncode == 0
+    for suffix in ("-journal", "-wal"):
+        r = provmap("run", ort_art, "--random", "-o", f"{lst}{suffix}", env=env)
+        one_error(r, f"list{suffix}", "trust list")
+        assert not os.path.exists(f"{lst}{suffix}")

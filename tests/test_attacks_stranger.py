@@ -248,6 +248,29 @@ def test_profile_numbers_must_be_finite(capsys, art, tmp_path, bad):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_json_output_is_strict_whatever_the_manifest_holds(art, tmp_path):
+    """`inspect --json` printed NaN/-Infinity from free-form manifest fields (`host`), which
+    strict parsers (jq, JSON.parse) refuse (issue 52): they come out null."""
+    from attack_kit import members, repack
+    from cli_runner import provmap
+
+    manifest, files = members(art)
+    manifest["host"] = {**manifest.get("host", {}), "nan": float("nan"),
+                        "inf": [float("-inf"), 1.5]}
+    bad = repack(tmp_path / "nan.provmap", manifest, files)
+
+    def no_constants(c):
+        raise AssertionError(f"{c} is not JSON")
+
+    for args in (("inspect", bad, "--json"), ("explain", bad, "--json"),
+                 ("lookup", bad, "--onnx-node", "relu", "--json")):
+        r = provmap(*args)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout, parse_constant=no_constants)
+        if args[0] == "inspect":
+            assert out["host"]["nan"] is None and out["host"]["inf"] == [None, 1.5], out["host"]
+
+
 # -- a stranger's manifest that disagrees with itself or its map (issue 36, fifth afternoon) --
 
 def _edited(art, dst, edit):

@@ -216,10 +216,12 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> Path:
+    """`arrays` as an .npz, all or nothing; members written by name (npz_write: never np.savez,
+    whose keywords a name such as `allow_pickle` or `file` collided with)."""
     def write(tmp: Path) -> None:
-        import numpy as np  # here: the CLI's start-up imports this module, not numpy
+        from .npz_write import write_npz  # here: the CLI's start-up imports this module
 
-        with open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a name
-            np.savez(f, **arrays)
+        with open(tmp, "wb") as f:
+            write_npz(f, arrays)
 
     return write_atomic(path, write)

@@ -21,6 +21,7 @@ from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add
                      note_needless_trust, parse_backend_options, positive_int, repeats,
                      say_progress, seconds, term_safe, warmups, warn)
 from .common import print_safe as _say, print_text_safe
+from .json_out import strict_dumps
 from .compile_trust import refuse_unusable_cache, refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
                             set_tuning_db, strategy_of)
@@ -146,6 +147,10 @@ def cmd_run(args) -> int:
     mod = load(args.artifact, runnable=True, trust=args.trust, runners=False)
     note_needless_trust(mod, args.trust)
     if given is not None:  # names, shapes and dtypes before seconds of loading the partitions
+        from .npz_inputs import expect_of_contract
+
+        # the headers first: data is read only for arrays the model takes (cli/npz_inputs.py)
+        given = given.arrays(expect_of_contract(mod.contract), mod.contract.profile)
         mod.check_inputs(given)
     mod.load_runners()
     mod.on_warning = lambda line: warn([line])
@@ -162,8 +167,11 @@ def cmd_run(args) -> int:
         times.append(time.perf_counter() - s)
     if args.output:
         save_npz_atomic(args.output, outs)
+        _note_npz_keys("output", outs, args.output)
     if args.save_inputs:  # .json: Polygraphy's inputs file, for its --load-inputs
         (writers[1] if polygraphy_inputs else save_npz_atomic)(args.save_inputs, inputs)
+        if not polygraphy_inputs:
+            _note_npz_keys("input", inputs, args.save_inputs)
     if args.save_outputs:
         writers[0](outs, args.save_outputs, f"provmap-runner-{os.path.basename(args.artifact)}")
     summary = {"artifact": args.artifact, "load_s": round(t1 - t0, 4),
@@ -191,6 +199,15 @@ def cmd_run(args) -> int:
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
               + (f"; wrote {args.output}" if args.output else ""))
     return 0
+
+
+def _note_npz_keys(what: str, arrays: dict, path: str) -> None:
+    """One warning line per tensor whose .npz key is not its name (npz_write.npz_key: a `/`
+    or `%` in it), so the user knows what to ask np.load for."""
+    from provmap.provenance.util.npz_write import npz_key
+
+    warn([f"{what} {name!r} is written as {npz_key(name)!r} in {path}"
+          for name in arrays if npz_key(name) != name])
 
 
 def _polygraphy_writers():
@@ -235,12 +252,12 @@ def cmd_inspect(args) -> int:
         relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
                  .decode(errors="replace"))
         if args.json:  # --json was ignored here: the text is a field of the usual object
-            print(json.dumps({**info, "relax": relax}, indent=2))
+            print(strict_dumps({**info, "relax": relax}, indent=2))
         else:
             print_text_safe(relax)
         return 0
-    if args.json:
-        print(json.dumps(info, indent=2))
+    if args.json:  # strict: a manifest's free-form fields may hold NaN (json_out.py)
+        print(strict_dumps(info, indent=2))
         return 0
     print_inspect_text(info, args.model, args.limit)
     return 0
@@ -260,7 +277,7 @@ def cmd_lookup(args) -> int:
             args.json_error_printed = True  # dispatch's own {"error"} object would be a second
         raise
     if args.json:
-        print(json.dumps(ans, indent=2))
+        print(strict_dumps(ans, indent=2))
         return 0
     for r in ans["results"]:
         if "kernels" in r and "backends" in r:  # node answer

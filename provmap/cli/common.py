@@ -200,7 +200,9 @@ def _is_text(head: bytes) -> bool:
     return b"\0" not in head
 
 
-def load_inputs(path: str) -> dict:
+def load_inputs(path: str):
+    """The --inputs file with its zip directory and array headers read and checked, its data
+    not yet (`NpzInputs.arrays`, once the model's inputs are known: cli/npz_inputs.py)."""
     if not os.path.exists(path):
         raise ProvmapError(f"{path}: no such inputs file")
     if os.path.isdir(path):
@@ -218,24 +220,9 @@ def load_inputs(path: str) -> dict:
                 "a text file" if _is_text(head) else "not a zip archive")
         raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({what}); write "
                            "one with numpy.savez(path, NAME=array, ...)")
-    import numpy as np
+    from .npz_inputs import NpzInputs
 
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise ValueError("a single .npy array")
-            if not z.files:
-                raise ValueError("it holds no arrays")
-            odd = [n for n in z.zip.namelist() if not n.endswith(".npy")]
-            if odd:  # numpy hands such members back as bytes, not arrays
-                raise ValueError(f"member {odd[0]!r} is not a .npy array")
-            return {k: z[k] for k in z.files}
-    except Exception as e:
-        first = first_line(e)
-        if "pickle" in first:
-            first = "it holds Python objects, not arrays"
-        raise ProvmapError(f"{path}: not a valid .npz file of input arrays ({first}); write one "
-                           "with numpy.savez(path, NAME=array, ...)") from None
+    return NpzInputs(path)
 
 
 def read_json_file(path: str, what: str):

@@ -140,9 +140,14 @@ def _own_files() -> list[tuple[str, str]]:
 
     out = []
     for name, path in (("trust_list", trust_file()), ("cost_cache", cost_cache_path())):
-        for f in (str(path), f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-            if os.path.lexists(f):
-                out.append((name, f))
+        if os.path.lexists(path):
+            out.append((name, str(path)))
+        # SQLite's files beside it whether they exist or not: `report -o LIST-journal` made a
+        # "hot journal" that SQLite then rolled into the list, read as damaged (issue 52)
+        # (beside a link's target too: SQLite puts them there)
+        out += [(name, f"{base}{suffix}") for base in dict.fromkeys((str(path),
+                                                                    os.path.realpath(path)))
+                for suffix in ("-wal", "-shm", "-journal")]
     return out
 
 

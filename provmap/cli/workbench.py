@@ -19,7 +19,7 @@ from provmap.partition.measure import DEFAULT_QUANT_STEPS
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.util.atomic import write_bytes_atomic
 
-from .common import check_input_names, only_with
+from .common import backend_list, check_input_names, only_with
 from .source_model import refuse_source_model
 
 
@@ -31,8 +31,14 @@ def _given_inputs(args):
 
 
 def _inputs(args, mod=None, view=None, given=None) -> dict:
+    """The arrays: the --inputs file's, read once its headers match the artifact's inputs (or
+    the model's, for bisect), else random ones."""
     if given is not None:
-        return given
+        from .npz_inputs import expect_of_contract, expect_of_graph
+
+        if mod is not None:
+            return given.arrays(expect_of_contract(mod.contract), mod.contract.profile)
+        return given.arrays(expect_of_graph(view.model.graph))
     if mod is not None:
         return mod.random_inputs(args.seed)
     from provmap.provenance.bundled import zoo
@@ -115,16 +121,21 @@ def cmd_compare(args) -> int:
     return 0 if res["match"] else 1
 
 
-def _model_and_shapes(model, shapes: dict, given: dict | None):
-    """(model, label, True, input shapes) for load_view: the --inputs arrays fix the shapes of
-    the inputs --input-shape leaves open (bisect with an npz of 1x16 arrays asked for
-    --input-shape and suggested 1x1: the thirteenth afternoon)."""
+def _model_and_shapes(model, shapes: dict, npz=None):
+    """(model, label, True, input shapes) for load_view: the --inputs arrays (`npz`, their
+    headers read, data not yet) fix the shapes of the inputs --input-shape leaves open (bisect
+    with an npz of 1x16 arrays asked for --input-shape and suggested 1x1: the thirteenth
+    afternoon), once they are checked against what the model's inputs fix."""
     from provmap.provenance.bundled import zoo
     from provmap.provenance.shapes import runtime_inputs
 
+    from .npz_inputs import check_headers, expect_of_graph
+
     proto, label = zoo.resolve(str(model)) if isinstance(model, (str, os.PathLike)) \
         else (model, None)
+    given = npz.headers if npz is not None else None
     if given:
+        check_headers(npz.path, given, expect_of_graph(proto.graph))
         for vi in runtime_inputs(proto.graph):
             a = given.get(vi.name)
             if vi.name not in shapes and hasattr(a, "shape") and vi.type.HasField("tensor_type"):
@@ -154,7 +165,7 @@ def cmd_bisect(args) -> int:
                            "choose another --reference")
     backend = get_backend(args.backend)
     if given is not None:  # the artifact's reader checks these for run/compare; bisect has none
-        check_input_names(view, given, args.inputs)
+        check_input_names(view, given.headers, args.inputs)
     inputs = _inputs(args, view=view, given=given)
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
                  progress=say_progress)
@@ -304,7 +315,7 @@ def cmd_explain(args) -> int:
 
     only_with(args, "--headroom or --oracle-plans", args.headroom or args.oracle_plans,
                ("--model", args.model is not None), ("--repeats", args.repeats is not None),
-               ("--trust", args.trust))
+               ("--backends", args.backends is not None), ("--trust", args.trust))
     args.repeats = 10 if args.repeats is None else args.repeats
     mod = load(args.artifact, runnable=False)
     try:  # plan_info is the search's record, free-form: an edited one must not crash explain
@@ -320,7 +331,9 @@ def cmd_explain(args) -> int:
         x["headroom"] = headroom_of(args, mod, _reference_model(mod, args.model))
         text = None if args.json else explain_lines(x)
     if args.json:
-        print(json.dumps(x, indent=1))
+        from .json_out import strict_dumps
+
+        print(strict_dumps(x, indent=1))
     else:  # names and reasons from the artifact are someone else's text, a newline too
         for ln in text:
             print_safe(ln)
@@ -409,9 +422,8 @@ def add_workbench_commands(sub) -> None:
     e.add_argument("artifact")
     e.add_argument("--json", action="store_true", help="print the explanation as JSON")
     e.add_argument("--headroom", action="store_true", help="also measure the limit: the "
-                   "per-node oracle over the searched backends and variants (each ONNX node on "
-                   "its fastest one, from profiling), and the share of the headroom the artifact "
-                   "captured")
+                   "per-node oracle over --backends (each ONNX node on its fastest one, from "
+                   "profiling), and the share of the headroom the artifact captured")
     e.add_argument("--oracle-plans", action="store_true", help="with the limit, build the "
                    "plans it implies (each fused unit on its fastest configuration, and coarser "
                    "ones) and measure them beside the best single configuration: does its "
@@ -420,6 +432,11 @@ def add_workbench_commands(sub) -> None:
                    "(--headroom)")
     e.add_argument("--repeats", type=repeats, default=None,
                    help="profiled runs per plan for --headroom (default 10)")
+    e.add_argument("--backends", type=backend_list, default=None,
+                   help="--headroom: backends and variants to profile, e.g. "
+                   "onnxruntime,openvino[threads=1],tvm (default: compile's search backends "
+                   "onnxruntime,openvino and their threads=1 variants; never read from the "
+                   "artifact)")
     add_trust_option(e)
     e.set_defaults(func=cmd_explain)
 
