@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 
-from provmap.runtime_module.artifact import with_schedule
+from provmap.runtime_module.artifact_edit import with_schedule
 from provmap.partition.measure.interleave import measure_artifacts
 from provmap.runtime_module.registry import backend_class
 from provmap.runtime_module.schedule import asap_stages, describe, has_independent, \

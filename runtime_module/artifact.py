@@ -417,36 +417,3 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         "warnings": list(imp.warnings),  # said at compile, and by inspect/compare from here
     }
     return Artifact(manifest=manifest, members=members, built_here=True)
-
-
-def with_schedule(art: Artifact, schedule: dict | None) -> Artifact:
-    """The same artifact (members shared, nothing rebuilt) run under `schedule`
-    (provmap.runtime_module.schedule; None or a one-partition-per-stage schedule without
-    threads: serial, version 1)."""
-    from .schedule import check_schedule, is_concurrent
-
-    manifest = json.loads(json.dumps(art.manifest))
-    manifest.pop("schedule", None)
-    manifest["format_version"] = FORMAT_VERSION
-    if schedule and (is_concurrent(schedule) or schedule.get("threads")):
-        check_schedule(manifest["partitions"], schedule)
-        manifest["schedule"] = json.loads(json.dumps(schedule))
-        manifest["format_version"] = SCHEDULED_VERSION
-    return Artifact(manifest=manifest, members=art.members, where=art.where,
-                    built_here=art.built_here)
-
-
-def embed_source_model(art: Artifact, model) -> None:
-    """Store the ONNX model in the artifact (compile --embed-model), so compare, annotate and
-    bisect work from the artifact alone; it roughly doubles the file (weights stored twice).
-    The user's model as given, or, when only the derived one is at hand, that (named so by its
-    hash)."""
-    from provmap.provenance.ids import model_sha256
-
-    info = art.manifest["model"]
-    digest = model_sha256(model)
-    if digest not in (info["sha256"], info.get("derived_sha256")):
-        raise ProvmapError("embed_source_model: not the model this artifact was compiled from")
-    art.members[SOURCE_MODEL] = model.SerializeToString()
-    info["member"] = SOURCE_MODEL
-    info["member_is"] = "original" if digest == info["sha256"] else "derived"

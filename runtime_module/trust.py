@@ -52,9 +52,9 @@ from pathlib import Path
 
 from provmap.provenance.util.errors import ProvmapError
 
+from .trust_legacy import _SQLITE_MAGIC, _is_legacy, _kept_name, _legacy_rows
+
 MANIFEST = "manifest.json"  # the artifact member whose SHA-256 is the digest
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS trusted (digest TEXT PRIMARY KEY, path TEXT, how TEXT, "
            "added TEXT, backends TEXT, note TEXT) WITHOUT ROWID")
 _PATH_INDEX = "CREATE INDEX IF NOT EXISTS trusted_path ON trusted (path)"  # revoke/rebuild by path
@@ -71,6 +71,11 @@ def trust_file() -> Path:
         return Path(env).expanduser()
     base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "provmap" / DEFAULT_NAME
+
+
+class TrustStoreError(ProvmapError):
+    """The trust list's file is something else (a directory, a user's file): one line, and the
+    file is never touched (`provmap trust --list` once turned a user's notes into SQLite)."""
 
 
 def _legacy_default() -> Path | None:
@@ -127,34 +132,7 @@ def file_digest(path: str | os.PathLike) -> str | None:
 
 # -- storage ---------------------------------------------------------------------------------
 
-_LEGACY_LINE = re.compile(rb"\s*(#.*)?|\s*[0-9a-f]{64}\s*(#.*)?")
-_LEGACY_ENTRY = re.compile(rb"\s*[0-9a-f]{64}\s*(#|$)")
-_LEGACY_MAX = 64 << 20  # an old list of a million entries is ~100 MB; no real one comes near
 
-
-class TrustStoreError(ProvmapError):
-    """The trust list's file is something else (a directory, a user's file): one line, and the
-    file is never touched (`provmap trust --list` once turned a user's notes into SQLite)."""
-
-
-def _is_legacy(path: Path) -> bool:
-    """A file holding old-format lines only (`digest  # note`, comments, blank lines), not
-    merely "a file that is not SQLite": only such a file is ever converted."""
-    try:
-        if not path.is_file() or path.stat().st_size > _LEGACY_MAX:
-            return False
-        with open(path, "rb") as f:
-            if f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:  # the common case: read no more
-                return False
-            f.seek(0)
-            data = f.read()
-    except OSError:
-        return False
-    lines = data.splitlines()
-    # at least one entry: a file of comments only (a user's notes.txt of `#` lines) was taken
-    # for an old list, and a plain `run` of a TVM artifact rewrote it as SQLite (issue 52)
-    return (all(_LEGACY_LINE.fullmatch(line) for line in lines)
-            and any(_LEGACY_ENTRY.match(line) for line in lines))
 
 
 def check_store(path: Path | None = None) -> None:
@@ -204,25 +182,6 @@ def _foreign_tables(path: Path) -> list[str]:
     return [] if "trusted" in names else names
 
 
-def _legacy_rows(path: Path):
-    """Rows from the old text list: `digest  # 2025-...T...+00:00 built here: out.provmap`.
-    Its notes held paths relative to wherever the build ran: only absolute ones are kept as
-    paths (the rest stay in the note, and --prune treats their file as gone)."""
-    seen = set()
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            digest, _, comment = line.partition("#")
-            digest = digest.strip()
-            if not _HEX64.fullmatch(digest) or digest in seen:
-                continue
-            seen.add(digest)
-            stamp, _, note = comment.strip().partition(" ")
-            m = re.match(r"(built here|trusted by the user): (.+)$", note)
-            where = m.group(2).strip() if m else ""
-            yield (digest, where if os.path.isabs(where) else None, "migrated", stamp or None,
-                   None, note or None)
-
-
 @contextlib.contextmanager
 def _locked(path: Path):
     import fcntl
@@ -233,15 +192,6 @@ def _locked(path: Path):
         yield
     finally:
         os.close(fd)
-
-
-def _kept_name(path: Path) -> Path:
-    """Where an old list converted in place is kept: `NAME.old` (`.old.2`, ... if taken)."""
-    kept, n = path.with_name(path.name + ".old"), 1
-    while os.path.lexists(kept):
-        n += 1
-        kept = path.with_name(f"{path.name}.old.{n}")
-    return kept
 
 
 def _migrate(path: Path, source: Path | None = None) -> None:

@@ -21,7 +21,8 @@ from cli_runner import one_error, provmap
 
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module import trust
-from provmap.runtime_module.artifact import read_artifact, with_schedule
+from provmap.runtime_module.artifact import read_artifact
+from provmap.runtime_module.artifact_edit import with_schedule
 from provmap.runtime_module.module import load
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

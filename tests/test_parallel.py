@@ -21,7 +21,8 @@ from cli_runner import one_error, provmap
 from provmap.partition.compile import compile_model, load_view
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module import schedule as S
-from provmap.runtime_module.artifact import read_artifact, with_schedule
+from provmap.runtime_module.artifact import read_artifact
+from provmap.runtime_module.artifact_edit import with_schedule
 from provmap.runtime_module.module import ArtifactModule, load
 
 TESTS = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from provmap.partition.compile import compile_model, load_view
 from provmap.runtime_module import schedule as S
-from provmap.runtime_module.artifact import with_schedule
+from provmap.runtime_module.artifact_edit import with_schedule
 from provmap.runtime_module.module import ArtifactModule
 
 UNARY = ("Relu", "Tanh", "Sigmoid", "Neg", "Abs")
