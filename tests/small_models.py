@@ -230,3 +230,17 @@ def inception_like(channels: int = 64, size: int = 28) -> onnx.ModelProto:
     nodes.append(helper.make_node("Concat", [b1, b2, b3, b4], ["cat"], name="join", axis=1))
     nodes.append(helper.make_node("GlobalAveragePool", ["cat"], ["y"], name="gap"))
     return _model(nodes, [_t("x", [1, c, size, size])], [_t("y", [1, 3 * c, 1, 1])], inits)
+
+
+def two_inputs(tmp_path):
+    """input_ids and attention_mask both [B, S], joined by one node, as a BERT export has them:
+    saved as tmp_path/two.onnx, its path returned."""
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["input_ids", "attention_mask"], ["y"], name="mul")], "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.FLOAT, ["B", "S"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["B", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S"])])
+    path = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    return path

@@ -10,7 +10,7 @@ import onnx
 from cli_runner import provmap, refused
 from onnx import TensorProto, helper, numpy_helper
 from test_cli_vendor_day11 import _relu
-from test_cli_vendor_day12 import _two_inputs
+from small_models import two_inputs
 
 
 def _options(artifact, backend):
@@ -69,7 +69,7 @@ def test_an_input_of_another_type_than_its_weights_is_blamed_on_the_node(tmp_pat
 
 def test_bisect_takes_open_input_shapes_from_the_inputs_given(tmp_path):
     """bisect --inputs with 1x16 arrays still asked for --input-shape (suggesting 1x1)."""
-    model = _two_inputs(tmp_path)
+    model = two_inputs(tmp_path)
     npz = tmp_path / "in.npz"
     np.savez(npz, input_ids=np.ones((1, 16), np.float32),
              attention_mask=np.full((1, 16), 2, np.float32))

@@ -17,6 +17,7 @@ import pytest
 from attack_kit import members, repack
 from cli_runner import one_error, provmap, refused
 from onnx import TensorProto, helper
+from small_models import two_inputs
 
 from provmap.bench.kv_decode import profile_flags, run_loop
 from provmap.partition.compile import compile_model
@@ -37,19 +38,6 @@ def _ort(path, feeds):
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
-def _two_inputs(tmp_path):
-    """input_ids and attention_mask both [B, S], joined by one node, as a BERT export has them."""
-    g = helper.make_graph(
-        [helper.make_node("Mul", ["input_ids", "attention_mask"], ["y"], name="mul")], "g",
-        [helper.make_tensor_value_info("input_ids", TensorProto.FLOAT, ["B", "S"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["B", "S"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S"])])
-    path = tmp_path / "two.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              path)
-    return path
-
-
 # ---- the profile as the user states it ----------------------------------------------------------
 def test_sizes_and_ranges_parse_as_openvino_and_trtexec_users_write_them():
     assert parse_dim("16", "x") == 16
@@ -65,7 +53,7 @@ def test_a_size_given_for_one_input_holds_for_every_input_naming_it(tmp_path):
     """ONNX reads one symbol as one size: input_ids=1x16 sizes attention_mask's S too (the
     hint once suggested 1x1 for it, which gives S two sizes)."""
     out = tmp_path / "a.provmap"
-    r = provmap("compile", _two_inputs(tmp_path), "-o", out, "--strategy", "single:onnxruntime",
+    r = provmap("compile", two_inputs(tmp_path), "-o", out, "--strategy", "single:onnxruntime",
                 "--input-shape", "input_ids=1x16")
     assert r.returncode == 0, r.stderr
     specs = {t["name"]: t["shape"] for t in load(out, runnable=False).manifest["model"]["inputs"]}
