@@ -46,3 +46,17 @@ def test_run_writes_every_output_under_its_own_key_inside_the_archive(tmp_path):
     np.testing.assert_array_equal(got["a%252Fb"], x)
     warned = [ln for ln in r.stderr.splitlines() if ln.startswith("provmap: warning:")]
     assert len(warned) == 2 and "'..%2F..%2Ftmp%2Fx'" in warned[0] + warned[1], r.stderr
+
+
+def test_a_name_written_escaped_reads_back_as_itself(tmp_path):
+    """bisect's reproducer stores boundary tensors (`attn/Softmax_out`) and `run --save-inputs`
+    inputs by these keys; reading them back (check_reproducer, `--inputs`) gives the names."""
+    from provmap.provenance.util.npz_write import npz_key, npz_name, read_npz, write_npz
+
+    names = ["attn/Softmax_out", "a%b", "x\\y", "plain", "é/ü", "\x01z", "../../tmp/x"]
+    for n in names:
+        assert npz_name(npz_key(n)) == n
+    with open(tmp_path / "a.npz", "wb") as f:
+        write_npz(f, {n: np.full(2, k) for k, n in enumerate(names)})
+    got = read_npz(tmp_path / "a.npz")
+    assert list(got) == names and [int(v[0]) for v in got.values()] == list(range(len(names)))

@@ -185,7 +185,8 @@ def check_reproducer(model_path, inputs_path, expected_path, backend: Backend,
 
     tol = tol or Tolerance()
     view = load_view(onnx.load(str(model_path)), "reproducer")
-    feeds = dict(np.load(inputs_path))
-    want = dict(np.load(expected_path))
+    from provmap.provenance.util.npz_write import read_npz
+
+    feeds, want = read_npz(inputs_path), read_npz(expected_path)  # names as bisect wrote them
     got = _run_region(view, list(view.op_nodes), backend, feeds)
     return [n for n, _m in _diverging(got, want, tol, set(want), tensor_grids(view.model))]

@@ -29,6 +29,33 @@ def npz_key(name: str) -> str:
     return "".join(out)
 
 
+def npz_name(key: str) -> str:
+    """The name `npz_key` wrote as `key` (a bisect reproducer's boundary tensor `attn/out`, or a
+    `run --save-inputs` file given back as `--inputs`).  Only the escapes it writes are read:
+    an ordinary key is its own name."""
+    if "%" not in key:
+        return key
+    import re
+    from urllib.parse import unquote
+
+    return re.sub(r"(?:%[0-9A-F]{2})+", lambda m: unquote(m.group(0), errors="strict")
+                  if _written(m.group(0)) else m.group(0), key)
+
+
+def _written(run: str) -> bool:
+    """A run of %XX escapes npz_key could have written (the escaped set, or UTF-8 of none)."""
+    codes = [int(run[i + 1:i + 3], 16) for i in range(0, len(run), 3)]
+    return all(c in (0x25, 0x2F, 0x5C, 0x7F) or c < 0x20 for c in codes)
+
+
+def read_npz(path) -> dict:
+    """{name: array} of an .npz, names as `write_npz` was given them."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        return {npz_name(k): z[k] for k in z.files}
+
+
 def write_npz(f, arrays: dict) -> None:
     """`arrays` ({name: array}) into the open binary file `f` as an uncompressed .npz, as
     np.savez lays it out (stored members, zip64), one member per name (`npz_key`)."""

@@ -15,6 +15,7 @@ import zipfile
 from typing import NamedTuple
 
 from provmap.provenance.util.errors import ProvmapError, first_line
+from provmap.provenance.util.npz_write import npz_name
 
 MAX_MEMBERS = 10_000   # arrays in one inputs file: a model takes a handful
 MAX_HEADER = 10_000    # bytes of one .npy header (numpy's own default limit)
@@ -104,7 +105,7 @@ def read_headers(path: str) -> dict[str, Header]:
                 raise _bad(path, f"member {name!r}: its header declares {nbytes} bytes of data, "
                                  f"the zip directory {info.file_size - offset}")
             total += nbytes
-            key = name[:-len(".npy")]
+            key = npz_name(name[:-len(".npy")])  # as provmap's writer named it (npz_write)
             if key in out:
                 raise _bad(path, f"member {name!r} is listed twice")
             out[key] = Header(tuple(shape), np.dtype(dtype), name)
