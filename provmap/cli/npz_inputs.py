@@ -122,7 +122,12 @@ def check_headers(path: str, headers: dict, expect: dict, profile=None) -> None:
 
     missing = [n for n in expect if n not in headers]
     extra = [n for n in headers if n not in expect]
-    if missing or extra:
+    if missing:  # the reader's own words: "missing input", and the closest name given
+        from provmap.provenance.util.listing import unused_names
+
+        raise ProvmapError(f"--inputs {path}: missing input {missing[0]!r}; the model takes "
+                           f"{', '.join(expect)}" + unused_names(missing[0], headers))
+    if extra:
         raise ProvmapError(f"--inputs {path}: " + "; ".join(
             ([f"no array for input(s) {', '.join(map(repr, missing))}"] if missing else [])
             + ([f"array(s) {', '.join(map(repr, extra))} name no input of the model (it takes "
