@@ -142,16 +142,8 @@ def _constant(view, name: str):
 def _outside_32_bits(view, name: str) -> str | None:
     from onnx import TensorProto, numpy_helper
 
-    t = view.initializers.get(name)
-    if t is None:
-        p = view.producer.get(name)
-        node = view.nodes[p] if p is not None else None
-        if node is None or node.op_type != "Constant" or view.is_op(p):
-            return None
-        t = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
-        if t is None:
-            return None
-    if t.data_type not in (TensorProto.INT64, TensorProto.UINT64):
+    t = _constant(view, name)
+    if t is None or t.data_type not in (TensorProto.INT64, TensorProto.UINT64):
         return None
     a = numpy_helper.to_array(t)
     if not a.size:
