@@ -12,9 +12,8 @@ import time
 import zipfile
 
 import numpy as np
-import onnx
 import pytest
-from attack_kit import members, relu_model, repack
+from attack_kit import members, relu_artifact, repack
 from cli_runner import provmap, refused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -23,12 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.fixture(scope="module")
 def art(tmp_path_factory):
     """x: float32[4] -> Relu -> y on ONNX Runtime (runs without trust), and its model."""
-    d = tmp_path_factory.mktemp("bounds")
-    onnx.save(relu_model(), d / "relu.onnx")
-    r = provmap("compile", d / "relu.onnx", "-o", d / "relu.provmap", "--strategy",
-                "single:onnxruntime")
-    assert r.returncode == 0, r.stderr
-    return d / "relu.provmap"
+    return relu_artifact(tmp_path_factory.mktemp("bounds"))  # beside it: relu.onnx
 
 
 def _peak_mb(args, cwd=None) -> tuple[subprocess.CompletedProcess, float]:
