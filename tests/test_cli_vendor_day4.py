@@ -174,7 +174,7 @@ def test_bisect_names_wrong_input_arrays_and_a_model_with_nothing_to_run(tmp_pat
     onnx.save(conv_relu(), m)
     np.savez(tmp_path / "idx.npz", idx=np.zeros((1,), np.float32))
     r = provmap("bisect", m, "--backend", "openvino", "--inputs", tmp_path / "idx.npz")
-    refused(r, "no array for input(s)", "'idx' name no input of the model")
+    refused(r, "missing input 'x'", "the model takes x", "given 'idx'")
     const = helper.make_node("Constant", [], ["y"], value=helper.make_tensor(
         "v", TensorProto.FLOAT, [1], [1.0]))
     g = helper.make_graph([const], "g", [], [helper.make_tensor_value_info(
