@@ -159,3 +159,30 @@ def arange(node, inputs, tp, env: dict):
     end = tirx.IntImm("int64", s) + shape[0] * tirx.IntImm("int64", d)
     return relax.op.arange(tirx.IntImm("int64", s), end, tirx.IntImm("int64", d),
                            dtype=str(start.dtype))
+
+
+ELEMENTWISE = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "floor_divide"}
+
+
+def prim_with_tensor(node, inputs):
+    """A binary op of a scalar computed from a shape (`past` read off a KV cache's Shape) and
+    a constant tensor (`Range(0, 1)` folded to `[0]` once `seq` is fixed 1), built as the
+    tensor op it is, or None to leave it to the frontend.  The frontend evaluates the pair in
+    numpy and keeps `.item()` of the result, a scalar: the position ids of every decode-step
+    profile lost their axis ("Unsqueeze axis 3 is out of range for rank 3")."""
+    op = ELEMENTWISE.get(node.op_type)
+    if op is None or len(inputs) != 2:
+        return None
+    prim = [tvm.ir.is_prim_expr(x) for x in inputs]
+    const = [isinstance(x, tvm.ir.GenericConst) and x.value.numpy().ndim >= 1 for x in inputs]
+    if not (prim[0] and const[1] or prim[1] and const[0]):
+        return None
+    dtype = inputs[1 if prim[0] else 0].ty.dtype
+    if not str(dtype).startswith("int") or (op == "floor_divide" and prim[1]):
+        return None  # integer shape arithmetic only; a divisor read off a shape stays theirs
+    args = []
+    for x, is_prim in zip(inputs, prim):
+        if is_prim:
+            x = relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([x])), dtype)
+        args.append(x)
+    return getattr(relax.op, op)(*args)

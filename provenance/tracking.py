@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import onnx
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from . import converters, half, symbolic
@@ -102,6 +102,27 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                 self._num_input += 1
                 self._input_names.append(vi.name)
         super()._parse_graph_input(graph)
+        self._zero_dims_kept(graph)
+
+    def _zero_dims_kept(self, graph):
+        # The frontend reads a dim_value of 0 as "unset" and mints a fresh variable for it, so a
+        # KV cache fixed empty at prefill ([1, 4, 0, 8]) became [1, 4, v, 8], and the attention
+        # scores' broadcast against the mask ([.., seq, v + seq] + [.., seq, seq]) could not be
+        # legalized.  The declared 0 is restored; the other dimensions keep their variables.
+        for vi in graph.input:
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is None or not tt.HasField("shape"):
+                continue
+            zeros = [k for k, d in enumerate(tt.shape.dim) if d.HasField("dim_value") and d.dim_value == 0]
+            var = self._nodes.get(vi.name)
+            shape = getattr(getattr(var, "ty", None), "shape", None)
+            if not zeros or not isinstance(shape, relax.ShapeExpr) or len(shape.values) != len(tt.shape.dim):
+                continue
+            dims = [tirx.IntImm("int64", 0) if k in zeros else v for k, v in enumerate(shape.values)]
+            new = relax.Var(var.name, relax.TensorType(dims, var.ty.dtype))
+            self._nodes[vi.name] = new
+            if self._inputs.get(vi.name) is var:
+                self._inputs[vi.name] = new
 
     def _check_for_unsupported_ops(self, graph):
         pass  # decided per node in _construct_nodes: an unsupported node becomes opaque
@@ -238,6 +259,8 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                         node, inputs, self._symbolic.get(node.output[0]), self._input_symbols()))
                 except Exception:  # an input it cannot read: the frontend's conversion
                     sym = None
+            if reason is None and node.op_type in symbolic.ELEMENTWISE:
+                sym = self._emit_or_none(symbolic.prim_with_tensor(node, inputs))
             if reason is None and sym is None:
                 try:
                     sym = self._convert(idx, node, inputs)

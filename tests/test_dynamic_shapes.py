@@ -176,6 +176,23 @@ def test_one_artifact_serves_the_prefill_and_every_decode_step(tmp_path, path, s
     assert rep.worst_abs < 1e-4, rep.worst_abs
 
 
+@pytest.mark.parametrize("fixed", [{"seq": (8, 16, 32), "past": 0, "total": (8, 16, 32)},
+                                   {"seq": 1, "past": (0, 8, 31), "total": (1, 9, 32)}],
+                         ids=["prefill_cache_empty", "decode_one_token"])
+@pytest.mark.parametrize("path", KV_DECODERS, ids=lambda p: p.stem)
+def test_tvm_builds_a_profile_that_fixes_the_cache_empty_or_the_step_at_one_token(path, fixed):
+    """A profile per phase, as users split prefill and decode: the frontend read a fixed 0 as
+    an open dimension (the scores' broadcast against the mask then could not be legalized) and
+    turned `[0] + past` into a scalar (the position ids lost their axis)."""
+    from provmap.bench.shape_sweep import max_errors
+    from provmap.provenance.profile import ShapeProfile
+
+    art = compile_model(str(path), "single:tvm", dims={"batch": 1, **fixed})
+    for point, _ in ShapeProfile.from_json(art.manifest["model"]["shape_profile"]).points():
+        err = max_errors(str(path), {"tvm": art}, point)["tvm"]
+        assert err < 1e-4, (point, err)
+
+
 # ---- Collage with a profile ---------------------------------------------------------------------
 def test_collage_searches_at_opt_and_reports_every_point(tmp_path):
     """The search runs on the opt sizes; the kept plan is built for the whole range, runs at

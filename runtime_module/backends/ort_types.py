@@ -130,7 +130,7 @@ def _run_symbolic(model: onnx.ModelProto, auto_merge: bool = False):
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # its warnings are about guesses it is not asked for
     try:
-        sym = SymbolicShapeInference(2**31 - 1, auto_merge, False, 0)
+        sym = _inference_class()(2**31 - 1, auto_merge, False, 0)
         with contextlib.redirect_stdout(io.StringIO()):
             sym._preprocess(probe)
             while sym.run_:
@@ -141,6 +141,29 @@ def _run_symbolic(model: onnx.ModelProto, auto_merge: bool = False):
         return None
     finally:
         quiet.setLevel(level)
+
+
+def _inference_class():
+    """ONNX Runtime's SymbolicShapeInference, but a Concat off axis 0 is never read as shape
+    arithmetic.  It propagates values through any Concat one of whose inputs is a constant and
+    asserts the axis is 0: a decoder's mask `Concat([1, 1] ones, [1, past] mask, axis=1)` at a
+    profile fixing the step at one token stopped the whole inference (every symbol then lost)."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_attribute
+
+    class Inference(SymbolicShapeInference):
+        def _infer_Concat(self, node):  # noqa: N802 - ONNX Runtime's dispatch name
+            if get_attribute(node, "axis") == 0:
+                return super()._infer_Concat(node)
+            data, inits = self.sympy_data_, self.initializers_
+            self.sympy_data_ = {k: v for k, v in data.items() if k not in node.input}
+            self.initializers_ = {k: v for k, v in inits.items() if k not in node.input}
+            try:
+                return super()._infer_Concat(node)
+            finally:
+                data.update({k: v for k, v in self.sympy_data_.items() if k not in data})
+                self.sympy_data_, self.initializers_ = data, inits
+
+    return Inference
 
 
 class OrtTypes:
