@@ -184,13 +184,13 @@ def test_tvm_builds_a_profile_that_fixes_the_cache_empty_or_the_step_at_one_toke
     """A profile per phase, as users split prefill and decode: the frontend read a fixed 0 as
     an open dimension (the scores' broadcast against the mask then could not be legalized) and
     turned `[0] + past` into a scalar (the position ids lost their axis)."""
-    from provmap.bench.shape_sweep import max_errors
+    from provmap.bench.shape_sweep import check_outputs
     from provmap.provenance.profile import ShapeProfile
 
     art = compile_model(str(path), "single:tvm", dims={"batch": 1, **fixed})
     for point, _ in ShapeProfile.from_json(art.manifest["model"]["shape_profile"]).points():
-        err = max_errors(str(path), {"tvm": art}, point)["tvm"]
-        assert err < 1e-4, (point, err)
+        got = check_outputs(str(path), {"tvm": art}, point)["tvm"]
+        assert got["ok"] and got["max_abs"] < 1e-4, (point, got)
 
 
 # ---- Collage with a profile ---------------------------------------------------------------------
@@ -233,5 +233,6 @@ def test_the_shape_sweep_times_each_strategy_at_each_point_and_checks_its_number
         assert r["best_single"] == "single:onnxruntime"
         assert r["ratio_to_best"]["single:onnxruntime"] == 1.0
         assert max(r["max_abs_vs_ort"].values()) < 1e-4, r
+        assert all(r["matches_ort"].values()) and r["one_call"] == [], r
     text = markdown({"date": "d", "host": "h", "models": {"attention": res}})
     assert "| max {'x': [4, 32, 16]} |" in text, text
