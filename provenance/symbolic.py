@@ -94,6 +94,31 @@ def _expr(node, env):
     raise ValueError("unsupported")
 
 
+_TEXT_OPS = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}
+
+
+def dim_text(e, symbols: set, depth: int = 0) -> str | None:
+    """A dimension as the user reads it (`past + 1`, `seq * 2`), the inverse of parse_dim, or
+    None when it names a variable outside `symbols` (one the import minted: data decides)."""
+    if depth > 16:
+        return None
+    if isinstance(e, tirx.IntImm):
+        return str(int(e.value))
+    if isinstance(e, tirx.Var):
+        return e.name if e.name in symbols else None
+    op = _TEXT_OPS.get(type(e).__name__)
+    if op is not None:
+        a, b = dim_text(e.a, symbols, depth + 1), dim_text(e.b, symbols, depth + 1)
+        if a is None or b is None:
+            return None
+        wrap = lambda t, x: f"({t})" if isinstance(x, (tirx.Add, tirx.Sub)) and op != "+" else t  # noqa: E731
+        return f"{wrap(a, e.a)} {op} {wrap(b, e.b)}"
+    if type(e).__name__ in ("Max", "Min"):
+        a, b = dim_text(e.a, symbols, depth + 1), dim_text(e.b, symbols, depth + 1)
+        return None if a is None or b is None else f"{type(e).__name__}({a}, {b})"
+    return None
+
+
 def wanted_shape(tp: onnx.TypeProto | None, ndim: int, env: dict) -> list | None:
     """The shape `tp` gives, as TIR over `env`, when every dimension is known and the rank is
     `ndim`; None otherwise."""

@@ -32,6 +32,9 @@ class TensorSpec:
     name: str
     shape: tuple[int | None, ...]
     dtype: str
+    #: per dimension, what a None one is in the profile's symbols (`seq`, `past + 1`) where the
+    #: import related it to them; None elsewhere, or no tuple at all for a static tensor
+    symbols: tuple[str | None, ...] | None = None
 
     @property
     def static(self) -> bool:
@@ -42,12 +45,32 @@ class TensorSpec:
         return int(np.prod([d or 1 for d in self.shape], dtype=np.int64)) * itemsize(self.dtype)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "bytes": self.nbytes}
+        d = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+             "bytes": self.nbytes}
+        if self.symbols and any(self.symbols):
+            d["symbols"] = list(self.symbols)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TensorSpec":
-        return cls(d["name"], tuple(d["shape"]), d["dtype"])
+        sym = d.get("symbols")
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], tuple(sym) if sym else None)
+
+
+def _relax_dim(d, symbols: set) -> int | str | None:
+    """A Relax dimension as a size, an expression in the profile's `symbols` (`past + 1`), or
+    None (a variable the import minted: data decides it)."""
+    from provmap.provenance.symbolic import dim_text
+
+    try:
+        return int(d)
+    except (TypeError, ValueError):
+        pass
+    try:
+        text = dim_text(d, symbols)
+    except AttributeError:  # not a TIR expression
+        return None
+    return text if text is not None and len(text) <= 64 else None
 
 
 class GraphView:
@@ -176,7 +199,10 @@ class GraphView:
                 continue
             dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
             types[name] = TensorSpec(name, dims, dtype)
-        # Relax knows every static shape it computed; prefer it where ONNX inference gave up.
+        prof = self.imported.profile
+        symbols = set(prof.symbols) if prof is not None else set()
+        # Relax knows every size it computed and, in a profile, what the others are in the
+        # inputs' symbols: each dimension ONNX's inference left open takes what Relax says.
         for name, val in self.imported.tensor_values.items():
             if (name in types and types[name].static) or name in self.initializers:
                 continue
@@ -185,11 +211,15 @@ class GraphView:
             dtype = getattr(ty, "dtype", None)
             if shape is None or dtype is None or not hasattr(shape, "values"):
                 continue
-            try:
-                dims = tuple(int(d) for d in shape.values)
-            except (TypeError, ValueError):
+            relax_dims = [_relax_dim(d, symbols) for d in shape.values]
+            old = types.get(name)
+            if old is not None and (len(old.shape) != len(relax_dims) or old.dtype != str(dtype)):
                 continue
-            types[name] = TensorSpec(name, dims, str(dtype))
+            dims = tuple(o if o is not None else (r if isinstance(r, int) else None)
+                         for o, r in zip(old.shape if old else [None] * len(relax_dims), relax_dims))
+            sym = tuple(r if isinstance(r, str) and d is None else None
+                        for d, r in zip(dims, relax_dims))
+            types[name] = TensorSpec(name, dims, str(dtype), sym if any(sym) else None)
         return types
 
     def spec(self, tensor: str) -> TensorSpec:

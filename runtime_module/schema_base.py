@@ -139,6 +139,11 @@ class _V:
                 continue
             n *= self.int_(d, f"{path}.shape[{i}]")
         self.int_(t["bytes"], f"{path}.bytes")
+        if t.get("symbols") is not None:  # what an open dim is in the profile's symbols
+            self.list_(t["symbols"], f"{path}.symbols", max_len=len(t["shape"]))
+            for i, x in enumerate(t["symbols"]):
+                if x is not None:
+                    self.str_(x, f"{path}.symbols[{i}]", max_len=64, pattern=_DIM_TEXT)
         try:
             each = itemsize(t["dtype"])
         except (TypeError, AttributeError):
@@ -162,6 +167,8 @@ def _tname(x) -> str:
             int: "an integer", float: "a number", type(None): "null"}.get(type(x), type(x).__name__)
 
 
+#: a dimension as TIR prints it over the profile's symbols (`past + 1`, `seq * 2 // 3`)
+_DIM_TEXT = re.compile(r"[A-Za-z0-9_ +\-*/%()]{1,64}")
 _PLAIN = re.compile(r"[A-Za-z0-9_.:\-]{1,60}")
 
 

@@ -124,6 +124,7 @@ def test_a_shape_outside_the_profile_is_one_line_and_exit_2(tmp_path):
     assert np.load(tmp_path / "o.npz")[load(art, runnable=False).output_names[0]].shape[1] == 8
     info = provmap("inspect", art)
     assert "shape profile: seq=1..32@8" in info.stdout, info.stdout
+    assert "in   x: float32[1, seq, 16]" in info.stdout, info.stdout  # boundaries in its symbols
 
 
 def test_a_strangers_profile_is_checked_before_anything_runs(tmp_path):
@@ -137,6 +138,10 @@ def test_a_strangers_profile_is_checked_before_anything_runs(tmp_path):
         manifest["model"]["shape_profile"] = bad
         one_error(provmap("inspect", repack(tmp_path / "b.provmap", manifest, files)),
                   "model.shape_profile")
+    manifest, files = members(art)
+    manifest["partitions"][0]["outputs"][0]["symbols"] = [None, "\x1b[2J$(id)", None]
+    one_error(provmap("inspect", repack(tmp_path / "b.provmap", manifest, files)),
+              "partitions[0].outputs[0].symbols[1]")
 
 
 # ---- the spine keeps symbols --------------------------------------------------------------------

@@ -35,7 +35,7 @@ def print_inspect_text(info: dict, model_arg, limit: int) -> None:
 
         prof = ShapeProfile.from_json(m["shape_profile"])
         _say(f"  shape profile: {term_safe(prof.describe())} (MIN..MAX@OPT; run refuses other "
-             "sizes; '?' below is a size that follows them)")
+             "sizes; '?' below is a size the data decides)")
     for p in info["partitions"]:
         ops = [n for n in p["onnx_nodes"] if not n["helper"] and n.get("ran", True)]
         nk = len(p["kernels"])
@@ -43,10 +43,10 @@ def print_inspect_text(info: dict, model_arg, limit: int) -> None:
         _say(f"{p['id']}  {p['backend']}  {len(ops)} op node{'s' if len(ops) != 1 else ''}, "
               f"{nk} kernel{'s' if nk != 1 else ''}  [{p.get('why', '')}]")
         for t in p["inputs"]:
-            _say(f"  in   {t['name']}: {t['dtype']}{_dims(t['shape'])} {t['bytes']} B  "
+            _say(f"  in   {t['name']}: {t['dtype']}{_dims(t)} {t['bytes']} B  "
                  f"<- {t['producer']}")
         for t in p["outputs"]:
-            _say(f"  out  {t['name']}: {t['dtype']}{_dims(t['shape'])} {t['bytes']} B")
+            _say(f"  out  {t['name']}: {t['dtype']}{_dims(t)} {t['bytes']} B")
         shown = ops[:limit] if limit else ops
         _say("  nodes: " + ", ".join(f"{n['name'] or n['id']}({n['op_type']})" for n in shown)
               + (f", ... {len(ops) - len(shown)} more" if len(shown) < len(ops) else ""))
@@ -55,8 +55,10 @@ def print_inspect_text(info: dict, model_arg, limit: int) -> None:
               + (f", ... {len(p['kernels']) - len(ks)} more" if len(ks) < len(p["kernels"]) else ""))
 
 
-def _dims(shape) -> str:
-    """[1, ?, 1000]: a dimension known only at run time (a profile's size) as '?'."""
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+def _dims(t: dict) -> str:
+    """[1, seq, 1000]: a dimension the profile decides by its symbols; '?' where data does."""
+    sym = t.get("symbols") or [None] * len(t["shape"])
+    return "[" + ", ".join(str(d) if d is not None else (s or "?")
+                           for d, s in zip(t["shape"], sym)) + "]"
 
 
