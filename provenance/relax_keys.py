@@ -109,7 +109,10 @@ def relax_callee(mod, val):
 
 
 def _dims(values) -> tuple:
-    return tuple(v.value if hasattr(v, "value") else str(v) for v in values)
+    # Sizes as ints, the rest as text: a Cast has a `.value` too (the expression it casts), and
+    # keying by that object made every kernel whose shape holds a Cast (a dynamic Resize's
+    # output) unmatchable after FuseOps.
+    return tuple(int(v.value) if isinstance(v, tvm.tirx.IntImm) else str(v) for v in values)
 
 
 def bindings(func):

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
-from . import converters, half, symbolic
+from . import converters, half, symbolic, symbolic_ops
 from .util.dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
@@ -88,6 +88,7 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         #: dimensions stay open; the inputs' TIR variables once the graph inputs are parsed.
         self._symbolic = dict(symbolic_types or {})
         self._symbols: dict | None = None
+        self._casts: dict = {}  # symbolic_ops.unify_dims' casts, shared by a value's readers
 
     def _parse_graph_input(self, graph):
         # Inputs Relax cannot type as a numeric tensor (strings, sequences, optionals) become
@@ -255,12 +256,22 @@ class TrackingImporter(_fe.ONNXGraphImporter):
             sym = None
             if reason is None and self._symbolic and node.op_type == "Range":
                 try:
-                    sym = self._emit_or_none(symbolic.arange(
+                    sym = self._emit_or_none(symbolic_ops.arange(
                         node, inputs, self._symbolic.get(node.output[0]), self._input_symbols()))
                 except Exception:  # an input it cannot read: the frontend's conversion
                     sym = None
-            if reason is None and node.op_type in symbolic.ELEMENTWISE:
-                sym = self._emit_or_none(symbolic.prim_with_tensor(node, inputs))
+            if reason is None and node.op_type in symbolic_ops.ELEMENTWISE:
+                sym = self._emit_or_none(symbolic_ops.prim_with_tensor(node, inputs))
+            if reason is None and self._symbolic and (node.op_type == "Concat"
+                                                      or node.op_type in symbolic_ops.BROADCAST):
+                try:
+                    unified = symbolic_ops.unify_dims(self.bb, node, list(inputs),
+                                                        self._symbolic.get(node.output[0]),
+                                                        self._input_symbols(), self._casts)
+                except Exception:  # shapes it cannot read: the frontend's conversion as is
+                    unified = None
+                if unified is not None:
+                    inputs = _fe.onnx_input(unified)
             if reason is None and sym is None:
                 try:
                     sym = self._convert(idx, node, inputs)

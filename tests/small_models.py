@@ -244,3 +244,25 @@ def two_inputs(tmp_path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
               path)
     return path
+
+
+def fpn_dynamic() -> onnx.ModelProto:
+    """A feature pyramid's top-down step with an open image size, as detectors export it: the
+    upsampled map (Resize by scales) and its skip connection hold one size computed two ways,
+    which Relax cannot prove equal (the Concat, then a broadcast Add, both read them)."""
+    rng = np.random.default_rng(0)
+    w = lambda n, *s: numpy_helper.from_array(  # noqa: E731
+        (rng.standard_normal(s) * 0.2).astype(np.float32), n)
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    return _model(
+        [helper.make_node("Conv", ["x", "w1"], ["c1"], name="down1", strides=[2, 2],
+                          pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r1"], name="act1"),
+         helper.make_node("Conv", ["r1", "w2"], ["c2"], name="down2", strides=[2, 2],
+                          pads=[1, 1, 1, 1]),
+         helper.make_node("Resize", ["c2", "", "scales"], ["up"], name="up", mode="nearest"),
+         helper.make_node("Concat", ["up", "r1"], ["cat"], name="cat", axis=1),
+         helper.make_node("Conv", ["cat", "w3"], ["y0"], name="mix"),
+         helper.make_node("Add", ["y0", "r1"], ["y"], name="skip")],
+        [_t("x", ["batch", 3, "height", "width"])], [_t("y", ["batch", 8, "h2", "w2"])],
+        [w("w1", 8, 3, 3, 3), w("w2", 8, 8, 3, 3), w("w3", 8, 16, 1, 1), scales])
