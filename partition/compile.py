@@ -78,7 +78,9 @@ def _collage_over_profile(model, view: GraphView, backends: dict, options, progr
                         res.plan.info.get("schedule"))
     defaults = {f"single:{n}": build_artifact(view, single(view, b), {n: b})
                 for n, b in backends.items()}
-    rows = points_report(art, defaults, view.imported.profile)
+    from .measure.quant_steps import grid_steps
+
+    rows = points_report(art, defaults, view.imported.profile, steps=grid_steps(view.model))
     art.manifest["plan_info"] = {**(art.manifest.get("plan_info") or {}),
                                  "collage": res.report.to_json(), "profile_points": rows}
     art.manifest["strategy"] = res.strategy or "collage"

@@ -56,15 +56,19 @@ def transfer(plan: Plan, opt: GraphView, dyn: GraphView) -> Plan:
     return Plan(plan.strategy, [p for p in parts if p.ops], dict(plan.info))
 
 
-def points_report(kept, alternatives: dict, profile, repeats: int = 10) -> list[dict]:
+def points_report(kept, alternatives: dict, profile, repeats: int = 10,
+                  steps: dict | None = None) -> list[dict]:
     """At each point of the profile: the kept artifact's and each alternative's median and
-    minimum, measured interleaved on the same seeded inputs, and the kept plan's ratio to the
-    fastest alternative.  `alternatives`: label -> Artifact (the libraries' default plans)."""
+    minimum, measured interleaved on the same seeded inputs, the kept plan's ratio to the
+    fastest alternative, and its outputs against each alternative's (the search checked them at
+    opt only; `steps`: quantized outputs' steps, judged as the accuracy guard judges them).
+    `alternatives`: label -> Artifact (the libraries' default plans)."""
     from .measure.interleave import measure_artifacts
 
     rows = []
     arts = {"kept": kept, **alternatives}
     for label, shapes in profile.points():
+        agree = _agreement(arts, label, steps)
         lat = measure_artifacts(arts, point=label, repeats=repeats, passes=2)
         s = {k: v.summary() for k, v in lat.items()}
         best = min(alternatives, key=lambda k: s[k]["median_ms"]) if alternatives else None
@@ -74,8 +78,34 @@ def points_report(kept, alternatives: dict, profile, repeats: int = 10) -> list[
         if best is not None:
             row["best_single"] = best
             row["kept_vs_best"] = round(s["kept"]["median_ms"] / s[best]["median_ms"], 4)
+        if agree:
+            row["outputs_vs"] = agree
         rows.append(row)
     return rows
+
+
+def _agreement(arts: dict, point: str, steps: dict | None) -> dict:
+    """{alternative: {"err", "ok"}}: the kept artifact's outputs against each alternative's on
+    the point's seeded inputs, by the accuracy guard's rule (atol 1e-4, rtol 1e-3, quantized
+    outputs in steps)."""
+    from provmap.runtime_module.module import ArtifactModule
+
+    from .measure.accuracy import compare_outputs
+
+    outs, feeds = {}, None
+    for k, art in arts.items():
+        mod = ArtifactModule(art, trust=True)  # built by this process
+        try:
+            feeds = feeds if feeds is not None else mod.random_inputs(0, point)
+            outs[k] = mod.run(feeds)
+        finally:
+            mod.close()
+    res = {}
+    for k, ref in outs.items():
+        if k != "kept":
+            v = compare_outputs(outs["kept"], ref, atol=1e-4, rtol=1e-3, steps=steps)
+            res[k] = {"err": v.err, "ok": not v.failure}
+    return res
 
 
 def describe_points(rows) -> list[str]:
@@ -97,5 +127,10 @@ def _describe(rows) -> list[str]:
             verdict = "slower" if ratio > 1.02 else "faster" if ratio < 0.98 else "within 2%"
             line += (f", best single {r['best_single']} {r['median_ms'][r['best_single']]:.3f} ms"
                      f" (x{r['kept_vs_best']:.3f}, {verdict})")
+        bad = [k for k, v in (r.get("outputs_vs") or {}).items() if not v["ok"]]
+        if r.get("outputs_vs"):
+            line += (f"; outputs DIFFER from {', '.join(bad)}" if bad else
+                     f"; outputs match every library's (max err "
+                     f"{max(v['err'] for v in r['outputs_vs'].values()):.1e})")
         out.append(line)
     return out

@@ -238,6 +238,8 @@ def test_collage_searches_at_opt_and_reports_every_point(tmp_path):
     for r in rows:
         assert set(r["median_ms"]) == {"kept", "single:onnxruntime", "single:openvino"}
         assert r["best_single"] in ("single:onnxruntime", "single:openvino")
+        assert set(r["outputs_vs"]) == {"single:onnxruntime", "single:openvino"}
+        assert all(v["ok"] for v in r["outputs_vs"].values()), r
     mod = load(art_path, trust=True)
     for b, s in SHAPES:
         x = np.random.default_rng(b * 100 + s).standard_normal((b, s, 16)).astype(np.float32)
@@ -246,6 +248,7 @@ def test_collage_searches_at_opt_and_reports_every_point(tmp_path):
                                    rtol=1e-3, atol=1e-5)
     text = provmap("explain", art_path).stdout
     assert "searched at opt" in text and "max (x=4x32x16): kept" in text, text
+    assert text.count("outputs match every library's") == 3, text
 
 
 # ---- the bench's shape sweep -------------------------------------------------------------------
