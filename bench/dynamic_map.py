@@ -29,8 +29,11 @@ def _shapes(path: str, sizes: dict) -> dict:
 
 
 def _mapped(pmap) -> set:
+    """Nodes one of whose own bindings reaches a kernel (not a constant folded into one)."""
+    from provmap.provenance.model import ROLE_PRODUCED
+
     reached = {e for _s, e, *_r in pmap.site_exprs}
-    return {nid for nid, e, _r in pmap.node_exprs if e in reached}
+    return {nid for nid, e, r in pmap.node_exprs if e in reached and r == ROLE_PRODUCED}
 
 
 def compare_maps(path: str, sizes: dict) -> dict:
