@@ -67,6 +67,10 @@ def export_dynamic(name: str, out: Path, exporter: str = "torchscript") -> Path:
 
     spec = MODELS[name]
     prof = USER_PROFILES[name]
+    if name == "yolo_v8n_like":  # anchors from the feature maps, as Ultralytics' dynamic export
+        from .yolo_like import build
+
+        spec = dataclasses.replace(spec, build=lambda: build(dynamic=True))
     dyn = {}
     for n, (_shape, _dt, kind) in spec.inputs.items():
         axes = {0: "batch"}

@@ -15,7 +15,11 @@ CLASSES = 80
 REG_MAX = 16
 
 
-def build(width: float = 0.25, depth: float = 0.33, classes: int = CLASSES, size: int = SIZE):
+def build(width: float = 0.25, depth: float = 0.33, classes: int = CLASSES, size: int = SIZE,
+          dynamic: bool = False):
+    """`dynamic`: the anchors computed in the graph from the feature maps' sizes, as
+    Ultralytics' exporter writes them for `dynamic=True` (a buffer for 640x640 otherwise: the
+    model then runs at that size only)."""
     import torch  # pyright: ignore[reportMissingImports]
     from torch import nn  # pyright: ignore[reportMissingImports]
 
@@ -118,8 +122,20 @@ def build(width: float = 0.25, depth: float = 0.33, classes: int = CLASSES, size
             dist = box.reshape(box.shape[0], 4, REG_MAX, -1).transpose(1, 2).softmax(1)
             dist = (dist * self.proj).sum(1)                       # (1, 4, n): DFL expectation
             lt, rb = dist.split(2, 1)
-            xy1, xy2 = self.anchors - lt, self.anchors + rb
-            xywh = torch.cat(((xy1 + xy2) / 2, xy2 - xy1), 1) * self.strides
+            anchors, strides = (self.anchors, self.strides) if not dynamic else \
+                _grid((o3, o4, o5))
+            xy1, xy2 = anchors - lt, anchors + rb
+            xywh = torch.cat(((xy1 + xy2) / 2, xy2 - xy1), 1) * strides
             return torch.cat((xywh, cls.sigmoid()), 1)
+
+    def _grid(feats):
+        anchors, strides = [], []
+        for f, s in zip(feats, (8, 16, 32)):
+            h, w = f.shape[2], f.shape[3]
+            ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32) + 0.5,
+                                    torch.arange(w, dtype=torch.float32) + 0.5, indexing="ij")
+            anchors.append(torch.stack((xs, ys), 0).reshape(2, -1))
+            strides.append(torch.ones((1, h * w)) * s)
+        return torch.cat(anchors, 1).unsqueeze(0), torch.cat(strides, 1).unsqueeze(0)
 
     return Detector()
