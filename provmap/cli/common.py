@@ -295,11 +295,12 @@ def _one_line_warnings() -> None:
 
 def dispatch(args) -> int:
     """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
-    from provmap.provenance.util import interrupt
+    from provmap.provenance.util import interrupt, native_stop
 
     from .preflight import check_before_work, say_replaced
 
     interrupt.install()
+    native_stop.start()  # Ctrl-C reaches a backend's native call too (native_stop.py)
     _one_line_warnings()
     try:
         return _dispatch(args, check_before_work, say_replaced)
