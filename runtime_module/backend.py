@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from provmap.provenance.util import native_stop
 from provmap.provenance.util.errors import ProvmapError
 
 from .options import Option, canonical
@@ -87,6 +88,11 @@ class Runner(ABC):
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         ...
 
+    def cancel(self) -> None:
+        """Stop a call running now in another thread, if the library can (optional; called by
+        provenance/util/native_stop.py on Ctrl-C).  A call the library does not stop is ended
+        with the process, one second later."""
+
     def close(self) -> None:  # release native resources early (optional)
         pass
 
@@ -127,17 +133,22 @@ def time_runner(runner: Runner, inputs: Sequence[np.ndarray], warmup: int = 2, r
 
     `min_time_s` keeps repeating (beyond `repeats`) until that much time has been spent, so tiny
     subgraphs get enough samples to be stable without making big ones slow to measure.
+    Ctrl-C stops a call as it stops a run's (native_stop: the runner's cancel, else the exit).
     """
-    for _ in range(warmup):
-        runner(inputs)
-    samples = []
-    start = _time.perf_counter()
-    while len(samples) < repeats or (_time.perf_counter() - start) < min_time_s:
-        t0 = _time.perf_counter()
-        runner(inputs)
-        samples.append(_time.perf_counter() - t0)
-        if len(samples) >= 10_000:
-            break
+    key = native_stop.enter(getattr(runner, "cancel", None))
+    try:
+        for _ in range(warmup):
+            runner(inputs)
+        samples = []
+        start = _time.perf_counter()
+        while len(samples) < repeats or (_time.perf_counter() - start) < min_time_s:
+            t0 = _time.perf_counter()
+            runner(inputs)
+            samples.append(_time.perf_counter() - t0)
+            if len(samples) >= 10_000:
+                break
+    finally:
+        native_stop.leave(key)
     return Timing(median_s=statistics.median(samples), p90_s=percentile(samples, 0.9),
                   min_s=min(samples), max_s=max(samples), repeats=len(samples), warmup=warmup,
                   samples_s=samples)

@@ -27,6 +27,7 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 & co, which specs may name, 
 import numpy as np
 
 
+from provmap.provenance.util import native_stop
 from provmap.provenance.util.errors import ProvmapError, ProvmapWarning, did_you_mean
 
 from .artifact import Artifact, read_artifact
@@ -343,7 +344,11 @@ def _call(step, env: dict) -> tuple:
     args = [env[n] for n in ins]
     try:
         t0 = time.perf_counter()
-        results = runner(args)
+        key = native_stop.enter(getattr(runner, "cancel", None))  # Ctrl-C stops it within a second
+        try:
+            results = runner(args)
+        finally:
+            native_stop.leave(key)
         return results, args, time.perf_counter() - t0
     except BackendError as e:  # the backend's own words, said of its partition
         raise ProvmapError(f"partition {m.id} ({m.backend}): {e}") from None

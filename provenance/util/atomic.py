@@ -14,6 +14,11 @@ import stat
 from pathlib import Path
 
 
+#: Temp files created and not yet renamed or removed: what native_stop removes when it ends
+#: the process on Ctrl-C (a native call that would not stop), so no `.name.xxxx.tmp` is left.
+_staged: set[Path] = set()
+
+
 def _new_temp(dest: Path) -> Path:
     """Create an empty, exclusive temp file next to `dest`.
 
@@ -27,13 +32,22 @@ def _new_temp(dest: Path) -> Path:
         except FileExistsError:
             continue
         os.close(fd)
+        _staged.add(tmp)
         return tmp
 
 
 def discard_temp(tmp: Path) -> None:
+    _staged.discard(tmp)
     for p in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
+
+
+def discard_staged() -> None:
+    """Remove every temp file still staged (the process is about to end without finishing)."""
+    for tmp in list(_staged):
+        with contextlib.suppress(OSError):
+            discard_temp(tmp)
 
 
 def _fsync_path(path: Path, directory: bool = False) -> None:
@@ -143,6 +157,7 @@ def commit_temp(tmp: Path, dest: Path) -> None:
         _refuse_special(dest)
         _refuse_protected(dest)
         os.replace(tmp, dest)
+        _staged.discard(tmp)
     except BaseException:
         discard_temp(tmp)
         raise

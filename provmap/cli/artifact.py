@@ -88,8 +88,8 @@ def cmd_compile(args) -> int:
         parts = ", ".join(f"{p['id']}:{p['backend']}({p['op_nodes']})" for p in summary["partitions"])
         parts = parts or ("nothing runs on a backend (every output is an input or computed "
                           "at import)")
-        print(f"{args.output}: {summary['strategy']}, {len(summary['partitions'])} "
-              f"partition(s): {parts}")
+        print(f"{term_safe(args.output)}: {summary['strategy']}, "
+              f"{len(summary['partitions'])} partition(s): {parts}")
         cov = summary["coverage"]
         # a node given to a partition whose code computes it nowhere (a weight's
         # DequantizeLinear TVM's build folded) is "unaccounted" to the map, "elided by a
@@ -197,7 +197,7 @@ def cmd_run(args) -> int:
         print(f"latency over {n} run{'s' if n != 1 else ''} after {args.warmup} warm-up: median "
               f"{summary['median_ms']:.2f} ms, min {summary['min_ms']:.2f}, p90 "
               f"{summary['p90_ms']:.2f}, max {summary['max_ms']:.2f}"
-              + (f"; wrote {args.output}" if args.output else ""))
+              + (f"; wrote {term_safe(args.output)}" if args.output else ""))
     return 0
 
 

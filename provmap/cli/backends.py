@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from .term_text import term_safe
 
 
 def cmd_backends(args) -> int:
@@ -29,7 +30,8 @@ def cmd_backends(args) -> int:
         return 0
     for r in rows:
         if "error" in r:
-            print(f"{r['name']}: unavailable: {r['error']}")
+            # a plugin's name and its import error: another package's text, maybe multi-line
+            print(term_safe(f"{r['name']}: unavailable: {r['error']}"))
         elif args.options:
             print(f"{r['name']}:")
             for o in r["options"]:

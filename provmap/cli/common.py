@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from provmap.provenance.util.errors import ProvmapError, first_line
 
+from .term_text import term_safe  # noqa: F401 - the one escaping helper, used here and re-exported
+
 if TYPE_CHECKING:  # pragma: no cover  (numpy is imported where arrays are read: start-up)
     import numpy as np
 
@@ -293,11 +295,12 @@ def _one_line_warnings() -> None:
 
 def dispatch(args) -> int:
     """Run a parsed command: a ProvmapError is one line on stderr and exit status 2."""
-    from provmap.provenance.util import interrupt
+    from provmap.provenance.util import interrupt, native_stop
 
     from .preflight import check_before_work, say_replaced
 
     interrupt.install()
+    native_stop.start()  # Ctrl-C reaches a backend's native call too (native_stop.py)
     _one_line_warnings()
     try:
         return _dispatch(args, check_before_work, say_replaced)
@@ -371,22 +374,6 @@ def _subject(args) -> str:
         if isinstance(value, str) and value:
             return f"{term_safe(value)}: "
     return ""
-
-
-_CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7f, *range(0x80, 0xa0), 0x2028, 0x2029,
-                          0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068,
-                          0x2069, 0x200e, 0x200f, 0x061c])
-
-
-def term_safe(text) -> str:
-    """`text` with every control character (escape sequences, carriage returns, bidi
-    overrides) written as a visible escape: names from an artifact or model are someone
-    else's text, and a terminal would act on them (recolour, move the cursor, retitle)."""
-    s = str(text)
-    if not any(ord(c) in _CONTROL for c in s):
-        return s
-    return "".join(c if ord(c) not in _CONTROL else
-                   ("\\x%02x" % ord(c) if ord(c) < 0x100 else "\\u%04x" % ord(c)) for c in s)
 
 
 def print_safe(text) -> None:

@@ -8,6 +8,7 @@ import json
 import sys
 
 from .common import MODEL_HELP, say_progress, add_input_shape_option, dispatch
+from .term_text import term_safe
 
 
 def cmd_map(args) -> int:
@@ -24,7 +25,7 @@ def cmd_map(args) -> int:
     if args.json:
         print(json.dumps(cov, indent=2))
         return 0
-    print(f"{res.label}")
+    print(term_safe(res.label))  # the model's path, names from it below: someone else's text
     print(f"  ONNX nodes : {cov['onnx_nodes_total']} total, {cov['onnx_nodes_mapped']} mapped "
           f"to kernels, {cov['onnx_nodes_elided']} elided, "
           f"{cov['onnx_nodes_unaccounted']} unaccounted")
@@ -33,20 +34,20 @@ def cmd_map(args) -> int:
     if res.not_compilable:
         print(f"  not compilable by TVM: {len(res.not_compilable)} node(s)")
         for i, why in sorted(res.not_compilable.items()):
-            print(f"    {pmap.nodes[i].op_type} #{i} '{pmap.nodes[i].name}': {why}")
+            print(term_safe(f"    {pmap.nodes[i].op_type} #{i} '{pmap.nodes[i].name}': {why}"))
     if res.widened:
         print(f"  computed in float32 by TVM: {len(res.widened)} half-precision node(s)")
         for why in sorted(set(res.widened.values())):
             ops = sorted({pmap.nodes[i].op_type for i, w in res.widened.items() if w == why})
-            print(f"    {', '.join(ops)}: {why}")
+            print(term_safe(f"    {', '.join(ops)}: {why}"))
     # Said in words: "debugify" (LLVM's name for such a check) meant nothing to users.
     n = len(res.findings)
     print(f"  pass check : {n} place{'s' if n != 1 else ''} where a TVM pass lost the link "
           "to ONNX (each pass is checked for new kernel calls without an expression ID and "
           "for IDs of values still in use that vanished)")
     for f in res.findings:
-        print(f"    {f}")
-    print(f"  wrote {res.files[0]} and {res.files[1]}")
+        print(term_safe(f"    {f}"))
+    print(term_safe(f"  wrote {res.files[0]} and {res.files[1]}"))
     return 0
 
 

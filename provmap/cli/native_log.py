@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 
-from provmap.provenance.util import interrupt
+from provmap.provenance.util import interrupt, native_stop
 
 #: `[HH:MM:SS] path/file.ext:LINE: Warning|Info|Debug: ...`: TVM's (dmlc-style) C++ logger;
 #: `YYYY-MM-DD HH:MM:SS.mmm WARNING ...`: TVM's Python loggers (its RPC client's "Cannot
@@ -49,9 +49,11 @@ def native_log_filtered(enabled: bool = True):
     try:
         if tracing:
             faulthandler.enable(file=real, all_threads=True)
+        native_stop.report_to(real)  # its os._exit kills the reader below: not through it
         yield
     finally:
         with interrupt.deferred():
+            native_stop.report_to(None)
             with contextlib.suppress(OSError, ValueError):
                 sys.stderr.flush()
             os.dup2(real, 2)  # closes our end of the pipe: the reader sees EOF once children have

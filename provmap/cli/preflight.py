@@ -11,6 +11,8 @@ import sys
 
 from provmap.provenance.util.errors import ProvmapError
 
+from .term_text import term_safe
+
 #: Output options every command names the same way, and whether each is a directory.
 _OUTPUTS = {"output": False, "trace": False, "save_inputs": False, "sqlite": False,
             "save_outputs": False}
@@ -193,7 +195,7 @@ def say_replaced(replaced: list[str], rc: int) -> None:
         except OSError:
             now = None
         if now is not None and now != before:  # common.say_progress's line, written here
-            print(f"provmap: {value} existed: replaced", file=sys.stderr, flush=True)
+            print(f"provmap: {term_safe(value)} existed: replaced", file=sys.stderr, flush=True)
 
 
 def _check_inputs_readable(args) -> None:

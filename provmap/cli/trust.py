@@ -10,11 +10,15 @@ import os
 
 from provmap.provenance.util.errors import ProvmapError
 
+from .term_text import term_safe
 
-def _where() -> str:
+
+def _where(raw: bool = False) -> str:
+    """The trust list's path, escaped for the terminal ($PROVMAP_TRUST is text from the
+    environment) unless `raw` (JSON escapes itself)."""
     from provmap.runtime_module import trust
 
-    return str(trust.trust_file())
+    return str(trust.trust_file()) if raw else term_safe(trust.trust_file())
 
 
 def _record(path: str) -> int:
@@ -22,19 +26,26 @@ def _record(path: str) -> int:
     from provmap.runtime_module.artifact import read_artifact
 
     art = read_artifact(path)  # verified first: a damaged file is never trusted
+    shown = term_safe(path)  # a received file's name: escape sequences in it retitled terminals
     native = trust.native_backends(art.manifest)
     if not native:
         every = sorted({p["backend"] for p in art.manifest["partitions"]})
-        print(f"{path}: needs no trust (its partitions run on {', '.join(every) or '-'}: model "
+        print(f"{shown}: needs no trust (its partitions run on {', '.join(every) or '-'}: model "
               f"files, no native code); nothing recorded (list: {_where()})")
         return 0
     added = trust.add_trusted(art.digest, path, how="trusted", backends=native)
     state = "recorded" if added else "already trusted"
     if not added and not trust.is_trusted(art.digest):
-        raise ProvmapError(f"{path}: could not write the trust list {_where()}")
-    print(f"{path}: {state} (digest {art.digest}; native code on {', '.join(native)}"
+        raise ProvmapError(f"{shown}: could not write the trust list {_where()}")
+    print(f"{shown}: {state} (digest {art.digest}; native code on {', '.join(native)}"
           f"; list: {_where()})")
     return 0
+
+
+def _named(entry: dict, empty: str) -> str:
+    """An entry's recorded path (or an old list's note), escaped: it is the name a received
+    file had, someone else's text, read back from the list."""
+    return term_safe(entry["path"] or entry["note"] or empty)
 
 
 def _list(as_json: bool) -> int:
@@ -44,13 +55,14 @@ def _list(as_json: bool) -> int:
     for e in rows:
         e["stale"] = trust.stale_reason(e)
     if as_json:
-        print(json.dumps({"list": _where(), "entries": rows}, indent=1))
+        print(json.dumps({"list": _where(raw=True), "entries": rows}, indent=1))
         return 0
     print(f"{len(rows)} trusted artifact(s) in {_where()}")
     for e in rows:
-        print(f"{e['digest']}  {e['added'] or '-':25}  {e['how'] or '-':8}  "
-              f"{e['backends'] or '-':6}  {e['path'] or e['note'] or '-'}"
-              + (f"  [{e['stale']}]" if e["stale"] else ""))
+        # Every field escaped, not only the path: the list is a file anyone could have edited.
+        print(term_safe(f"{e['digest']}  {e['added'] or '-':25}  {e['how'] or '-':8}  "
+                        f"{e['backends'] or '-':6}  {e['path'] or e['note'] or '-'}"
+                        + (f"  [{e['stale']}]" if e["stale"] else "")))
     return 0
 
 
@@ -75,18 +87,18 @@ def cmd_trust(args) -> int:
                 gone = trust.revoke(args.revoke)
             except ValueError as e:
                 raise ProvmapError(f"trust --revoke: {e}") from None
-            if not gone:
+            if not gone:  # (the error line is escaped whole by dispatch)
                 raise ProvmapError(f"trust --revoke {args.revoke}: no such entry in {_where()} "
                                    "(give an artifact file, a digest or a recorded path; "
                                    "`provmap trust --list` shows them)")
             for e in gone:
-                print(f"revoked {e['digest']}  {e['path'] or e['note'] or ''}".rstrip())
+                print(f"revoked {e['digest']}  {_named(e, '')}".rstrip())
             return 0
         gone = trust.prune()
     except OSError as e:
         raise ProvmapError(f"trust: {_where()}: {e}") from None
     for e, why in gone:
-        print(f"pruned {e['digest']}  {e['path'] or e['note'] or '-'}  ({why})")
+        print(f"pruned {e['digest']}  {_named(e, '-')}  ({term_safe(why)})")
     print(f"{len(gone)} entr{'y' if len(gone) == 1 else 'ies'} pruned, "
           f"{len(trust.entries())} left in {_where()}")
     return 0

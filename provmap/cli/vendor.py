@@ -17,6 +17,7 @@ import sys
 from provmap.provenance.util.errors import ProvmapError
 
 from .common import say_progress, read_json_file, tcp_port
+from .term_text import term_safe
 
 
 DEFAULT_HOST = "127.0.0.1"
@@ -75,16 +76,16 @@ def cmd_overlays(args) -> int:
     if args.json:
         print(json.dumps({"files": files, "command": command}, indent=1))
     else:
-        print(f"wrote {args.output}: model.onnx (annotated, grouped by partition) and overlays "
+        print(f"wrote {term_safe(args.output)}: model.onnx (annotated, grouped by partition) and overlays "
               + ", ".join(k for k in files if k != "model"))
     if not args.open:
-        if not args.json:
-            print(shlex.join(command))
+        if not args.json:  # shlex quotes for the shell, not for the terminal
+            print(term_safe(shlex.join(command)))
         return 0
     if not (importlib.util.find_spec("model_explorer")
             and importlib.util.find_spec("model_explorer_onnx")):
         say_progress("Model Explorer is not installed (pip install 'provmap[explorer]'); run:")
-        print(shlex.join(command))
+        print(term_safe(shlex.join(command)))
         return 0
     say_progress(f"starting Model Explorer on port {args.port} (Ctrl+C stops it)")
     run = [sys.executable, "-m", "model_explorer", *command[1:]]

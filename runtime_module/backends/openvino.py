@@ -410,6 +410,14 @@ class OpenVINORunner(Runner):
         return [res[o].view(_BF16) if bf else res[o]
                 for o, bf in zip(self._outputs, self._bf16_out)]
 
+    def cancel(self) -> None:
+        """Ctrl-C (native_stop, from another thread).  OpenVINO's CPU plugin stops a request
+        only before its graph starts (measured: a running Loop ran on after `cancel()`), so a
+        call that does not return is ended with the process by native_stop."""
+        request = self._request
+        if request is not None:
+            request.cancel()
+
     def close(self) -> None:
         self._request = None
         self.compiled = None
