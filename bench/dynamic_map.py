@@ -55,7 +55,8 @@ def markdown(res: dict) -> str:
     lines = [f"# Dynamic map against static map, {res['date']}", "", f"Host: {res['host']}; "
              "`python -m provmap.bench.dynamic_map`.", "",
              "Each model exported with its dynamic axes (bench/shape_sweep.py's USER_PROFILES), "
-             "mapped without any shape and again at its opt sizes.", "",
+             "mapped without any shape and again at its opt sizes. mapped: nodes one of whose own "
+             "bindings reaches a kernel; lost: mapped statically, not dynamically.", "",
              "| model | ONNX nodes | same IDs | mapped (dynamic / static) | lost | elided (dynamic / static) | map s |",
              "|---|---|---|---|---|---|---|"]
     for name, r in res["models"].items():
@@ -63,7 +64,8 @@ def markdown(res: dict) -> str:
             lines.append(f"| {name} | failed: {r['error']} | | | | | |")
             continue
         lines.append(f"| {name} | {r['nodes']} | {'yes' if r['same_ids'] else '**no**'} | "
-                     f"{r['mapped_dynamic']} / {r['mapped_static']} | {r['n_lost']} | "
+                     f"{r['mapped_dynamic']} / {r['mapped_static']} | {r['n_lost']}"
+                     f"{' (' + ', '.join(r['lost']) + ')' if r['lost'] else ''} | "
                      f"{r['elided_dynamic']} / {r['elided_static']} | {r['map_s']} |")
     return "\n".join(lines) + "\n"
 
