@@ -214,6 +214,38 @@ def _cell(r: dict, s: str) -> str:
             f"{r['max_abs_vs_ort'][s]:.0e}{'' if ok else ' **WRONG**'})")
 
 
+def _model_table(m: dict) -> list[str]:
+    """One run of one model: its profile, strategies not built, a row per point."""
+    lines = [f"profile: {m['profile']['symbols'] if m['profile'] else '-'}"
+             + (f" (run {m['run']})" if m.get("run") else ""), ""]
+    if m["failed"]:
+        lines += [f"- {k}: not built: {v}" for k, v in m["failed"].items()] + [""]
+    ok = [r for r in m["points"] if "median_ms" in r]
+    strategies = list(ok[0]["median_ms"]) if ok else []
+    lines += ["| point | " + " | ".join(strategies) + " |", "|---|" + "---|" * len(strategies)]
+    for r in m["points"]:
+        if "error" in r:
+            lines.append(f"| {r['point']} | failed: {r['error']} |")
+            continue
+        lines.append(f"| {r['point']} {r['shapes']} | " + " | ".join(
+            _cell(r, s) for s in strategies) + " |")
+    return lines + [""]
+
+
+def merge(records: list[dict], note: str = "") -> dict:
+    """Several sweep records as one: each model keeps every run that has it, each run its own
+    table (times of two runs are two moments: a ratio is only read within one run)."""
+    out = {"date": max(r["date"] for r in records), "host": records[0]["host"], "models": {},
+           "note": note}
+    for r in records:
+        for name, m in r["models"].items():
+            for run in m if isinstance(m, list) else [m]:
+                out["models"].setdefault(name, []).append(dict(run, run=run.get("run") or r["date"]))
+        if r.get("decode"):
+            out["decode"], out["kv_model"] = r["decode"], r.get("kv_model")
+    return out
+
+
 def markdown(res: dict) -> str:
     lines = [f"# Shape sweep, {res['date']}", "", f"Host: {res['host']}; "
              "`python -m provmap.bench.shape_sweep`.", "",
@@ -222,21 +254,12 @@ def markdown(res: dict) -> str:
              "single-library plan at that point; err: largest |output - ONNX Runtime's on the "
              "file| at that point's seeded inputs, **WRONG** where outside the fp32 tolerance "
              "(rtol 1e-3, atol 1e-4)).", ""]
-    for name, m in res["models"].items():
-        lines += [f"## {name}", "", f"profile: {m['profile']['symbols'] if m['profile'] else '-'}", ""]
-        if m["failed"]:
-            lines += [f"- {k}: not built: {v}" for k, v in m["failed"].items()] + [""]
-        ok = [r for r in m["points"] if "median_ms" in r]
-        strategies = list(ok[0]["median_ms"]) if ok else []
-        lines += ["| point | " + " | ".join(strategies) + " |",
-                  "|---|" + "---|" * len(strategies)]
-        for r in m["points"]:
-            if "error" in r:
-                lines.append(f"| {r['point']} | failed: {r['error']} |")
-                continue
-            lines.append(f"| {r['point']} {r['shapes']} | " + " | ".join(
-                _cell(r, s) for s in strategies) + " |")
-        lines.append("")
+    if res.get("note"):
+        lines += [res["note"], ""]
+    for name, runs in res["models"].items():
+        lines += [f"## {name}", ""]
+        for m in runs if isinstance(runs, list) else [runs]:
+            lines += _model_table(m)
     if res.get("decode"):
         lines += [f"## Decode steps (KV cache: {res.get('kv_model')}), prefill 128 then 32 "
                   "steps, one artifact per strategy", "",
@@ -269,10 +292,18 @@ def main(argv=None) -> int:
                          "search at opt: slow on user-sized models)")
     ap.add_argument("--decode-strategies", default="single:onnxruntime,single:openvino,single:tvm",
                     help="strategies of the decode row")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="write one record of these sweep records (runs kept apart) and exit")
+    ap.add_argument("--note", default="", help="a line for the merged record (what ran beside)")
     a = ap.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
+    if a.merge:
+        res = merge([json.loads(Path(p).read_text()) for p in a.merge], a.note)
+        write_bytes_atomic(out / "shape_sweep.json", json.dumps(res, indent=1).encode())
+        write_bytes_atomic(out / "shape_sweep.md", markdown(res).encode())
+        return 0
     models = {k: v for k, v in BUILTIN.items() if not a.only or k in a.only.split(",")}
     tmp = tempfile.TemporaryDirectory()
     for name in filter(None, (a.user_models or "").split(",")):
