@@ -93,8 +93,7 @@ def unify_dims(bb: relax.BlockBuilder, node, inputs, tp, env: dict, casts: dict 
     axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0) if concat else None
     if axis is not None and axis < 0:
         axis += ndim
-    first = max(tensors, key=lambda x: len(x.ty.shape.values))
-    target = wanted_shape(tp, ndim, env) or list(first.ty.shape.values)
+    target = wanted_shape(tp, ndim, env) or _broadcast(tensors, ndim, axis)
     ana = tvm.sym.Analyzer()
     out, changed = [], False
     for x in vals:
@@ -105,6 +104,8 @@ def unify_dims(bb: relax.BlockBuilder, node, inputs, tp, env: dict, casts: dict 
         lead = ndim - len(dims)  # numpy broadcasting aligns the trailing axes
         want = [d if lead + k == axis or (not concat and _is_one(d)) else target[lead + k]
                 for k, d in enumerate(dims)]
+        if any(_is_one(w) and not _is_one(d) for w, d in zip(want, dims)):
+            return None  # the inference says 1 where this input is not: not a relation to state
         if all(ana.can_prove_equal(a, b) for a, b in zip(dims, want)):
             out.append(x)
             continue
@@ -117,6 +118,18 @@ def unify_dims(bb: relax.BlockBuilder, node, inputs, tp, env: dict, casts: dict 
         out.append(cast)
         changed = True
     return out if changed else None
+
+
+def _broadcast(tensors, ndim: int, axis) -> list:
+    """Per axis (trailing-aligned), the first input's size there that is not a literal 1: the
+    broadcast's result as the inputs spell it (an SE block's [b, c, 1, 1] gate read first must
+    not make the feature map's h and w 1)."""
+    out = []
+    for k in range(ndim):
+        sizes = [x.ty.shape.values[k - (ndim - len(x.ty.shape.values))] for x in tensors
+                 if k >= ndim - len(x.ty.shape.values)]
+        out.append(next((d for d in sizes if not _is_one(d)), sizes[0]))
+    return out
 
 
 def _is_one(d) -> bool:

@@ -266,3 +266,18 @@ def fpn_dynamic() -> onnx.ModelProto:
          helper.make_node("Add", ["y0", "r1"], ["y"], name="skip")],
         [_t("x", ["batch", 3, "height", "width"])], [_t("y", ["batch", 8, "h2", "w2"])],
         [w("w1", 8, 3, 3, 3), w("w2", 8, 8, 3, 3), w("w3", 8, 16, 1, 1), scales])
+
+
+def se_gate_dynamic() -> onnx.ModelProto:
+    """A squeeze-and-excitation gate read first (`Mul(gate[b, c, 1, 1], x[b, c, h, w])`, as
+    MobileNetV3 and EfficientNet exports write it) with an open image size: the broadcast's
+    result is the feature map's size, not the gate's."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32), "w")
+    return _model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1],
+                          strides=[2, 2]),
+         helper.make_node("GlobalAveragePool", ["c"], ["g"], name="squeeze"),
+         helper.make_node("Sigmoid", ["g"], ["s"], name="gate"),
+         helper.make_node("Mul", ["s", "c"], ["y"], name="excite")],
+        [_t("x", ["batch", 3, "height", "width"])], [_t("y", ["batch", 4, "h", "w"])], [w])

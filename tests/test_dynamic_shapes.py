@@ -169,17 +169,20 @@ def test_a_dynamic_map_keeps_the_ids_and_maps_what_a_static_map_maps(path):
     assert sum(bool(n.elided) for n in dyn.nodes) <= sum(bool(n.elided) for n in fixed.nodes)
 
 
-def test_a_feature_pyramid_with_an_open_image_size_maps_and_runs_whole_on_tvm(tmp_path):
-    """The upsampled map and its skip connection: their sizes, computed two ways, are stated
-    equal (ONNX Runtime's inference merges them), so the Concat and the Add after it compile;
-    the kernels whose shapes hold the Resize's float arithmetic keep their IDs through FuseOps."""
+@pytest.mark.parametrize("make", ["fpn_dynamic", "se_gate_dynamic"])
+def test_an_open_image_size_maps_and_runs_whole_on_tvm(tmp_path, make):
+    """A feature pyramid's upsampled map and its skip connection: their sizes, computed two
+    ways, are stated equal (ONNX Runtime's inference merges them), so the Concat and the Add
+    after it compile, and the kernels whose shapes hold the Resize's float arithmetic keep their
+    IDs through FuseOps.  An SE gate read first broadcasts to the feature map's size."""
+    import small_models
+
     from provmap.bench.shape_sweep import check_outputs
     from provmap.partition.model_source import map_model
     from provmap.provenance.profile import ShapeProfile
-    from small_models import fpn_dynamic
 
-    path = tmp_path / "fpn.onnx"
-    onnx.save(fpn_dynamic(), path)
+    path = tmp_path / "m.onnx"
+    onnx.save(getattr(small_models, make)(), path)
     pmap = map_model(str(path)).pmap
     reached = {e for _s, e, *_r in pmap.site_exprs}
     assert {nid for nid, e, _r in pmap.node_exprs if e in reached} == {n.id for n in pmap.nodes}
