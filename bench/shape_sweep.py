@@ -44,10 +44,10 @@ TORCH = {"bert_dynamic": {"batch": (1, 1, 4), "seq": (16, 128, 512)},
 
 #: the user-sized models' profiles when exported with their dynamic axes (batch and sequence for
 #: the transformers, batch and image size for the CNNs and the detector; ViT-B/16's position
-#: table fixes its image at 224, so batch only)
+#: table fixes its image at 224, so batch only, opt 2 for a third point)
 USER_PROFILES = {"bert_base": {"batch": (1, 1, 4), "seq": (16, 128, 512)},
                  "gpt2_small": {"batch": (1, 1, 4), "seq": (16, 128, 512)},
-                 "vit_b16": {"batch": (1, 1, 4)},
+                 "vit_b16": {"batch": (1, 2, 4)},
                  "resnet50": {"batch": (1, 1, 4), "height": (160, 224, 320),
                               "width": (160, 224, 320)},
                  "efficientnet_b0": {"batch": (1, 1, 4), "height": (160, 224, 320),
