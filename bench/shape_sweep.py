@@ -210,8 +210,9 @@ def _cell(r: dict, s: str) -> str:
         return "-"
     ok = r.get("matches_ort", {}).get(s, True)
     once = ", 1 call" if s in r.get("one_call", ()) else ""
+    err = r["max_abs_vs_ort"].get(s)  # None: a record rebuilt from a run's log (no values)
     return (f"{r['median_ms'][s]:.3f} (x{r['ratio_to_best'][s]:.2f}{once}, err "
-            f"{r['max_abs_vs_ort'][s]:.0e}{'' if ok else ' **WRONG**'})")
+            f"{'within tol' if err is None else format(err, '.0e')}{'' if ok else ' **WRONG**'})")
 
 
 def _model_table(m: dict) -> list[str]:
