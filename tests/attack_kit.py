@@ -1,4 +1,4 @@
-"""What a hostile sender of artifacts does, for the attack corpus (test_attacks.py) and the
+"""What a hostile sender of artifacts does, for the attack corpus (test_attacks_*.py) and the
 fuzz test (test_artifact_fuzz.py): take a real artifact apart, change it, and put it back
 with every hash recomputed, so the file verifies and only the change is left to refuse."""
 
@@ -39,6 +39,17 @@ def repack(dst, manifest, files: dict, *, raw_manifest: bytes | None = None,
         for n, d in sorted(files.items()):
             z.writestr(n, d)
     return Path(dst)
+
+
+def edited(src, dst, fn, *, member: str | None = None) -> Path:
+    """`src` repacked at `dst` with `fn` applied to its manifest (in place), or, given `member`,
+    with that member's bytes replaced by `fn(its bytes)`."""
+    manifest, files = members(src)
+    if member is None:
+        fn(manifest)
+    else:
+        files[member] = fn(files[member])
+    return repack(dst, manifest, files)
 
 
 def relu_model() -> onnx.ModelProto:

@@ -26,11 +26,15 @@ os.environ["PROVMAP_CONTENTION"] = "ignore"
 # Fixtures more than one test file asks for.  They import inside the function so that a run of
 # one file loads nothing it does not use, and keep the scope the files gave them: a
 # module-scoped model is built once per file, as before, so no file sees another's leftovers.
+#
+# The artifacts below are session-scoped: each is built once for the whole run however many
+# files read it (the CLI tests filed by feature share them), so no test may change one or write
+# beside it; a test that edits an artifact repacks a copy into its own tmp_path.
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def squeezenet_cli_artifact(tmp_path_factory):
     """bundled:squeezenet on single:onnxruntime, built by the real CLI with its own trust list
-    and cost cache (the vendor-day CLI tests)."""
+    and cost cache."""
     from cli_runner import provmap
 
     d = tmp_path_factory.mktemp("cli_artifact")
@@ -40,6 +44,119 @@ def squeezenet_cli_artifact(tmp_path_factory):
                      "PROVMAP_CACHE": str(d / "cost.sqlite")})
     assert r.returncode == 0, r.stderr
     return art
+
+
+@pytest.fixture(scope="session")
+def relu_art(tmp_path_factory):
+    """x[4] -> Relu -> y compiled on single:onnxruntime (attack_kit.relu_artifact): no native
+    code, so it runs without trust; relu.onnx beside it.  What the attacks and the malformed
+    inputs start from."""
+    from attack_kit import relu_artifact
+
+    return relu_artifact(tmp_path_factory.mktemp("relu"))
+
+
+@pytest.fixture(scope="session")
+def received_tvm(tmp_path_factory):
+    """A TVM artifact built under another trust list: on this one, it was received."""
+    import onnx
+    from attack_kit import relu_model
+    from cli_runner import provmap
+
+    d = tmp_path_factory.mktemp("recv")
+    onnx.save(relu_model(), d / "relu.onnx")
+    env = dict(os.environ, PROVMAP_TRUST=str(d / "builders-list"))
+    r = provmap("compile", d / "relu.onnx", "-o", d / "tvm.provmap", "--strategy", "single:tvm",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    return d / "tvm.provmap"
+
+
+@pytest.fixture(scope="session")
+def int64_artifact(tmp_path_factory):
+    """cli_models.int_model (int64 Add and Concat) on single:openvino: (its directory, the
+    artifact, compile's stderr)."""
+    from cli_models import int_model
+    from cli_runner import provmap
+
+    d = tmp_path_factory.mktemp("i64")
+    model = int_model(d / "i64.onnx")
+    art = d / "i64.provmap"
+    r = provmap("compile", model, "-o", art, "--strategy", "single:openvino")
+    assert r.returncode == 0, r.stderr
+    return d, art, r.stderr
+
+
+@pytest.fixture(scope="session")
+def log_dir(tmp_path_factory):
+    """x -> Log -> y on single:onnxruntime (log.onnx, log.provmap) and in.npz, whose inputs give
+    a NaN and a -Inf (for the output statistics)."""
+    import numpy as np
+    import onnx
+    from cli_runner import provmap
+    from onnx import TensorProto, helper
+
+    d = tmp_path_factory.mktemp("cli")
+    g = helper.make_graph([helper.make_node("Log", ["x"], ["y"], name="log")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(m, d / "log.onnx")
+    r = provmap("compile", d / "log.onnx", "-o", d / "log.provmap", "--strategy",
+                "single:onnxruntime")
+    assert r.returncode == 0, r.stderr
+    np.savez(d / "in.npz", x=np.array([-1.0, 0.0, 1.0, np.e], np.float32))
+    return d
+
+
+@pytest.fixture(scope="session")
+def log_relu_dir(tmp_path_factory):
+    """x -> Log -> Relu -> y, split over two backends of different name lengths (Relu excluded
+    from OpenVINO), so columns of compare and profile have something to misalign: m.onnx,
+    m.provmap (the model embedded), compile.stderr, in.npz and inputs.txt (a text file where an
+    .npz belongs)."""
+    import numpy as np
+    import onnx
+    from cli_runner import provmap
+    from onnx import TensorProto, helper
+
+    d = tmp_path_factory.mktemp("names")
+    g = helper.make_graph([helper.make_node("Log", ["x"], ["t"], name="log"),
+                           helper.make_node("Relu", ["t"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(m, d / "m.onnx")
+    r = provmap("compile", d / "m.onnx", "-o", d / "m.provmap", "--strategy",
+                "greedy:openvino,onnxruntime", "--backend-option", "openvino.exclude_ops=Relu",
+                "--embed-model")
+    assert r.returncode == 0, r.stderr
+    (d / "compile.stderr").write_text(r.stderr)
+    np.savez(d / "in.npz", x=np.array([0.5, 1.0, 2.0, 3.0], np.float32))
+    (d / "inputs.txt").write_text("x = 1.0, 2.0, 3.0, 4.0\n")
+    return d
+
+
+@pytest.fixture(scope="session")
+def relu_embedded_dir(tmp_path_factory):
+    """x[4] -> Relu -> y on single:onnxruntime with the model embedded (relu.onnx,
+    relu.provmap) and in.npz: fast to build and to run."""
+    import numpy as np
+    import onnx
+    from cli_runner import provmap
+    from onnx import TensorProto, helper
+
+    d = tmp_path_factory.mktemp("rob")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(m, d / "relu.onnx")
+    r = provmap("compile", d / "relu.onnx", "-o", d / "relu.provmap", "--strategy",
+                "single:onnxruntime", "--embed-model")
+    assert r.returncode == 0, r.stderr
+    np.savez(d / "in.npz", x=np.array([-1.0, 0.0, 1.0, 2.0], np.float32))
+    return d
 
 
 @pytest.fixture

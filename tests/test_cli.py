@@ -1,4 +1,5 @@
-"""`provmap map`: outputs, --json keys, and clear one-line errors with nothing left behind."""
+"""`provmap map`: outputs (a prefix, whatever it ends in), --json keys, what its pass check found
+said in words, and clear one-line errors with nothing left behind."""
 
 import json
 import os
@@ -9,6 +10,8 @@ import numpy as np
 import onnx
 import pytest
 import small_models as sm
+from cli_models import external_data_model
+from cli_runner import provmap
 
 from provmap.provenance import store
 
@@ -195,3 +198,21 @@ def test_a_constant_folded_into_an_opaque_nodes_arguments_is_accounted_for(tmp_p
     r = run("map", str(tmp_path / "q2.onnx"), "-o", str(tmp_path / "q2"), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["onnx_nodes_unaccounted"] == 0
+
+
+@pytest.mark.usefixtures("own_config")
+def test_map_takes_a_name_ending_in_json_as_its_prefix(tmp_path):
+    """`map M -o out/bert.json` wrote out/bert.json.json and out/bert.json.sqlite."""
+    model = external_data_model(tmp_path / "m.onnx")
+    r = provmap("map", model, "-o", tmp_path / "bert.json")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.glob("bert*")) == ["bert.json", "bert.sqlite"]
+
+
+def test_map_says_what_its_pass_check_found_in_words(tmp_path):
+    from small_models import conv_relu
+
+    onnx.save(conv_relu(), tmp_path / "m.onnx")
+    r = provmap("map", tmp_path / "m.onnx", "-o", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    assert "debugify" not in r.stdout and "0 places where a TVM pass lost the link" in r.stdout

@@ -1,13 +1,15 @@
 """Run-time gather indices out of range (issue 36): ONNX Runtime raises, OpenVINO gave all zeros
 with exit 0, TVM's fast-mode Gather reads outside the tensor, TVM's scatters write outside it.
 provmap checks a graph input read straight by a Gather, GatherElements, GatherND,
-ScatterElements or ScatterND before any backend runs, the same on every backend."""
+ScatterElements or ScatterND before any backend runs, the same on every backend; a Gather on
+indices the model computes is named at compile for the backends that do not check them."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
@@ -183,3 +185,32 @@ def test_artifacts_with_the_old_one_use_entry_still_read():
     check_indices("ids", np.array([9, -10]), old)
     with pytest.raises(ProvmapError, match="index 10 is out of range for Gather 'embed'"):
         check_indices("ids", np.array([10]), old)
+
+
+def test_a_gather_on_computed_indices_is_named_at_compile_on_tvm_and_openvino(tmp_path):
+    """Indices the model computes (ids + 10) are not range-checked: OpenVINO returned zeros and
+    TVM crashed (exit 139) on a large one (the eleventh afternoon; documented, but found by a
+    crash).  compile now names such a Gather for the backends that do not check it."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    table = numpy_helper.from_array(np.ones((16, 4), np.float32), "table")
+    ten = numpy_helper.from_array(np.array(10, np.int64), "ten")
+    g = helper.make_graph([helper.make_node("Add", ["ids", "ten"], ["j"], name="shift"),
+                           helper.make_node("Gather", ["table", "j"], ["y"], name="emb")], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                          [table, ten])
+    model = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    for backend, words in (("tvm", "TVM reads outside the tensor"),
+                           ("openvino", "OpenVINO returns zeros")):
+        r = provmap("compile", model, "-o", tmp_path / f"{backend}.provmap", "--strategy",
+                    f"single:{backend}")
+        assert r.returncode == 0, r.stderr
+        assert "Gather 'emb': indices the model computes are not checked at run time" in r.stderr
+        assert words in r.stderr, r.stderr
+    r = provmap("compile", model, "-o", tmp_path / "ort.provmap", "--strategy",
+                "single:onnxruntime")  # ONNX Runtime checks them itself
+    assert r.returncode == 0 and "not checked" not in r.stderr, r.stderr

@@ -7,6 +7,7 @@ entry point exactly as it would for an installed vendor package, with nothing le
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,3 +205,37 @@ def test_plugin_that_is_not_a_backend_is_refused(site, tmp_path):
         msg = str(e.value)
         assert f"plugin backend '{name}' ({ref})" in msg
         assert "is not a provmap.runtime_module.backend.Backend subclass" in msg
+
+
+def test_the_plugin_walkthrough_in_docs_backends_shows_what_inspect_prints(tmp_path):
+    """docs/backends.md's inspect example, compared line by line with the real command (it had
+    gone stale: "op node(s)", a missing ORT option, a run summary the CLI no longer prints)."""
+    import os
+    from pathlib import Path
+
+    site = tmp_path / "site"
+    _install_dist(site, "provmap-numpy-backend", "0.1",
+                  {"numpyref": "provmap_numpy_backend:NumpyBackend"})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(EXAMPLE)]))
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-m", "provmap.cli.main", *args], cwd=tmp_path,
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    run("compile", "bundled:transformer", "-o", "t.provmap", "--strategy",
+        "greedy:numpyref,onnxruntime")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text()
+    shown = re.search(r"```bash\nprovmap inspect t.provmap\n```\n\n```\n(.*?)```", doc,
+                      re.S).group(1)
+    real = run("inspect", "t.provmap").splitlines()
+    for line in shown.splitlines():
+        if line.strip() and line != "...":
+            assert line in real, f"docs/backends.md shows {line!r}; inspect prints:\n" + \
+                "\n".join(real)
+    ran = re.search(r"```bash\nprovmap run t.provmap\n```\n\n```\n(.*?)```", doc, re.S).group(1)
+    out = run("run", "t.provmap")
+    for doc_line, line in zip(ran.splitlines(), out.splitlines(), strict=True):
+        assert re.sub(r"[\d.]+ ms", "", doc_line.split(" min ")[0]) == \
+            re.sub(r"[\d.]+ ms", "", line.split(" min ")[0]), (doc_line, line)

@@ -3,6 +3,8 @@
 The attack this guards against: an artifact whose TVM library is replaced by one that does
 something when loaded, with the member hashes recomputed (whoever writes an artifact writes
 its hashes).  The crafted library here writes a marker file from a constructor at dlopen.
+Trust is never gained by reading and saving a received artifact, and `--trust` on one without
+native code says there was nothing to trust.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import zipfile
 import numpy as np
 import onnx
 import pytest
+from cli_runner import one_error, provmap
 from onnx import TensorProto, helper
 
 from provmap.partition.compile import compile_model
 from provmap.provenance.util.errors import ProvmapError
+from provmap.runtime_module import trust
 from provmap.runtime_module.artifact import read_artifact
+from provmap.runtime_module.artifact_edit import with_schedule
 from provmap.runtime_module.module import load
 
 _EVIL_C = r"""
@@ -131,3 +136,35 @@ def test_member_names_leaving_the_artifact_are_refused(tmp_path):
         z.writestr("../evil", data)
     with pytest.raises(ProvmapError, match="absolute or leaves the artifact"):
         read_artifact(path)
+
+
+@pytest.fixture(scope="module")
+def artifact(squeezenet_cli_artifact):
+    return squeezenet_cli_artifact
+
+
+@pytest.mark.parametrize("how", ["module", "with_schedule"])
+def test_resaving_a_received_artifact_never_trusts_it(received_tvm, tmp_path, monkeypatch, how):
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "mine"))
+    copy = tmp_path / "copy.provmap"
+    if how == "module":
+        load(received_tvm, runnable=False).save(copy)
+    else:
+        with_schedule(read_artifact(received_tvm), None).save(copy)
+    digest = read_artifact(copy).digest
+    assert digest == read_artifact(received_tvm).digest  # the same artifact...
+    assert not trust.is_trusted(digest) and trust.entries() == []  # ...and still not ours
+    r = provmap("run", copy, "--random")
+    one_error(r, "refused to load partition p0 (tvm)")
+
+
+def test_trust_on_an_artifact_without_native_code_says_there_was_nothing_to_trust(artifact):
+    """single:onnxruntime holds an ONNX file, no shared library: --trust vouched for nothing,
+    and the user was not told so.  Said once; the run goes on (a script may pass --trust to
+    every artifact it runs)."""
+    r = provmap("run", artifact, "--random", "--trust")
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if "nothing to trust" in ln]
+    assert notes == [f"provmap: warning: --trust: {artifact} holds no native code (its "
+                     "partitions run on onnxruntime), so there was nothing to trust"], r.stderr
+    assert "nothing to trust" not in provmap("run", artifact, "--random").stderr

@@ -1,5 +1,8 @@
 """The trust list through the real CLI (issue 26): only code is recorded, one entry per digest,
-list/revoke/prune, the old text format still read, and the user's own list never touched."""
+list/revoke/prune (by path, by a long enough digest prefix), the old text format still read (and
+converted, through a link, keeping the text beside it), and the user's own list never touched.
+A file PROVMAP_TRUST names that is not a trust list (notes, comments only, someone else's
+database, a corrupt one) is refused, said before a native build, and never rewritten."""
 
 from __future__ import annotations
 
@@ -11,7 +14,12 @@ import sys
 
 import onnx
 import pytest
+from attack_kit import relu_model
+from cli_models import external_data_model
+from cli_runner import digest, one_error, one_line_refusal, provmap, refused
 
+from provmap.cli.main import main
+from provmap.runtime_module import trust
 from small_models import conv_relu, twin_branches
 
 
@@ -232,3 +240,147 @@ def test_run_with_an_unusable_list_says_the_list_not_another_machine(work, tmp_p
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "the trust list that records this machine's builds cannot be read" in r.stderr
     assert "did not build" not in r.stderr and notes.read_text() == "my notes\n"
+
+
+@pytest.mark.usefixtures("own_config")
+def test_revoking_by_too_short_a_prefix_says_so_not_no_such_entry(tmp_path):
+    """`trust --revoke 82cf` (the first digits `--list` shows) said "no such entry"."""
+    model = external_data_model(tmp_path / "m.onnx")
+    art = tmp_path / "t.provmap"
+    assert provmap("compile", model, "-o", art, "--strategy", "single:tvm").returncode == 0
+    listed = provmap("trust", "--list").stdout
+    entry = listed.splitlines()[1].split()[0]
+    refused(provmap("trust", "--revoke", entry[:4]), "a digest prefix needs at least 8 hex "
+            "digits (1 entry starts with it)")
+    assert entry in provmap("trust", "--list").stdout
+    r = provmap("trust", "--revoke", entry[:8])
+    assert r.returncode == 0 and f"revoked {entry}" in r.stdout, r.stderr
+
+
+def test_revoke_by_path_after_the_file_was_replaced(relu_art, tmp_path, monkeypatch):
+    """`--list` showed the entry as "file now holds another artifact", yet `--revoke PATH`
+    said there was no such entry."""
+    import shutil
+
+    lst = tmp_path / "list"
+    env = dict(os.environ, PROVMAP_TRUST=str(lst))
+    onnx.save(relu_model(), tmp_path / "relu.onnx")
+    art = tmp_path / "a.provmap"
+    assert provmap("compile", tmp_path / "relu.onnx", "-o", art, "--strategy", "single:tvm",
+                   env=env).returncode == 0
+    shutil.copyfile(relu_art, art)  # the path now holds another artifact
+    listed = provmap("trust", "--list", env=env).stdout
+    assert "file now holds another artifact" in listed
+    r = provmap("trust", "--revoke", art, env=env)
+    assert r.returncode == 0 and "revoked" in r.stdout, r.stderr
+    assert "0 trusted artifact(s)" in provmap("trust", "--list", env=env).stdout
+
+
+def test_trust_list_finds_entries_by_path_through_an_index(tmp_path, monkeypatch):
+    """A rebuild deletes the entries recorded at its path: with 100k entries that was a scan
+    per build (78 ms an add)."""
+    import sqlite3
+
+    monkeypatch.setenv("PROVMAP_TRUST", str(tmp_path / "list"))
+    trust.add_trusted("a" * 64, tmp_path / "a.provmap", backends=["tvm"])
+    con = sqlite3.connect(tmp_path / "list")
+    plan = " ".join(r[-1] for r in con.execute(
+        "EXPLAIN QUERY PLAN DELETE FROM trusted WHERE path = ? AND digest != ?", ("x", "y")))
+    con.close()
+    assert "trusted_path" in plan, plan
+
+
+def test_listing_an_old_text_list_leaves_it_as_it_is(tmp_path):
+    old = tmp_path / "old-list"
+    text = f"{'b' * 64}  # 2025-01-01T00:00:00+00:00 built here: /x/a.provmap\n"
+    old.write_text(text)
+    r = provmap("trust", "--list", "--json", env=dict(os.environ, PROVMAP_TRUST=str(old)))
+    assert r.returncode == 0, r.stderr
+    assert [e["digest"] for e in json.loads(r.stdout)["entries"]] == ["b" * 64]
+    assert old.read_text() == text  # read, not converted: listing writes nothing
+
+
+def test_an_old_list_is_converted_through_its_link_and_kept_beside_it(received_tvm, tmp_path):
+    """A symbolic link to an old list was replaced by a file, and the old text was gone: the
+    link's target is converted, the link stays, the text is kept as NAME.old."""
+    real = tmp_path / "real"
+    real.mkdir()
+    old = real / "list.txt"
+    text = f"# mine\n{'b' * 64}  # 2025-01-01T00:00:00+00:00 built here: /x/a.provmap\n"
+    old.write_text(text)
+    link = tmp_path / "link"
+    link.symlink_to(old)
+    env = dict(os.environ, PROVMAP_TRUST=str(link))
+    r = provmap("trust", received_tvm, env=env)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.path.realpath(link) == str(old)
+    assert old.read_bytes()[:16] == b"SQLite format 3\x00"
+    assert (real / "list.txt.old").read_text() == text
+    r = provmap("trust", "--list", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "b" * 64 in [e["digest"] for e in json.loads(r.stdout)["entries"]]
+
+
+# -- PROVMAP_TRUST naming a file that is not a trust list -----------------------------------
+
+@pytest.mark.usefixtures("own_config")
+def test_an_unusable_trust_list_is_said_before_a_native_build(tmp_path):
+    """PROVMAP_TRUST naming a text file made compile skip recording the build silently, and
+    `run` then refused the user's own artifact."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    env = {**os.environ, "PROVMAP_TRUST": str(notes)}
+    r = provmap("compile", "bundled:squeezenet", "-o", tmp_path / "t.provmap", "--strategy",
+                "single:tvm", env=env)
+    one_line_refusal(r, str(notes), "not a trust list", "nothing was built")
+    assert not (tmp_path / "t.provmap").exists() and notes.read_text() == "my notes\n"
+
+
+def test_trust_list_never_rewrites_a_file_that_is_not_one(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\nnot a digest in sight\n")
+    env = dict(os.environ, PROVMAP_TRUST=str(notes))
+    for args in (("trust", "--list"), ("trust", "--prune"), ("trust", "--revoke", "a" * 64)):
+        one_error(provmap(*args, env=env), "notes.txt", "not a trust list")
+    assert notes.read_text() == "my notes\nnot a digest in sight\n"
+    env["PROVMAP_TRUST"] = str(tmp_path)
+    one_error(provmap("trust", "--list", env=env), "is a directory")
+
+
+def test_a_file_of_comments_only_is_never_converted(received_tvm, tmp_path):
+    """Every line a `#` comment was taken for an old-format list: a plain `run` of a TVM
+    artifact rewrote the user's notes as SQLite.  An old list holds at least one digest line."""
+    notes = tmp_path / "notes.txt"
+    text = "# my notes\n#   nothing here is a digest\n\n"
+    notes.write_text(text)
+    env = dict(os.environ, PROVMAP_TRUST=str(notes))
+    r = provmap("run", received_tvm, "--random", env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    one_error(provmap("trust", received_tvm, env=env), "notes.txt", "not a trust list")
+    assert notes.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.usefixtures("own_config")
+def test_someone_elses_sqlite_database_is_not_made_a_trust_list(tmp_path, monkeypatch):
+    import sqlite3
+
+    db = tmp_path / "user.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE notes (t TEXT)")
+    con.commit()
+    con.close()
+    before = digest(db)
+    monkeypatch.setenv("PROVMAP_TRUST", str(db))
+    r = provmap("trust", "--list")
+    refused(r, str(db), "not a trust list", "notes")
+    assert digest(db) == before
+
+
+def test_trust_list_that_is_corrupt_sqlite_is_one_line(capsys, tmp_path, monkeypatch):
+    lst = tmp_path / "list"
+    lst.write_bytes(b"SQLite format 3\x00" + b"\x00" * 84)
+    monkeypatch.setenv("PROVMAP_TRUST", str(lst))
+    rc = main(["trust", "--list"])
+    err = capsys.readouterr().err
+    assert rc in (0, 2) and "Traceback" not in err and "internal error" not in err, err

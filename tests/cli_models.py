@@ -1,0 +1,158 @@
+"""Small ONNX models the CLI tests write to disk and hand to `provmap` (each writer saves a file
+and returns its path), and ONNX Runtime's outputs for one, the reference they are judged by.
+
+Opset 17, IR version 8 unless a writer says otherwise.  `saved_model`, `model_file` and
+`float_model` take the graph's nodes and (name, dtype, shape) or (name, shape) triples, so a test
+shows the whole model it is about in its own body."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def relu_add_model(path):
+    """Relu -> Add on a [1, 8] input: enough for a backend to build, quick to compile."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Add", ["y", "y"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def relu_file(tmp_path):
+    """Relu on a [1, 8] input, saved as relu.onnx in `tmp_path`."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    return path
+
+
+def external_data_model(path):
+    """MatMul + Relu whose weight lives in `path`.data, as large exports are saved."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16))
+                                .astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 16])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=0)
+    return path
+
+
+def saved_model(tmp_path, nodes, inputs, outputs, value_info=(), initializer=(), ir=8):
+    """A one-graph model saved as m.onnx in `tmp_path`: inputs/outputs/value_info are
+    (name, TensorProto dtype, shape) triples."""
+    def info(triples):
+        return [helper.make_tensor_value_info(*t) for t in triples]
+
+    g = helper.make_graph(nodes, "g", info(inputs), info(outputs), list(initializer),
+                          value_info=info(value_info))
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=ir),
+              path)
+    return path
+
+
+def model_file(path, nodes, inputs, outputs, initializer=(), functions=(), opsets=()):
+    """A one-graph model saved at `path`, with model-local `functions` and the extra `opsets`
+    their domains need; inputs/outputs are (name, TensorProto dtype, shape) triples."""
+    def info(triples):
+        return [helper.make_tensor_value_info(*t) for t in triples]
+
+    g = helper.make_graph(nodes, "g", info(inputs), info(outputs), list(initializer))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), *opsets],
+                          ir_version=8, functions=list(functions))
+    onnx.save(m, path)
+    return path
+
+
+def float_model(tmp_path, nodes, inputs, outputs, name="m.onnx"):
+    """A float32 model saved as `name` in `tmp_path`: inputs/outputs are (name, shape) pairs."""
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                           for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                           for n, s in outputs])
+    path = tmp_path / name
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    return path
+
+
+def int_model(path, dtype=TensorProto.INT64):
+    """y = x + 1 and c = concat(x, x): arithmetic and pure data movement, both narrowed by
+    OpenVINO's CPU plugin, which computes int64 in 32 bits."""
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"], name="add"),
+         helper.make_node("Concat", ["x", "x"], ["c"], axis=0, name="cat")], "g",
+        [helper.make_tensor_value_info("x", dtype, [4])],
+        [helper.make_tensor_value_info("y", dtype, [4]),
+         helper.make_tensor_value_info("c", dtype, [8])],
+        [helper.make_tensor("one", dtype, [1], [1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    return path
+
+
+def qdq_cnn(d):
+    """Conv/Relu/MaxPool/Conv/Relu/GAP/MatMul/Softmax through quantize_static (QDQ, per
+    channel), saved as cnn_qdq.onnx in `d`.  On the host it was found on, ONNX Runtime's fused
+    int8 kernels and its unfused graph gave Softmax outputs one step (1/255) apart."""
+    import warnings
+
+    from onnx import numpy_helper as nh
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    rng = np.random.default_rng(0)
+    w = {n: nh.from_array((rng.standard_normal(s) * k).astype(np.float32), n)
+         for n, s, k in (("W1", (8, 3, 3, 3), 0.3), ("B1", (8,), 0.1), ("W2", (16, 8, 3, 3), 0.2),
+                         ("B2", (16,), 0.1), ("Wf", (16, 10), 0.3))}
+    mk = helper.make_node
+    g = helper.make_graph([
+        mk("Conv", ["img", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        mk("Relu", ["c1"], ["r1"], name="relu1"),
+        mk("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
+        mk("Conv", ["p1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        mk("Relu", ["c2"], ["r2"], name="relu2"),
+        mk("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
+        mk("Flatten", ["gap"], ["fl"], name="flat"),
+        mk("MatMul", ["fl", "Wf"], ["logits"], name="fc"),
+        mk("Softmax", ["logits"], ["prob"], axis=-1, name="sm")], "smallcnn",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 10])], list(w.values()))
+    src, dst = d / "cnn.onnx", d / "cnn_qdq.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              src)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"img": np.random.default_rng(i).standard_normal((1, 3, 32, 32))
+                                  .astype(np.float32)} for i in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+    return dst
+
+
+def ort_outputs(model, feeds):
+    """ONNX Runtime's outputs for the model file `model`, by output name."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
