@@ -18,7 +18,6 @@ built, kernels mapped to ONNX nodes, the map propagated), save (the artifact wri
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -135,11 +134,9 @@ def main(argv=None) -> int:
         opts.setdefault(backend, {})[option] = value.split(",") if option.endswith("_ops") else value
     res = run(_ints(a.chain), _ints(a.decoder), a.strategy,
               progress=lambda m: print(m, file=sys.stderr, flush=True), backend_options=opts)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = a.name or "compile_scaling"
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=1))
-    (out / f"{stem}.md").write_text(markdown(res))
+    from .records import write_record
+
+    write_record(Path(a.out), a.name or "compile_scaling", res, markdown(res))
     print(markdown(res))
     for name, s in res["series"].items():
         print(f"{name}: compile time grows as n^{s['fit']['total']['exponent']:.2f}")

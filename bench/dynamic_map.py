@@ -71,9 +71,9 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from provmap.provenance.util.atomic import write_bytes_atomic
     from provmap.runtime_module.host import _cpu_model
 
+    from .records import write_record
     from .shape_sweep import USER_PROFILES, export_dynamic
 
     ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.dynamic_map",
@@ -93,8 +93,7 @@ def main(argv=None) -> int:
         except Exception as e:  # a model that fails is a row, not the end
             res["models"][name] = {"error": str(e).splitlines()[0][:300]}
         print(name, json.dumps(res["models"][name]), file=sys.stderr, flush=True)
-    write_bytes_atomic(out / "dynamic_map.json", json.dumps(res, indent=1).encode())
-    write_bytes_atomic(out / "dynamic_map.md", markdown(res).encode())
+    write_record(out, "dynamic_map", res, markdown(res))
     return 0
 
 

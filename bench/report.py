@@ -13,6 +13,8 @@ from provmap.bench.report_chart import chart
 from provmap.provenance.util.atomic import write_atomic, write_bytes_atomic
 from provmap.workbench.headroom import verdict
 
+from .records import write_record
+
 
 def _f(x, fmt="{:.2f}", none="-"):
     return none if x is None else fmt.format(x)
@@ -381,8 +383,7 @@ def markdown(res: dict) -> str:
 
 def write_all(res: dict, out_dir: str | os.PathLike) -> None:
     out_dir = Path(out_dir)
-    write_bytes_atomic(out_dir / "results.json", json.dumps(res, indent=1).encode())
-    write_bytes_atomic(out_dir / "results.md", markdown(res).encode())
+    write_record(out_dir, "results", res, markdown(res))
     if res["rows"]:
         write_atomic(out_dir / "latency.png", lambda tmp: chart(res, tmp))
 

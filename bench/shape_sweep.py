@@ -274,8 +274,9 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from provmap.provenance.util.atomic import write_bytes_atomic
     from provmap.runtime_module.host import _cpu_model
+
+    from .records import write_record
 
     ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.shape_sweep",
                                  description=__doc__.split("\n\n")[0])
@@ -302,8 +303,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if a.merge:
         res = merge([json.loads(Path(p).read_text()) for p in a.merge], a.note)
-        write_bytes_atomic(out / "shape_sweep.json", json.dumps(res, indent=1).encode())
-        write_bytes_atomic(out / "shape_sweep.md", markdown(res).encode())
+        write_record(out, "shape_sweep", res, markdown(res))
         return 0
     models = {k: v for k, v in BUILTIN.items() if not a.only or k in a.only.split(",")}
     tmp = tempfile.TemporaryDirectory()
@@ -321,15 +321,13 @@ def main(argv=None) -> int:
         say(f"{name}:")
         res["models"][name] = sweep(str(path), dims, say, strategies=a.strategies.split(";"))
         # written after each model: a sweep of the user-sized models runs for hours
-        write_bytes_atomic(out / "shape_sweep.json", json.dumps(res, indent=1).encode())
-        write_bytes_atomic(out / "shape_sweep.md", markdown(res).encode())
+        write_record(out, "shape_sweep", res, markdown(res))
     if a.decode_strategies:  # '' skips the decode row
         say("decode:")
         kv = str(a.kv_model or DATA / "gpt2_kv_decoder.onnx")
         res["kv_model"] = Path(kv).name
         res["decode"] = decode_row(kv, say, strategies=a.decode_strategies.split(","))
-    write_bytes_atomic(out / "shape_sweep.json", json.dumps(res, indent=1).encode())
-    write_bytes_atomic(out / "shape_sweep.md", markdown(res).encode())
+    write_record(out, "shape_sweep", res, markdown(res))
     say(f"wrote {out / 'shape_sweep.md'}")
     return 0
 

@@ -1,0 +1,188 @@
+"""Peak memory and time of compile, map and run against a decoder's weight bytes (issue 51).
+
+Why its own bench: vendors debug boundaries on the decoders they ship, where weights, not the
+graph, decide whether provmap fits the machine.  ONNX Runtime and OpenVINO create a session on
+a 1B-parameter decoder in about its weights' bytes; a tool that needs several copies of them
+cannot open the model at all.  So every step runs in a fresh interpreter (the libraries'
+imports and their arenas are part of the price, and one step's garbage cannot hide in the
+next one's peak), and its peak RSS comes from the kernel (`wait4`'s ru_maxrss), beside the
+same model opened by ONNX Runtime and OpenVINO themselves.
+
+Models: GPT-2-style decoders from `decoder_model.gpt2_like` at real widths (random weights,
+external data in one file, as exporters write large models).  The fit is peak RSS above an
+idle interpreter's against weight bytes, log-log: an exponent near 1 with a ratio near 1-2 is
+linear in the weights; the ratio is what decides the largest model that fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: name -> (layers, d_model, heads); vocab 50257 and 8 tokens for all (GPT-2's tokenizer).
+SIZES = {"124m": (12, 768, 12), "350m": (24, 1024, 16), "1b": (18, 2048, 16)}
+VOCAB, SEQ = 50257, 8
+
+#: The steps measured per model: a name and the command (model path, artifact dir -> argv).
+STEPS = {
+    "ort_session": lambda m, d: [sys.executable, "-c", _ORT, m],
+    "ov_compile": lambda m, d: [sys.executable, "-c", _OV, m],
+    "idle": lambda m, d: [sys.executable, "-c", _IDLE],
+    "map": lambda m, d: _cli("map", m, "-o", f"{d}/map"),
+    "compile_ort": lambda m, d: _cli("compile", m, "--strategy", "single:onnxruntime",
+                                     "-o", f"{d}/ort.provmap"),
+    "run_ort": lambda m, d: _cli("run", f"{d}/ort.provmap", "--random", "-o", f"{d}/out.npz"),
+    "compile_ov": lambda m, d: _cli("compile", m, "--strategy", "single:openvino",
+                                    "-o", f"{d}/ov.provmap"),
+    "compile_greedy": lambda m, d: _cli("compile", m, "--strategy", "greedy:onnxruntime,openvino",
+                                        "-o", f"{d}/greedy.provmap"),
+}
+
+_ORT = ("import sys, numpy as np, onnxruntime as ort\n"
+        "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+        f"s.run(None, {{'input_ids': np.zeros((1, {SEQ}), np.int64)}})\n")
+_OV = ("import sys, numpy as np, openvino as ov\n"
+       "c = ov.Core().compile_model(sys.argv[1], 'CPU')\n"
+       f"c({{'input_ids': np.zeros((1, {SEQ}), np.int64)}})\n")
+#: What every provmap step pays before it reads a byte of the model: the libraries' imports.
+_IDLE = "import provmap.partition.compile, tvm, onnxruntime, openvino  # noqa\n"
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "provmap.cli.main", *args]
+
+
+def make_decoder(name: str, where: Path) -> tuple[Path, int, int]:
+    """The decoder `name` saved with external data under `where`: (path, parameters, bytes).
+
+    Built in a child process: a child's ru_maxrss starts from its parent's RSS at fork, so the
+    parent that measures must stay small (it never holds a model)."""
+    layers, d, heads = SIZES[name]
+    path = where / f"decoder_{name}.onnx"
+    code = (
+        "import sys, json, numpy as np, onnx\n"
+        "from provmap.bench.decoder_model import gpt2_like\n"
+        f"m = gpt2_like({layers}, seq={SEQ}, d_model={d}, heads={heads}, vocab={VOCAB})\n"
+        "print(json.dumps(sum(int(np.prod(t.dims)) for t in m.graph.initializer)))\n"
+        "p = sys.argv[1]\n"
+        "import os\n"
+        "if not os.path.exists(p):\n"
+        "    onnx.save(m, p, save_as_external_data=True, all_tensors_to_one_file=True,\n"
+        "              location=os.path.basename(p)[:-5] + '.data', size_threshold=1024)\n")
+    params = int(subprocess.run([sys.executable, "-c", code, str(path)], check=True,
+                                capture_output=True, text=True).stdout)
+    return path, params, os.path.getsize(where / (path.stem + ".data"))
+
+
+def measure(argv: list[str], cwd: str) -> dict:
+    """One step in a fresh process: wall seconds, peak RSS (kernel's), exit code."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = proc.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    row = {"s": round(time.perf_counter() - t0, 2), "peak_mb": round(usage.ru_maxrss / 1024),
+           "rc": proc.returncode}
+    if proc.returncode:
+        row["error"] = (err.strip().splitlines() or [""])[-1][:200]
+    return row
+
+
+def fit(points: list[dict], step: str) -> dict | None:
+    """peak - idle = c * weights^k, least squares in log-log space; None below two points."""
+    xs = [(p["weight_bytes"], p[step]["peak_mb"] - p["idle"]["peak_mb"]) for p in points
+          if step in p and not p[step]["rc"] and p[step]["peak_mb"] > p["idle"]["peak_mb"]]
+    if len(xs) < 2:
+        return None
+    k, logc = np.polyfit(np.log([x for x, _ in xs]), np.log([y for _, y in xs]), 1)
+    return {"exponent": round(float(k), 3), "coef": float(np.exp(logc))}
+
+
+def run(sizes: list[str], steps: list[str], where: Path, progress=print) -> dict:
+    points = []
+    for name in sizes:
+        model, params, nbytes = make_decoder(name, where)
+        row = {"model": name, "params": params, "weight_bytes": nbytes}
+        with tempfile.TemporaryDirectory(prefix="provmap-mem-") as d:
+            for step in steps:
+                row[step] = measure(STEPS[step](str(model), d), cwd=d)
+                progress(f"memory: {name} {step}: {row[step]['s']} s, "
+                         f"{row[step]['peak_mb']} MB peak" + (f", exit {row[step]['rc']}: "
+                                                              f"{row[step].get('error')}"
+                                                              if row[step]["rc"] else ""))
+        points.append(row)
+    fits = {s: fit(points, s) for s in steps if s != "idle"}
+    return {"host": _host(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "steps": steps, "points": points, "fit": fits}
+
+
+def _host() -> str:
+    from provmap.runtime_module.host import _cpu_model
+
+    return f"{_cpu_model()}, {os.cpu_count()} cores"
+
+
+def markdown(res: dict) -> str:
+    steps = [s for s in res["steps"] if s != "idle"]
+    lines = [f"# Peak memory and time against weight bytes ({res['date']}, {res['host']})", "",
+             "Each step in a fresh process; peak RSS from the kernel; `x w` is (peak - idle "
+             "interpreter) / weight bytes.", "",
+             "| model | params | weights MB | idle MB | " + " | ".join(steps) + " |",
+             "|---|---:|---:|---:|" + "---|" * len(steps)]
+    for p in res["points"]:
+        w = p["weight_bytes"] / 2 ** 20
+        cells = []
+        for s in steps:
+            c = p.get(s)
+            if c is None:
+                cells.append("-")
+            elif c["rc"]:
+                cells.append(f"exit {c['rc']}")
+            else:
+                over = (c["peak_mb"] - p["idle"]["peak_mb"]) / w
+                cells.append(f"{c['peak_mb']} MB ({over:.1f}x w), {c['s']} s")
+        lines.append(f"| {p['model']} | {p['params'] / 1e6:.0f}M | {w:.0f} | "
+                     f"{p['idle']['peak_mb']} | " + " | ".join(cells) + " |")
+    lines += ["", "Fitted exponent k of (peak - idle) = c * weights^k:", "",
+              "| " + " | ".join(steps) + " |", "|" + "---:|" * len(steps),
+              "| " + " | ".join(f"{res['fit'][s]['exponent']:.2f}" if res["fit"].get(s) else "-"
+                                for s in steps) + " |"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="124m,350m", help=f"of {', '.join(SIZES)}")
+    ap.add_argument("--steps", default=",".join(STEPS), help=f"of {', '.join(STEPS)}")
+    ap.add_argument("--models-dir", default=None,
+                    help="where the decoders are written (kept for the next run)")
+    ap.add_argument("-o", "--out", default="bench/out", help="writes NAME.json/.md there")
+    ap.add_argument("--name", default="memory_scaling", help="file stem")
+    args = ap.parse_args(argv)
+    sizes = [s for s in args.sizes.split(",") if s]
+    steps = [s for s in args.steps.split(",") if s]
+    bad = [s for s in sizes if s not in SIZES] + [s for s in steps if s not in STEPS]
+    if bad:
+        print(f"memory_scaling: unknown size or step {bad[0]!r}", file=sys.stderr)
+        return 2
+    if "idle" not in steps:
+        steps.insert(0, "idle")
+    where = Path(args.models_dir or tempfile.mkdtemp(prefix="provmap-decoders-"))
+    where.mkdir(parents=True, exist_ok=True)
+    res = run(sizes, steps, where.resolve(), progress=lambda s: print(s, file=sys.stderr))
+    from .records import write_record
+
+    write_record(Path(args.out), args.name, res, markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
