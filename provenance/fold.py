@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .weights import is_lazy, tensor_bytes
 from .model import FOLD_REASON  # noqa: F401  (re-exported: importer and tests read it here)
 from .type_oracle import TypeOracle, unknown_domains
 
@@ -56,8 +57,9 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     classifier that is seconds per call.  It needs only the *types* of weights; small
     initializers (shape tensors, axes, which inference reads as values) are kept.
     """
-    big = [t for t in model.graph.initializer
-           if len(t.raw_data) > _WEIGHT_BYTES or len(t.float_data) * 4 > _WEIGHT_BYTES]
+    big = [t for t in model.graph.initializer  # raw_data's size without reading (a copy)
+           if (t.HasField("raw_data") or is_lazy(t) or len(t.float_data))
+           and tensor_bytes(t) > _WEIGHT_BYTES]
     if not big:
         return model
     big_names = {t.name for t in big}
@@ -237,7 +239,7 @@ def _fold_once(model: onnx.ModelProto, type_oracle: TypeOracle | None) -> FoldRe
     types = infer_types(model, type_oracle=type_oracle)
     values: dict[str, np.ndarray] = {}
     for t in graph.initializer:
-        if len(t.raw_data) <= _WEIGHT_BYTES * 16:
+        if not is_lazy(t) and (not t.HasField("raw_data") or tensor_bytes(t) <= _WEIGHT_BYTES * 16):
             try:
                 values[t.name] = numpy_helper.to_array(t)
             except Exception:

@@ -27,13 +27,15 @@ from dataclasses import dataclass
 import onnx
 from onnx import numpy_helper
 
+from . import weights
+
 SHORT = 12  # hex digits in a printed ID (48 bits: collisions are detected, not assumed away)
 
 
 def _h(*parts) -> bytes:
     m = hashlib.blake2b(digest_size=16)
     for p in parts:
-        if isinstance(p, bytes):
+        if isinstance(p, (bytes, memoryview)):
             b = p
         elif isinstance(p, str):
             b = p.encode()
@@ -43,21 +45,26 @@ def _h(*parts) -> bytes:
             b = _h(*p)
         else:
             raise TypeError(type(p))
-        m.update(struct.pack("<I", len(b)))
+        m.update(struct.pack("<I", b.nbytes if isinstance(b, memoryview) else len(b)))
         m.update(b)
     return m.digest()
 
 
 def tensor_digest(t: onnx.TensorProto) -> bytes:
-    """Hash of a tensor's type, shape and values (not its name)."""
+    """Hash of a tensor's type, shape and values (not its name).  A weight left in its file
+    (provenance.weights) is hashed from the file's map: the same bytes, no copy."""
+    if weights.is_lazy(t):
+        return _h("tensor", str(t.data_type), list(map(str, t.dims)), weights.raw_view(t))
     arr = numpy_helper.to_array(t)
     return _h("tensor", str(t.data_type), list(map(str, t.dims)), arr.tobytes())
 
 
 def model_sha256(model: onnx.ModelProto) -> str:
     """A whole model's identity (graph, weights, metadata), the one artifacts record: the same
-    bytes whichever process serializes it, unlike the file, which tools may re-encode."""
-    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    bytes whichever process serializes it, unlike the file, which tools may re-encode.  Weights
+    left in their file are streamed into it (provenance.weights): the same value as the model
+    loaded whole."""
+    return weights.model_sha256(model)
 
 
 def outer_references(graph: onnx.GraphProto) -> list[str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import onnx
 import tvm
 
-from . import ids as _ids
+from . import ids as _ids, weights
 from .binding_map import build_map
 from .util.errors import ProvmapError, first_line
 from .util.files import unreadable_model
@@ -39,7 +39,8 @@ from .type_oracle import TypeOracle
 
 def read_model(source) -> tuple[onnx.ModelProto, str]:
     """The model as the user gave it (a path or a ModelProto), unchanged: its hash is the one
-    artifacts record as the user's.  Every failure is a ProvmapError naming the file."""
+    artifacts record as the user's.  Read from a file, its large external weights stay there
+    (provenance.weights: every derived copy below would copy them otherwise).  Every failure is a ProvmapError naming the file."""
     if isinstance(source, onnx.ModelProto):
         return source, source.graph.name or "<model>"
     label = os.fspath(source)
@@ -48,7 +49,7 @@ def read_model(source) -> tuple[onnx.ModelProto, str]:
     if os.path.isdir(label):
         raise ProvmapError(f"{label}: is a directory, not an ONNX file")
     try:
-        model = onnx.load(label)
+        model = weights.load(label)  # large external weights stay in their file, mapped
     except Exception as e:  # DecodeError, truncated files, external-data problems
         raise unreadable_model(label, first_line(e, with_type=True)) from None
     if not model.graph.node and not model.graph.output:
@@ -62,7 +63,7 @@ def checked(model: onnx.ModelProto, label: str, check: bool = True) -> onnx.Mode
     model = normalize(model)
     if check:
         try:
-            onnx.checker.check_model(for_checker(model))
+            onnx.checker.check_model(for_checker(weights.checkable(model)))
         except onnx.checker.ValidationError as e:
             first = next((ln for ln in str(e).splitlines() if ln.strip()), str(e))
             raise ProvmapError(f"{label}: fails onnx.checker: {first}") from None

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
+
+from .weights import to_array
 
 #: The largest |weight| whose pair sums with uint8 activations always fit in int16.
 SAFE_WEIGHT = 64
@@ -76,7 +78,7 @@ def _wide_int8(t: onnx.TensorProto | None) -> bool:
     if t is None or t.data_type != TensorProto.INT8 or t.data_location == TensorProto.EXTERNAL:
         return False
     try:
-        w = numpy_helper.to_array(t)
+        w = to_array(t)
     except Exception:
         return False
     return w.size > 0 and int(np.abs(w.astype(np.int16)).max()) > SAFE_WEIGHT

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
-from . import converters, half, symbolic, symbolic_ops
+from . import converters, half, symbolic, symbolic_ops, weights
 from .util.dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
@@ -89,6 +89,19 @@ class TrackingImporter(_fe.ONNXGraphImporter):
         self._symbolic = dict(symbolic_types or {})
         self._symbols: dict | None = None
         self._casts: dict = {}  # symbolic_ops.unify_dims' casts, shared by a value's readers
+
+    def _parse_array(self, tensor_proto):
+        """A weight left in its file (provenance.weights) becomes a Relax constant over the
+        file's map, taken by DLPack without a copy; the frontend's own way copies it twice."""
+        if not weights.is_lazy(tensor_proto):
+            return super()._parse_array(tensor_proto)
+        array = weights.to_array(tensor_proto)
+        if array.ctypes.data % 64 == 0:  # TVM's alignment for a tensor it does not own
+            try:
+                return tvm.runtime.from_dlpack(array)
+            except Exception:  # noqa: BLE001 - a copy below is always right
+                pass
+        return tvm.runtime.tensor(array)
 
     def _parse_graph_input(self, graph):
         # Inputs Relax cannot type as a numeric tensor (strings, sequences, optionals) become

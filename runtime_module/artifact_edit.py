@@ -34,11 +34,12 @@ def embed_source_model(art: Artifact, model) -> None:
     The user's model as given, or, when only the derived one is at hand, that (named so by its
     hash)."""
     from provmap.provenance.ids import model_sha256
+    from provmap.provenance.weights import serialize
 
     info = art.manifest["model"]
     digest = model_sha256(model)
     if digest not in (info["sha256"], info.get("derived_sha256")):
         raise ProvmapError("embed_source_model: not the model this artifact was compiled from")
-    art.members[SOURCE_MODEL] = model.SerializeToString()
+    art.members[SOURCE_MODEL] = serialize(model)
     info["member"] = SOURCE_MODEL
     info["member_is"] = "original" if digest == info["sha256"] else "derived"

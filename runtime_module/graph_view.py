@@ -20,6 +20,7 @@ import onnx
 from provmap.provenance.util.dtypes import itemsize, onnx_dtype
 from provmap.provenance.util.errors import ProvmapError, describe_node
 from provmap.provenance.ids import model_sha256, node_inputs
+from provmap.provenance.weights import to_array
 from provmap.provenance.importer import Imported
 from provmap.provenance.model import ROLE_PRODUCED
 
@@ -263,7 +264,7 @@ class GraphView:
         values: dict[str, np.ndarray] = {}
         for o in want:
             if o in self.initializers:
-                values[o] = onnx.numpy_helper.to_array(self.initializers[o])
+                values[o] = to_array(self.initializers[o])
         rest = [o for o in want if o not in values]
         if rest:
             closure = sorted({self.producer[o] for o in rest if o in self.producer}

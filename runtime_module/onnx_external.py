@@ -13,23 +13,15 @@ weights are written once, straight from the tensors (on VGG-19 the frontend call
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import tempfile
 
 import onnx
 
+from provmap.provenance.weights import is_lazy, raw_view, tensor_bytes
+
 _ALIGN = 4096          # offsets of external tensors: page-aligned, so a reader can map them
 _MIN_TENSOR = 1024     # smaller tensors stay inside the proto (onnx's default threshold)
-
-
-def tensor_bytes(t: onnx.TensorProto) -> int:
-    """A tensor's size from its dims and type: reading `raw_data` to measure it copies it."""
-    try:
-        size = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except Exception:  # string or undefined tensors: count one byte per element
-        size = 1
-    return math.prod(t.dims) * size
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:
@@ -60,11 +52,12 @@ def external_data_file(model: onnx.ModelProto, prefix: str = "provmap-onnx-"):
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         with open(os.path.join(tmp, "model.data"), "wb") as data:
             for t in src.initializer:
-                if (t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
-                        or tensor_bytes(t) < _MIN_TENSOR):
+                lazy = is_lazy(t)
+                if not lazy and (t.data_location == onnx.TensorProto.EXTERNAL
+                                 or not t.HasField("raw_data") or tensor_bytes(t) < _MIN_TENSOR):
                     g.initializer.append(t)
                     continue
-                raw = t.raw_data
+                raw = raw_view(t) if lazy else t.raw_data  # a weight still in its file: mapped
                 offset = data.tell()
                 if offset % _ALIGN:
                     data.write(b"\0" * (_ALIGN - offset % _ALIGN))
@@ -75,7 +68,7 @@ def external_data_file(model: onnx.ModelProto, prefix: str = "provmap-onnx-"):
                 e.dims.extend(t.dims)
                 e.data_location = onnx.TensorProto.EXTERNAL
                 for k, v in (("location", "model.data"), ("offset", str(offset)),
-                             ("length", str(len(raw)))):
+                             ("length", str(len(raw) if not lazy else raw.nbytes))):
                     entry = e.external_data.add()
                     entry.key, entry.value = k, v
                 del raw

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 from provmap.provenance.util.dtypes import onnx_dtype
+from provmap.provenance.weights import serialize
 
 
 # ONNX Runtime's refusals of the model itself, at any shape: another backend may well run it,
@@ -41,7 +42,7 @@ def ort_refuses(model: onnx.ModelProto) -> str | None:
     so = ort.SessionOptions()
     so.log_severity_level = 4
     try:
-        data = model.SerializeToString()
+        data = serialize(model)
     except Exception:  # noqa: BLE001 - over protobuf's 2 GB: no verdict on the shapes
         return None
     try:

@@ -33,15 +33,16 @@ def relu_file(tmp_path):
     return path
 
 
-def external_data_model(path):
-    """MatMul + Relu whose weight lives in `path`.data, as large exports are saved."""
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16))
+def external_data_model(path, n: int = 16):
+    """MatMul + Relu whose [n, n] weight lives in `path`.data, as large exports are saved (from
+    n = 512 the weight is 1 MB: provmap leaves it in its file, provenance.weights)."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((n, n))
                                 .astype(np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
              helper.make_node("Relu", ["y"], ["z"], name="relu")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                     [1, 16])],
-                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16])], [w])
+                                                                     [1, n])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, n])], [w])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
                     location=path.name + ".data", size_threshold=0)

@@ -28,6 +28,7 @@ import onnx
 
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import save_npz_atomic, write_bytes_atomic
+from provmap.provenance.weights import serialize
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.workbench.compare import Tolerance, metrics, reference_run, tensor_grids
 from provmap.runtime_module.graph_view import GraphView
@@ -168,7 +169,7 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
         not metrics(alone[n], ref[n], tol, steps.get(n))["ok"] for n in got if n in names)
     if out_dir is not None:
         d = Path(out_dir)
-        write_bytes_atomic(d / "reproducer.onnx", model.SerializeToString())
+        write_bytes_atomic(d / "reproducer.onnx", serialize(model))
         save_npz_atomic(d / "reproducer_inputs.npz", feeds)
         save_npz_atomic(d / "reproducer_expected.npz",
                         {n: np.asarray(alone[n]) for n in got if n in names})

@@ -20,6 +20,7 @@ from provmap.partition.measure.quant_steps import (DEFAULT_QUANT_STEPS, grid_ste
                                                   step_unit)
 from provmap.partition.measure.quant_steps import dequantized_steps  # noqa: F401  (its old home)
 from provmap.provenance.util.errors import ProvmapError, first_line
+from provmap.provenance.weights import serialize
 
 
 # Quantized tensors are judged in steps by the rule every decision shares (the search's accuracy
@@ -244,7 +245,7 @@ def _reference_run(model, inputs, extra_outputs, reference):
             m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
             have.add(name)
     names = [o.name for o in m.graph.output]
-    data = m.SerializeToString()
+    data = serialize(m)
     if reference == "onnxruntime":
         import onnxruntime as ort
 

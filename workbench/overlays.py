@@ -94,11 +94,12 @@ def write_overlays(out_dir, model, mod, profile: dict | None = None,
                    errors: dict | None = None) -> dict:
     """model.onnx (annotated) and one JSON per overlay in `out_dir`; returns their paths."""
     from provmap.provenance.util.atomic import write_bytes_atomic
+    from provmap.provenance.weights import serialize
 
     out = Path(out_dir).resolve()  # Model Explorer resolves paths from its own directory
     table = placement(model, mod)
     files = {"model": out / "model.onnx", "partition": out / "partition.json"}
-    write_bytes_atomic(files["model"], annotate_model(model, mod).SerializeToString())
+    write_bytes_atomic(files["model"], serialize(annotate_model(model, mod)))
     overlays = {"partition": partition_overlay(table)}
     if profile is not None:
         overlays["time"] = time_overlay(table, profile)

@@ -56,6 +56,7 @@ import weakref
 from typing import Callable, Mapping
 
 from provmap.provenance.util.errors import ProvmapError, first_line
+from provmap.provenance.weights import serialize
 from provmap.runtime_module.backend import Backend
 
 from .accuracy import RefCache, stale_refusal
@@ -338,7 +339,7 @@ class MeasuredEstimator(CostEstimator):
                 else:
                     req = {"kind": "prepare", "backend": self._spec[name],
                            "options": backend.options(),
-                           "regions": [s.onnx_model().SerializeToString() for s in subs]}
+                           "regions": [serialize(s.onnx_model()) for s in subs]}
                     rep = self._worker.call(req, self.prepare_timeout_s)
             except WorkerDied as d:
                 rep = {"reason": d.reason}
@@ -385,7 +386,7 @@ class MeasuredEstimator(CostEstimator):
 
     def _measure_region(self, view, sub, key: str, label: str, name: str) -> tuple[dict, bool]:
         try:
-            model_bytes = sub.onnx_model().SerializeToString()
+            model_bytes = serialize(sub.onnx_model())
         except Exception as e:
             return {"reason": f"cannot cut the region as ONNX: {first_line(e)}"}, True
         content = hashlib.blake2b(model_bytes, digest_size=16).hexdigest()

@@ -296,7 +296,9 @@ def cmd_annotate(args) -> int:
     mod = load(args.artifact, runnable=False)
     refuse_source_model(mod, args.output)
     model = annotate_model(_reference_model(mod, args.model), mod)
-    write_bytes_atomic(args.output, model.SerializeToString())
+    from provmap.provenance.weights import serialize
+
+    write_bytes_atomic(args.output, serialize(model))
     cov = coverage(model)
     summary = {"annotated": args.output, "nodes": cov["nodes"], "with_backend": cov["placed"],
                "with_reason": cov["with_reason"], "unannotated": cov["unannotated"],

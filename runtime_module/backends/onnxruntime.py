@@ -31,7 +31,9 @@ import onnx
 
 from provmap.provenance.util.dtypes import onnx_elem
 from provmap.provenance.util.errors import first_line
+from provmap.provenance.weights import has_lazy, serialize
 
+from ..onnx_external import external_data_file
 from ..options import Option, as_bool, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
@@ -274,11 +276,8 @@ class OnnxRuntimeBackend(Backend):
     # -- build -----------------------------------------------------------------------------
     def build(self, sub: "Subgraph") -> Blob:
         model = sub.onnx_model()
-        try:
-            data = model.SerializeToString()
-        except Exception as e:
-            raise BackendError(f"onnxruntime: cannot serialize the cut model: "
-                               f"{first_line(e)}") from None
+        lazy = has_lazy(model)  # weights still in the user's file (provenance.weights)
+        data = None if lazy else self._serialized(model)
         so = self._session_options()
         with tempfile.TemporaryDirectory(prefix="provmap-ort-") as tmp:
             path = os.path.join(tmp, "optimized.onnx")
@@ -288,7 +287,11 @@ class OnnxRuntimeBackend(Backend):
                                         "weights.bin")
             so.add_session_config_entry(
                 "session.optimized_model_external_initializers_min_size_in_bytes", "64")
-            sess = self._session(data, so, f"build subgraph {sub.key[:12]}")
+            if lazy:  # ORT reads the weights from a file; the blob's copy is made after it
+                with external_data_file(model, prefix="provmap-ort-in-") as src:
+                    sess = self._session(src, so, f"build subgraph {sub.key[:12]}")
+            else:
+                sess = self._session(data, so, f"build subgraph {sub.key[:12]}")
             del sess
             try:
                 optimized = onnx.load(path, load_external_data=False)
@@ -296,6 +299,8 @@ class OnnxRuntimeBackend(Backend):
                 raise BackendError(f"onnxruntime: cannot read back the optimized graph: "
                                    f"{first_line(e)}") from None
         kernels, source = map_kernels(model, optimized, sub)
+        if data is None:
+            data = self._serialized(model)
         meta = {
             "backend_version": self.version(),
             "input_names": [t.name for t in sub.inputs],
@@ -311,6 +316,14 @@ class OnnxRuntimeBackend(Backend):
                   f"# outputs: {', '.join(meta['output_names'])}\n")
         return Blob(backend=self.name, files={"model.onnx": data}, meta=meta, kernels=kernels,
                     source=header + source)
+
+    @staticmethod
+    def _serialized(model) -> bytes:
+        try:
+            return serialize(model)
+        except Exception as e:
+            raise BackendError(f"onnxruntime: cannot serialize the cut model: "
+                               f"{first_line(e)}") from None
 
     # -- load ------------------------------------------------------------------------------
     def load(self, blob: Blob) -> Runner:

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 
 from provmap.provenance.util.attrs import node_attr as _attr
+from provmap.provenance.weights import to_array
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -63,7 +64,7 @@ def wrong_shift(node, view: "GraphView") -> str | None:
         return None
     t = view.initializers.get(node.input[1])
     if t is not None:
-        v = onnx.numpy_helper.to_array(t)
+        v = to_array(t)
         if v.size and 0 <= int(v.min()) and int(v.max()) < v.dtype.itemsize * 8:
             return None
     return ("OpenVINO's BitShift by an amount of the type's width or more (or negative) is not "
@@ -76,7 +77,7 @@ def _holds_infinity(t: onnx.TensorProto) -> bool:
                            onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
         return False
     try:
-        return bool(np.isinf(onnx.numpy_helper.to_array(t).astype(np.float32)).any())
+        return bool(np.isinf(to_array(t).astype(np.float32)).any())
     except Exception:
         return False
 

@@ -10,6 +10,7 @@ import re
 
 from ..backend import BackendError
 from ..onnx_external import external_data_file, weight_bytes
+from provmap.provenance.weights import serialize
 
 _core = None
 
@@ -48,7 +49,7 @@ def _read_onnx(model):
     core = _get_core()
     if weight_bytes(model) < _EXTERNAL_MIN_BYTES:
         try:
-            converted = core.read_model(model.SerializeToString())
+            converted = core.read_model(serialize(model))
         except Exception as e:
             raise _ConversionFailed() from e
         yield converted

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from provmap.provenance.util.listing import first_few
+from provmap.provenance.weights import to_array
 
 #: ops whose int64 result can leave the range of their inputs
 GROWING_OPS = frozenset({"Add", "Sub", "Mul", "Pow", "Neg", "Abs", "Sum", "ReduceSum",
@@ -117,12 +118,11 @@ def _slice_bound(view, name: str) -> bool:
     transformer export slices with 2**63 - 1).  It is a clamp, not a value computed with:
     OpenVINO's Slice clamps it to the axis as ONNX says (checked against ONNX Runtime on GPT-2
     exports at every sequence length of a shape profile, tests/test_dynamic_shapes.py)."""
-    from onnx import numpy_helper
 
     t = _constant(view, name)
     if t is None:
         return False
-    a = numpy_helper.to_array(t).astype(object).ravel()
+    a = to_array(t).astype(object).ravel()
     limits = {2 ** 63 - 1, -(2 ** 63), 2 ** 31 - 1, -(2 ** 31)}
     return all(-(2 ** 31) <= v < 2 ** 31 or v in limits for v in a)
 
@@ -140,12 +140,12 @@ def _constant(view, name: str):
 
 
 def _outside_32_bits(view, name: str) -> str | None:
-    from onnx import TensorProto, numpy_helper
+    from onnx import TensorProto
 
     t = _constant(view, name)
     if t is None or t.data_type not in (TensorProto.INT64, TensorProto.UINT64):
         return None
-    a = numpy_helper.to_array(t)
+    a = to_array(t)
     if not a.size:
         return None
     lo, hi, narrow = _WIDE[a.dtype]

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import onnx
 
 from provmap.provenance.util.attrs import node_attr as _attr
+from provmap.provenance.weights import to_array
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def _constant(view: "GraphView", name: str):
     t = view.initializers.get(name)
-    return None if t is None else onnx.numpy_helper.to_array(t)
+    return None if t is None else to_array(t)
 
 
 def _dft_axis_is_one(node, view: "GraphView") -> bool:

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from provmap.provenance.util.attrs import node_attr as _attr
+from provmap.provenance.weights import to_array
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -43,7 +43,7 @@ def wrong_align_corners(node, view: "GraphView", library: str) -> str | None:
     t = view.initializers.get(scales)
     known = view.known(node.input[0])
     if t is not None and known is not None and all(isinstance(d, int) for d in known.shape):
-        s = onnx.numpy_helper.to_array(t).astype(np.float64)
+        s = to_array(t).astype(np.float64)
         axes = _attr(node, "axes", None) or range(len(known.shape))
         lengths = [known.shape[a] * float(f) for a, f in zip(axes, s)]
         if all(abs(x - round(x)) < 1e-6 for x in lengths):
