@@ -82,14 +82,34 @@ def make_decoder(name: str, where: Path) -> tuple[Path, int, int]:
 
 
 def measure(argv: list[str], cwd: str) -> dict:
-    """One step in a fresh process: wall seconds, peak RSS (kernel's), exit code."""
+    """One step in a fresh process: wall seconds, peak RSS (the kernel's), the peak of its
+    anonymous memory (sampled every 20 ms: what the kernel cannot drop, unlike mapped files),
+    and the exit code."""
+    import threading
+
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak_anon = [0]
+
+    def sample():
+        while proc.returncode is None:
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("RssAnon:"):
+                            peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
+            except OSError:
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
     err = proc.stderr.read().decode(errors="replace")
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    watcher.join()
     row = {"s": round(time.perf_counter() - t0, 2), "peak_mb": round(usage.ru_maxrss / 1024),
-           "rc": proc.returncode}
+           "peak_anon_mb": round(peak_anon[0] / 1024), "rc": proc.returncode}
     if proc.returncode:
         row["error"] = (err.strip().splitlines() or [""])[-1][:200]
     return row
@@ -114,7 +134,8 @@ def run(sizes: list[str], steps: list[str], where: Path, progress=print) -> dict
             for step in steps:
                 row[step] = measure(STEPS[step](str(model), d), cwd=d)
                 progress(f"memory: {name} {step}: {row[step]['s']} s, "
-                         f"{row[step]['peak_mb']} MB peak" + (f", exit {row[step]['rc']}: "
+                         f"{row[step]['peak_mb']} MB peak ({row[step]['peak_anon_mb']} MB "
+                         "anonymous)" + (f", exit {row[step]['rc']}: "
                                                               f"{row[step].get('error')}"
                                                               if row[step]["rc"] else ""))
         points.append(row)
@@ -133,7 +154,8 @@ def markdown(res: dict) -> str:
     steps = [s for s in res["steps"] if s != "idle"]
     lines = [f"# Peak memory and time against weight bytes ({res['date']}, {res['host']})", "",
              "Each step in a fresh process; peak RSS from the kernel; `x w` is (peak - idle "
-             "interpreter) / weight bytes.", "",
+             "interpreter) / weight bytes; `anon` the same for anonymous memory alone (mapped "
+             "weight files count in RSS but the kernel can drop them).", "",
              "| model | params | weights MB | idle MB | " + " | ".join(steps) + " |",
              "|---|---:|---:|---:|" + "---|" * len(steps)]
     for p in res["points"]:
@@ -147,7 +169,8 @@ def markdown(res: dict) -> str:
                 cells.append(f"exit {c['rc']}")
             else:
                 over = (c["peak_mb"] - p["idle"]["peak_mb"]) / w
-                cells.append(f"{c['peak_mb']} MB ({over:.1f}x w), {c['s']} s")
+                anon = (c.get("peak_anon_mb", 0) - p["idle"].get("peak_anon_mb", 0)) / w
+                cells.append(f"{c['peak_mb']} MB ({over:.1f}x w; anon {anon:.1f}x), {c['s']} s")
         lines.append(f"| {p['model']} | {p['params'] / 1e6:.0f}M | {w:.0f} | "
                      f"{p['idle']['peak_mb']} | " + " | ".join(cells) + " |")
     lines += ["", "Fitted exponent k of (peak - idle) = c * weights^k:", "",

@@ -221,23 +221,26 @@ class OpenVINOBackend(Backend):
                 except Exception as e:
                     raise BackendError(f"OpenVINO: cannot serialize the converted model: "
                                        f"{ov_error(e)}") from None
+                del converted
+                # Compile what load() will compile: the IR as written.  Read from its files,
+                # OpenVINO maps the weights; the blob's copy is read after the compiled model
+                # is gone (one copy of the weights at a time besides the compiled one).
+                model = self._read_ir_file(xml_path)
+                compiled = self._compile(model, f"subgraph {sub.key[:12]}")
+                actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+                producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output if o}
+                kernels, source = runtime_kernels(compiled, model, producer, cut)
+                input_names = _kept_inputs(compiled.inputs, [t.name for t in sub.inputs])
+                output_names = [t.name for t in sub.outputs]
+                _port_order(compiled.outputs, output_names, "output")
+                del compiled, model
                 with open(xml_path, "rb") as f:
                     xml = f.read()
                 with open(os.path.join(tmp, "model.bin"), "rb") as f:
                     weights = f.read()
-                del converted
         except _ConversionFailed as e:
             raise BackendError(f"OpenVINO {self.version()}: ONNX frontend cannot convert "
                                f"subgraph {sub.key[:12]}: {ov_error(e.__cause__)}") from None
-        # Compile what load() will compile: the IR read back from its bytes.
-        model = self._read_ir(xml, weights)
-        compiled = self._compile(model, f"subgraph {sub.key[:12]}")
-        actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
-        producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output if o}
-        kernels, source = runtime_kernels(compiled, model, producer, cut)
-        input_names = _kept_inputs(compiled.inputs, [t.name for t in sub.inputs])
-        output_names = [t.name for t in sub.outputs]
-        _port_order(compiled.outputs, output_names, "output")
         meta = {
             "backend_version": self.version(),
             "device": _DEVICE,
@@ -264,6 +267,15 @@ class OpenVINOBackend(Backend):
     def _read_ir(self, xml: bytes, weights: bytes):
         try:
             return _get_core().read_model(bytes(xml), bytes(weights))
+        except Exception as e:
+            raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
+                               f"{ov_error(e)}") from None
+
+    def _read_ir_file(self, xml_path: str):
+        """The IR provmap just wrote (not a received one: load() reads those from their
+        checked bytes)."""
+        try:
+            return _get_core().read_model(xml_path)
         except Exception as e:
             raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
                                f"{ov_error(e)}") from None
