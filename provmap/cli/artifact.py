@@ -31,6 +31,7 @@ from .trust import add_trust_command
 
 def cmd_compile(args) -> int:
     from provmap.partition.backend_options import check_backend_options
+    from provmap.provenance.bundled.names import check_model_spec
     from provmap.provenance.profile import parse_dims
     from provmap.provenance.shapes import parse_input_shapes
 
@@ -49,6 +50,7 @@ def cmd_compile(args) -> int:
         refuse_unusable_cache(search_options.cache_path)
     if args.tuning_db:
         set_tuning_db(backend_options, strategy, args.tuning_db)
+    check_model_spec(args.model)  # a misspelt bundled name or a missing file, said at once
     # Only now TVM (and, where it is installed, torch through it): a flag mistake is said in a
     # fraction of a second, not after the 3 s those imports take.
     from provmap.partition.compile import compile_model
