@@ -58,7 +58,8 @@ def collage_options(args, strategy: Strategy):
     the strategy's list."""
     if strategy.kind != "collage":
         return None
-    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S, CollageOptions
+    # not from collage.py, which imports every backend: the flags are checked before that
+    from provmap.partition.collage_options import DEFAULT_SEARCH_BUDGET_S, CollageOptions
 
     text = args.strategy
     if args.backends and ":" in text and text.split(":", 1)[1] != args.backends:
