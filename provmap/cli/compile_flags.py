@@ -88,9 +88,9 @@ def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
     # only where something is tuned: an untuned TVM takes no database (the option alone is
     # refused: it did nothing and still named the backend's variant; eleventh afternoon).
     # The backend says which of its options act alone: TVMBackend.combination_problem.
-    from provmap.runtime_module.registry import backend_class
+    from provmap.runtime_module.registry import options_class
 
-    tuned = [b for b in tvm if backend_class(b.base).combination_problem(
+    tuned = [b for b in tvm if options_class(b.base).combination_problem(
         {**dict(b.options or {}), **backend_options.get(b.name, {}), "tuning_db": path}) is None]
     if not tuned:
         raise ProvmapError("--tuning-db acts only with tune=metaschedule: nothing is tuned "
