@@ -14,7 +14,7 @@ import os
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.options import canonical
-from provmap.runtime_module.registry import available_backends, backend_class, parse_variant
+from provmap.runtime_module.registry import available_backends, options_class, parse_variant
 
 from .strategy import Strategy
 
@@ -104,7 +104,7 @@ def _check_variants(strategy: Strategy) -> None:
     for b in strategy.used:
         if not b.options or b.base not in available_backends():
             continue
-        bad = _option_problem(backend_class(b.base), dict(b.options))
+        bad = _option_problem(options_class(b.base), dict(b.options))
         if bad is None:
             continue
         kind, k, detail = bad
@@ -138,7 +138,7 @@ def check_backend_options(strategy: Strategy, options: dict) -> None:
                                f"{backend!r} (it uses {', '.join(used)}); the option would "
                                "change nothing")
         try:
-            cls = backend_class(backend)
+            cls = options_class(backend)
         except BackendError as e:
             raise ProvmapError(f"{flag}: {e}") from None
         _check_op_lists_disjoint(backend, opts)

@@ -1,6 +1,6 @@
 """The values Collage's levels pass each other (partition/collage.py chains them).
 
-`CollageOptions` is what a caller sets; `SearchSpace` is what every level reads; `FirstLevel`,
+`CollageOptions` is what a caller sets (collage_options.py); `SearchSpace` is what every level reads; `FirstLevel`,
 `EndToEnd` and `SecondLevel` are each level's result; `CollageResult` is what compile_model gets:
 the kept plan and the report, and the artifact the search already built to measure the plan
 (compile_model assembles, records and saves it, so no plan is built twice).
@@ -13,50 +13,9 @@ from dataclasses import dataclass, field
 from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.plan import Plan
 
+from .collage_options import CollageOptions  # noqa: F401  (re-exported: the levels read it here)
 from .collage_report import CollageReport
-from .defaults import DEFAULT_SEARCH_BUDGET_S  # defined where the CLI's help reads it
 from .search import SearchResult
-from .search_bounds import DEFAULT_BOUNDS, SearchBounds
-
-
-@dataclass
-class CollageOptions:
-    max_depth: int = 4
-    max_size: int = 12
-    max_exits: int = 4
-    pins: list = field(default_factory=list)
-    forbids: list = field(default_factory=list)
-    cuts: list = field(default_factory=list)
-    cache_path: str | None = None   # None: $PROVMAP_CACHE or ~/.cache/provmap/costs.sqlite
-    e2e_check: bool = True
-    e2e_repeats: int = 10
-    e2e_single_factor: float = 3.0  # measure single plans estimated within this factor of best
-    e2e_margin: float = 0.03        # a plan with more partitions must win by this, every pass
-    e2e_tie_margin: float = 0.03    # equally simple plans this close are measured again, longer
-    e2e_tie_passes: int = 4         # ...in this many interleaved passes (0: no tie-break)
-    # Options tried as whole-partition variants of each searched backend, in the end-to-end
-    # check (single plans) and the second level (moves), not priced by the first level; see
-    # e2e_variants.  (): none.
-    e2e_variants: tuple = ("threads=1",)
-    isolate: bool = True
-    measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
-    refine_budget_s: float | None = 60.0  # second level (partition/refine.py); 0: off, None: no
-    #                                       limit (it stops when it runs out of proposals)
-    refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
-    refine_confirm_passes: int = 4  # ...and win again in a fresh measurement of this many passes (0: not)
-    recheck_passes: int = 2         # a kept one-library plan against its closest rival, at a
-    #                                 second moment (partition/recheck.py; 0: not)
-    quiet_wait_s: float = 120.0     # a contended decision with no quiet price: wait this long
-    #                                 for quiet and measure it again (partition/quiet_again.py)
-    accept_contended: bool = False  # ...and if it stays busy, keep the fallback's guess rather
-    #                                 than write nothing (partition/fallback.py: `refuse_guess`)
-    schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
-    in_context: bool = True         # feed partition times inside the kept plan back to the cache
-    measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers
-    reuse_plan: bool = True         # a kept plan stored in the cost cache for this model and
-                                    # these settings is reused (see plan_cache_keys)
-    search_bounds: SearchBounds = DEFAULT_BOUNDS  # the first level's states and memory, past
-    #                                 which it finishes as a beam (partition/search_bounds.py)
 
 
 @dataclass

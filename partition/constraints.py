@@ -34,11 +34,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from provmap.provenance.util.errors import ProvmapError, did_you_mean
+from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Support
 from provmap.runtime_module.graph_view import GraphView
 
 from .candidate import Candidate
+from .constraint_text import check_backend, split_assignment
 
 __all__ = ["Constraints", "allows", "check", "filter_candidates", "parse_constraints",
            "resolve_nodes"]
@@ -117,35 +118,6 @@ def _is_expr_id(view: GraphView, token: str) -> bool:
     return any(e.id == token for e in view.imported.pmap.exprs)
 
 
-def _split_assignment(text: str, flag: str) -> tuple[str, str]:
-    """NODE=BACKEND at the last '=' outside brackets: a backend variant carries its own
-    (`relu=openvino[threads=1]` split at the last '=' named the backend '1]')."""
-    depth, at = 0, -1
-    for k in range(len(text) - 1, -1, -1):
-        c = text[k]
-        depth += (c == "]") - (c == "[")
-        if c == "=" and depth == 0:
-            at = k
-            break
-    node, sep, backend = (text[:at], "=", text[at + 1:]) if at >= 0 else ("", "", text)
-    if not sep or not node.strip() or not backend.strip():
-        raise ProvmapError(f"{flag} {text!r}: expected NODE=BACKEND")
-    return node.strip(), backend.strip()
-
-
-def _check_backend(backend: str, backends: list[str], flag: str) -> None:
-    if backend not in backends:
-        from provmap.runtime_module.registry import available_backends, parse_variant
-
-        known = parse_variant(backend)[0] in available_backends() if backend else False
-        what = "a backend this search does not use" if known else "unknown backend"
-        fix = (f"; name it in the strategy, collage:{','.join([*backends, backend])}, to pin "
-               "to it" if known else "")
-        raise ProvmapError(f"{flag}: {what} {backend!r} (the search uses "
-                           f"{', '.join(backends) or 'no backend'}{fix})"
-                           + did_you_mean(backend, backends))
-
-
 def parse_constraints(view: GraphView, pins: Iterable[str] = (), forbids: Iterable[str] = (),
                       cuts: Iterable[str] = (), backends: Iterable[str] = ()) -> Constraints:
     """Resolve --pin/--forbid/--cut texts against `view`; refuse what cannot hold."""
@@ -153,8 +125,8 @@ def parse_constraints(view: GraphView, pins: Iterable[str] = (), forbids: Iterab
     c = Constraints(backends=backends, view=view)
     for text in pins:
         flag = f"--pin {text}"
-        node, backend = _split_assignment(text, "--pin")
-        _check_backend(backend, backends, flag)
+        node, backend = split_assignment(text, "--pin")
+        check_backend(backend, backends, flag)
         for i in resolve_nodes(view, node, flag):
             old = c.pins.get(i)
             if old is not None and old != backend:
@@ -164,8 +136,8 @@ def parse_constraints(view: GraphView, pins: Iterable[str] = (), forbids: Iterab
             c.origin.setdefault(("pin", i), flag)
     for text in forbids:
         flag = f"--forbid {text}"
-        node, backend = _split_assignment(text, "--forbid")
-        _check_backend(backend, backends, flag)
+        node, backend = split_assignment(text, "--forbid")
+        check_backend(backend, backends, flag)
         for i in resolve_nodes(view, node, flag):
             c.forbids.setdefault(i, set()).add(backend)
             c.origin.setdefault(("forbid", i, backend), flag)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.backend import Backend, BackendError
-from provmap.runtime_module.registry import (available_backends, backend_class, get_backend,
+from provmap.runtime_module.registry import (available_backends, get_backend, options_class,
                                              parse_variant, with_options)
 
 
@@ -22,23 +22,8 @@ def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Ba
     level may move one partition onto them."""
     out: dict[str, tuple[str, Backend]] = {}
     for spec in specs or ():
-        try:
-            extra = parse_variant(f"variant[{spec}]")[1]
-        except BackendError:
-            raise ProvmapError(f"variant {spec!r}: expected OPTION=VALUE[;OPTION=VALUE...], "
-                               "e.g. threads=1") from None
-        known = sorted({o for be in backends.values() for o in be.option_names()})
-        # an option no backend at all takes is a typo (`--variant thred=1` dropped the
-        # default variants silently); one only unsearched backends take is skipped, as the
-        # default threads=1 is for a TVM-only search (issue 36's tenth afternoon)
-        anywhere = {o for b in available_backends() for o in backend_class(b).option_names()}
-        unknown = [k for k in extra if k not in known and k not in anywhere]
-        if unknown and backends:
-            from provmap.provenance.util.errors import did_you_mean
-
-            raise ProvmapError(f"variant {spec!r}: no searched backend takes option "
-                               f"{unknown[0]!r} (they take {', '.join(known)})"
-                               + did_you_mean(unknown[0], known))
+        extra = variant_options(spec, sorted({o for be in backends.values()
+                                              for o in be.option_names()}), bool(backends))
         for name, be in backends.items():
             if (any(k not in be.option_names() for k in extra)
                     or any(k in be.options() for k in extra)):
@@ -50,3 +35,28 @@ def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Ba
             rest = {k: v for k, v in be.options().items() if k not in own and k not in extra}
             out[vname] = (name, get_backend(vname, **rest))
     return out
+
+
+def variant_options(spec: str, known, searched: bool = True) -> dict:
+    """The options of --variant `spec`, refused when it is not OPTION=VALUE[;...] or names an
+    option no backend takes (`known`: the searched backends' options, named in the refusal).
+    Apart from e2e_variants so the command line runs it before the search is imported (issue 53):
+    it reads option tables through registry.options_class, which imports no backend's library."""
+    try:
+        extra = parse_variant(f"variant[{spec}]")[1]
+    except BackendError:
+        raise ProvmapError(f"variant {spec!r}: expected OPTION=VALUE[;OPTION=VALUE...], "
+                           "e.g. threads=1") from None
+    known = list(known)
+    # an option no backend at all takes is a typo (`--variant thred=1` dropped the
+    # default variants silently); one only unsearched backends take is skipped, as the
+    # default threads=1 is for a TVM-only search (issue 36's tenth afternoon)
+    anywhere = {o for b in available_backends() for o in options_class(b).option_names()}
+    unknown = [k for k in extra if k not in known and k not in anywhere]
+    if unknown and searched:
+        from provmap.provenance.util.errors import did_you_mean
+
+        raise ProvmapError(f"variant {spec!r}: no searched backend takes option "
+                           f"{unknown[0]!r} (they take {', '.join(known)})"
+                           + did_you_mean(unknown[0], known))
+    return extra

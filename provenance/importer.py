@@ -24,7 +24,7 @@ import tvm
 from . import ids as _ids, weights
 from .binding_map import build_map
 from .util.errors import ProvmapError, first_line
-from .util.files import unreadable_model
+from .util.files import refuse_absent_model, unreadable_model
 from .fold import FOLD_REASON, fold_constants, infer_types, weightless
 from .int8_pairs import saturation_warning
 from .model import ProvenanceMap, mark_vm_evaluated
@@ -44,10 +44,7 @@ def read_model(source) -> tuple[onnx.ModelProto, str]:
     if isinstance(source, onnx.ModelProto):
         return source, source.graph.name or "<model>"
     label = os.fspath(source)
-    if not os.path.exists(label):
-        raise ProvmapError(f"{label}: no such file")
-    if os.path.isdir(label):
-        raise ProvmapError(f"{label}: is a directory, not an ONNX file")
+    refuse_absent_model(label)
     try:
         model = weights.load(label)  # large external weights stay in their file, mapped
     except Exception as e:  # DecodeError, truncated files, external-data problems

@@ -122,6 +122,21 @@ def backend_class(name: str) -> type[Backend]:
                        f"{', '.join(known)}")
 
 
+#: Built-ins whose option table lives apart from a backend module that imports its library at
+#: its top: checking a command line's options must not wait for TVM's import (issue 53).
+OPTION_TABLES = {"tvm": "provmap.runtime_module.backends.tvm_options:TVMOptions"}
+
+
+def options_class(name: str) -> type[Backend]:
+    """The class whose option table and option checks (option_names, option_problem,
+    combination_problem, host_problem) are backend `name`'s, for checks made before any
+    work: backend_class's own class, or the lighter table it inherits them from."""
+    base = parse_variant(name)[0]
+    if base in OPTION_TABLES:
+        return _load_ref(OPTION_TABLES[base])
+    return backend_class(name)
+
+
 def get_backend(name: str, **options) -> Backend:
     """A backend by name, or a variant `NAME[OPTION=VALUE;...]` (`parse_variant`), whose
     instance then carries the variant's name; `options` add to (and override) the variant's."""

@@ -129,3 +129,55 @@ def test_a_library_failing_to_import_while_the_parser_is_built_is_one_line(capsy
         raise OSError("libtorch_global_deps.so: cannot open shared object file")
     monkeypatch.setattr(cli_main, "build_parser", broken)
     refused_in_process(capsys, ["inspect", "x.provmap"], "cannot start", "libtorch_global_deps.so")
+
+
+#: In a fresh interpreter: each command line through main(), then the heavy libraries imported
+#: so far (cumulative, so the first case that shows one is the one that imported it).
+_IMPORTS_AFTER = """
+import contextlib, io, json, sys
+from provmap.cli.main import main
+heavy = ("tvm", "onnxruntime", "openvino", "torch")
+seen = []
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # --help
+            rc = e.code
+    seen.append([argv, rc, sorted(m for m in heavy if m in sys.modules)])
+print(json.dumps(seen))
+"""
+
+
+def test_flag_and_argument_mistakes_are_refused_before_any_backend_is_imported(tmp_path):
+    """TVM's import takes seconds (torch comes with it where installed), and `compile` with a
+    flag mistake waited for it before saying one line (issue 53).  Checked by what the process
+    imported, never by how long it took."""
+    art, missing = str(tmp_path / "a.provmap"), str(tmp_path / "missing.onnx")
+    cases = [
+        ["compile", "--nonsense"],
+        ["run", "--help"],
+        ["compile", "bundled:squeezenet", "-o", art, "--strategy", "nosuch"],
+        ["compile", missing, "-o", art],  # the default strategy, collage
+        ["compile", str(tmp_path), "-o", art, "--strategy", "single:onnxruntime"],
+        ["compile", "bundled:squeezenett", "-o", art],
+        ["compile", "bundled:squeezenet", "-o", art, "--input-shape", "data_0=1xAx3"],
+        ["compile", "bundled:squeezenet", "-o", art, "--backend-option", "openvino.threads=abc"],
+        ["compile", "bundled:squeezenet", "-o", art, "--strategy", "single:tvm",
+         "--backend-option", "tvm.tune=bogus"],
+        ["compile", "bundled:squeezenet", "-o", art, "--strategy", "single:tvm", "--tuning-db",
+         str(tmp_path / "db")],
+        ["compile", "bundled:squeezenet", "-o", art, "--pin", "garbage"],
+        ["compile", "bundled:squeezenet", "-o", art, "--measure-on", "garbage"],
+        ["compile", "bundled:squeezenet", "-o", art, "--variant", "thred=1"],
+        ["map", missing, "-o", str(tmp_path / "m")],
+        ["map", "bundled:squeezenet", "-o", str(tmp_path / "m"), "--dim", "bad"],
+        ["bisect", missing, "--backend", "openvino"],
+        ["run", str(tmp_path / "missing.provmap")],
+    ]
+    r = subprocess.run([sys.executable, "-c", _IMPORTS_AFTER, json.dumps(cases)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert [rc for _argv, rc, _heavy in seen] == [2, 0] + [2] * (len(cases) - 2), seen
+    assert [(argv, heavy) for argv, _rc, heavy in seen if heavy] == [], seen

@@ -26,38 +26,14 @@ import json
 import queue
 import threading
 import time
-from dataclasses import dataclass
 
 from provmap.provenance.util.errors import ProvmapError, first_line
 
+from .tracker_address import TrackerAddress  # noqa: F401  (re-exported)
 from .worker import WorkerDied
 
 FUNC_MEASURE = "provmap.rpc.measure"
 FUNC_IDENTITY = "provmap.rpc.identity"
-
-
-@dataclass(frozen=True)
-class TrackerAddress:
-    host: str
-    port: int
-    key: str
-
-    @classmethod
-    def parse(cls, text: str) -> "TrackerAddress":
-        """`tracker:HOST:PORT/KEY` (what --measure-on takes)."""
-        rest = text[len("tracker:"):] if text.startswith("tracker:") else None
-        try:
-            hostport, key = rest.rsplit("/", 1)
-            host, port = hostport.rsplit(":", 1)
-            if not host or not key:
-                raise ValueError
-            return cls(host, int(port), key)
-        except (AttributeError, ValueError):
-            raise ProvmapError(f"--measure-on {text!r}: expected tracker:HOST:PORT/KEY "
-                               "(e.g. tracker:127.0.0.1:9190/rasp4)") from None
-
-    def __str__(self) -> str:
-        return f"tracker:{self.host}:{self.port}/{self.key}"
 
 
 # -- the server side -------------------------------------------------------------------------

@@ -32,6 +32,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .names import (ALL_LIGHT_MODELS, BUNDLED, BUNDLED_PREFIX as _BUNDLED_PREFIX,  # noqa: F401
+                    LIGHT_MODELS, ORIGINAL_SUFFIX, bundled_name)
 from .random_weights import is_float, with_random_weights
 
 __all__ = [
@@ -51,16 +53,6 @@ __all__ = [
 ]
 
 LIGHT_DIR = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
-#: The curated light models the tests and the bench run whole.
-LIGHT_MODELS = ("resnet50", "squeezenet", "vgg19", "inception_v1", "bvlc_alexnet")
-#: Every light model onnx ships, each a ``bundled:NAME`` (issue 36: 5 of the 9 were).
-ALL_LIGHT_MODELS = LIGHT_MODELS + ("densenet121", "inception_v2", "shufflenet", "zfnet512")
-#: Names accepted after ``bundled:`` by :func:`resolve`.
-BUNDLED = ALL_LIGHT_MODELS + ("transformer",)
-
-_BUNDLED_PREFIX = "bundled:"
-#: ``bundled:NAME:original``: a light model with its constant ``ConstantOfShape`` weights.
-ORIGINAL_SUFFIX = ":original"
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,22 +104,12 @@ def resolve(spec: str) -> tuple[onnx.ModelProto, str]:
     ProvmapError naming it (importer.read_model), like every other user-input error.
     """
     if spec.startswith(_BUNDLED_PREFIX):
-        from ..util.errors import ProvmapError, did_you_mean
-
-        name = spec[len(_BUNDLED_PREFIX):]
-        original = name.endswith(ORIGINAL_SUFFIX)
-        if original:
-            name = name[: -len(ORIGINAL_SUFFIX)]
+        name, original = bundled_name(spec)  # unknown names: names.py's refusal
         if name == "transformer":  # built with its own seeded weights: the original itself
             return transformer_block(), name
-        if name in ALL_LIGHT_MODELS:
-            if original:
-                return load_light(name), f"{name}-original"
-            return with_random_weights(load_light(name), seed=bundled_seed(name)), name
-        raise ProvmapError(f"{spec}: unknown bundled model {name!r}{did_you_mean(name, BUNDLED) or ';'}"
-                           f" expected one of "
-                           f"{', '.join(BUNDLED)} (a light model with {ORIGINAL_SUFFIX} appended "
-                           "for its constant weights)")
+        if original:
+            return load_light(name), f"{name}-original"
+        return with_random_weights(load_light(name), seed=bundled_seed(name)), name
     from ..importer import read_model  # the importer needs TVM: only when a file is given
 
     # The file as it is: import_onnx normalizes and checks it, and its hash is the user's.

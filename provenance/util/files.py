@@ -36,6 +36,17 @@ def refuse_special_file(path) -> None:
         raise ProvmapError(f"{p}: not a regular file ({kind})")
 
 
+def refuse_absent_model(label: str) -> None:
+    """The model reader's first two refusals, stdlib only: the command line says them before
+    importing TVM (issue 53), the reader (provmap.provenance.importer) after."""
+    from .errors import ProvmapError
+
+    if not os.path.exists(label):
+        raise ProvmapError(f"{label}: no such file")
+    if os.path.isdir(label):
+        raise ProvmapError(f"{label}: is a directory, not an ONNX file")
+
+
 def is_artifact_file(path) -> bool:
     """A zip whose directory names a manifest.json: what `compile` writes (an ONNX-taking
     command given one said "Wire format was corrupt")."""

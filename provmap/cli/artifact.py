@@ -23,14 +23,16 @@ from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add
 from .common import print_safe as _say, print_text_safe
 from .json_out import strict_dumps
 from .compile_trust import refuse_unusable_cache, refuse_unusable_trust_list, unrecorded_warning
-from .compile_flags import (CompileProgress, collage_flags_only_under_collage, collage_options,
-                            set_tuning_db, strategy_of)
+from .compile_flags import (CompileProgress, check_search_texts,
+                            collage_flags_only_under_collage, collage_options, set_tuning_db,
+                            strategy_of)
 from .inspect_text import print_inspect_text
 from .trust import add_trust_command
 
 
 def cmd_compile(args) -> int:
     from provmap.partition.backend_options import check_backend_options
+    from provmap.provenance.bundled.names import check_model_spec
     from provmap.provenance.profile import parse_dims
     from provmap.provenance.shapes import parse_input_shapes
 
@@ -49,6 +51,9 @@ def cmd_compile(args) -> int:
         refuse_unusable_cache(search_options.cache_path)
     if args.tuning_db:
         set_tuning_db(backend_options, strategy, args.tuning_db)
+    check_model_spec(args.model)  # a misspelt bundled name or a missing file, said at once
+    if search_options is not None:
+        check_search_texts(search_options, strategy)
     # Only now TVM (and, where it is installed, torch through it): a flag mistake is said in a
     # fraction of a second, not after the 3 s those imports take.
     from provmap.partition.compile import compile_model

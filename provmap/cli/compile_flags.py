@@ -58,7 +58,8 @@ def collage_options(args, strategy: Strategy):
     the strategy's list."""
     if strategy.kind != "collage":
         return None
-    from provmap.partition.collage import DEFAULT_SEARCH_BUDGET_S, CollageOptions
+    # not from collage.py, which imports every backend: the flags are checked before that
+    from provmap.partition.collage_options import DEFAULT_SEARCH_BUDGET_S, CollageOptions
 
     text = args.strategy
     if args.backends and ":" in text and text.split(":", 1)[1] != args.backends:
@@ -77,6 +78,27 @@ def collage_options(args, strategy: Strategy):
            {"e2e_variants": tuple(args.variant)} if args.variant else {}))
 
 
+def check_search_texts(options, strategy: Strategy) -> None:
+    """What the search would refuse in --pin/--forbid, --measure-on and --variant from their
+    text alone, refused now, in the search's order and under its conditions: the search reads
+    them after importing every backend and the model, seconds later (issue 53)."""
+    from provmap.partition.constraint_text import check_texts
+    from provmap.partition.measure.tracker_address import TrackerAddress
+    from provmap.partition.variants import variant_options
+    from provmap.runtime_module.registry import options_class
+
+    names = [b.name for b in strategy.used]
+    check_texts(options.pins, options.forbids, names)
+    if options.measure_on:
+        TrackerAddress.parse(options.measure_on)
+    if not options.e2e_check or options.measure_on or options.pins or options.forbids or \
+            options.cuts:
+        return  # the search reads no variant then (collage.search_space): nor is one refused
+    known = sorted({o for n in names for o in options_class(n).option_names()})
+    for spec in options.e2e_variants or ():
+        variant_options(spec, known, bool(names))
+
+
 def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
     """--tuning-db applies to every TVM backend of the strategy (tvm and tvm[...] variants);
     a strategy without one would ignore it (issue 36's fifth afternoon): refused."""
@@ -87,9 +109,9 @@ def set_tuning_db(backend_options: dict, strategy: Strategy, path: str) -> None:
     # only where something is tuned: an untuned TVM takes no database (the option alone is
     # refused: it did nothing and still named the backend's variant; eleventh afternoon).
     # The backend says which of its options act alone: TVMBackend.combination_problem.
-    from provmap.runtime_module.registry import backend_class
+    from provmap.runtime_module.registry import options_class
 
-    tuned = [b for b in tvm if backend_class(b.base).combination_problem(
+    tuned = [b for b in tvm if options_class(b.base).combination_problem(
         {**dict(b.options or {}), **backend_options.get(b.name, {}), "tuning_db": path}) is None]
     if not tuned:
         raise ProvmapError("--tuning-db acts only with tune=metaschedule: nothing is tuned "

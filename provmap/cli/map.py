@@ -12,15 +12,19 @@ from .term_text import term_safe
 
 
 def cmd_map(args) -> int:
-    from provmap.partition.model_source import map_model
+    from provmap.provenance.bundled.names import check_model_spec
     from provmap.provenance.profile import parse_dims
     from provmap.provenance.shapes import parse_input_shapes
 
     from .preflight import map_prefix
 
-    res = map_model(args.model, out=map_prefix(args.output),
-                    input_shapes=parse_input_shapes(args.input_shape), progress=say_progress,
-                    dims=parse_dims(args.dim))
+    input_shapes, dims = parse_input_shapes(args.input_shape), parse_dims(args.dim)
+    check_model_spec(args.model)
+    # TVM only now (seconds, torch with it where installed): the mistakes above are said at once
+    from provmap.partition.model_source import map_model
+
+    res = map_model(args.model, out=map_prefix(args.output), input_shapes=input_shapes,
+                    progress=say_progress, dims=dims)
     cov, pmap = res.coverage, res.pmap
     if args.json:
         print(json.dumps(cov, indent=2))

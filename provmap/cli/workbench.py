@@ -144,25 +144,27 @@ def _model_and_shapes(model, shapes: dict, npz=None):
 
 
 def cmd_bisect(args) -> int:
-    from provmap.runtime_module.registry import get_backend
-
-    from provmap.workbench.bisect import bisect
-    from provmap.partition.compile import load_view
-
+    from provmap.provenance.bundled.names import check_model_spec
     from provmap.provenance.profile import at_opt, parse_dims
     from provmap.provenance.shapes import parse_input_shapes
 
     given = _given_inputs(args)
     # bisect compares numbers at one shape: a range stands for its opt size
-    view = load_view(*_model_and_shapes(args.model, at_opt(parse_input_shapes(args.input_shape)),
-                                        given), dims=at_opt(parse_dims(args.dim)))
-    if not view.op_nodes:
-        raise ProvmapError(f"{args.model}: no node computes anything at run time (its outputs "
-                           "are inputs or constants): nothing to bisect")
+    shapes, dims = at_opt(parse_input_shapes(args.input_shape)), at_opt(parse_dims(args.dim))
+    check_model_spec(args.model)
     if args.backend == args.reference:  # a variant (onnxruntime[optimization=basic]) differs
         raise ProvmapError(f"--backend {args.backend} and --reference {args.reference} are one "
                            "library with the same settings: it would be compared with itself; "
                            "choose another --reference")
+    # TVM only now (seconds, torch with it where installed): the mistakes above are said at once
+    from provmap.partition.compile import load_view
+    from provmap.runtime_module.registry import get_backend
+    from provmap.workbench.bisect import bisect
+
+    view = load_view(*_model_and_shapes(args.model, shapes, given), dims=dims)
+    if not view.op_nodes:
+        raise ProvmapError(f"{args.model}: no node computes anything at run time (its outputs "
+                           "are inputs or constants): nothing to bisect")
     backend = get_backend(args.backend)
     if given is not None:  # the artifact's reader checks these for run/compare; bisect has none
         check_input_names(view, given.headers, args.inputs)

@@ -24,12 +24,12 @@ from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 from provmap.provenance.salvage import failing_nodes
 
-from ..options import Option, as_bool
-from ..backend import Backend, BackendError, Blob, KernelInfo, Runner, Support
+from ..backend import BackendError, Blob, KernelInfo, Runner, Support
 from .empty_tensors import refuse_reductions_over_nothing
-from .tvm_host import missing_features, refuse_foreign_cpu
+from .tvm_host import refuse_foreign_cpu
 from .tvm_module import bounded, module_for
-from .tvm_tuning import (TuningDatabase, default_db_dir, llvm_cpu_problem, make_target,
+from .tvm_options import TVMOptions
+from .tvm_tuning import (TuningDatabase, default_db_dir, make_target,
                          stderr_log, tune_regions, tuned_pipeline)
 
 _ALIGN = 64  # tvm.runtime.from_dlpack refuses less-aligned buffers
@@ -160,18 +160,13 @@ def _not_a_tensor(imp, name: str) -> bool:
     return tp is not None and tp.WhichOneof("value") in ("sequence_type", "optional_type")
 
 
-class TVMBackend(Backend):
+class TVMBackend(TVMOptions):
     """Options: `tune` ("none", or "metaschedule": tune each region's TIR before building it,
     see tvm_tuning), `trials` (per task, default 64), `tune_budget` (trials in all for this
     backend instance: one search's measuring worker, or one artifact build; default 2000),
     `tuning_db` (the database directory; default $PROVMAP_TUNING_DB or
     ~/.cache/provmap/tuning), `mcpu` (LLVM CPU; "native" = this host; default generic x86-64
     untuned, native when tuning)."""
-
-    name = "tvm"
-    TUNERS = ("none", "metaschedule")
-    #: Where records live changes no price: not part of cost-cache keys (Backend.priced_options).
-    UNPRICED_OPTIONS = ("tuning_db", "cross")
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -189,55 +184,9 @@ class TVMBackend(Backend):
         self._spent = 0  # trials this instance has tuned so far (the budget is per instance)
         self.tuning: list[dict] = []  # one TuneStats dict per tuned build, for reports
 
-    OPTIONS = (
-        Option("tune", "choice", "MetaSchedule tuning of each partition (docs/tuning.md)",
-               choices=TUNERS),
-        Option("trials", "int", "MetaSchedule trials per partition", minimum=1),
-        Option("tune_budget", "int", "MetaSchedule trials this backend may spend in all", minimum=0),
-        Option("tuning_db", "str", "directory of the tuning database"),
-        Option("mcpu", "str", "LLVM -mcpu (default: generic x86-64 untuned, 'native' = this "
-               "CPU with tune=metaschedule)"),
-        Option("cross", "bool", "1: the code is for another machine; an mcpu this CPU cannot "
-               "run is built, not refused (run refuses it here)"),
-    )
-
     def build_notes(self, sub) -> list[str]:
         from ..index_bounds import gather_notes
         return gather_notes(sub, "TVM reads outside the tensor (garbage, or a crash)")
-
-    @classmethod
-    def combination_problem(cls, options: dict) -> tuple[str, str] | None:
-        if str(options.get("tune", "none")) == "metaschedule":
-            return None
-        lone = next((k for k in ("trials", "tune_budget", "tuning_db") if k in options), None)
-        return (lone, "acts only with tune=metaschedule: nothing is tuned without it (add "
-                "--backend-option tvm.tune=metaschedule)") if lone else None
-
-    @classmethod
-    def host_problem(cls, options: dict) -> str | None:
-        """An mcpu whose instructions this CPU lacks built fine, and `run` then died with
-        "Illegal instruction" (issue 36): refused unless the build is declared a cross-build."""
-        mcpu = str(options.get("mcpu", "")).strip()
-        if mcpu in ("", "native") or as_bool(options.get("cross", False)):
-            return None
-        missing = missing_features(make_target(mcpu))
-        if not missing:
-            return None
-        return (f"option mcpu={mcpu}: this CPU lacks {', '.join(missing)}, so its code would "
-                "stop with an illegal instruction here; to build for another machine add "
-                "--backend-option tvm.cross=1")
-
-    @classmethod
-    def option_problem(cls, name: str, value) -> str | None:
-        """The table's check, and for `mcpu` LLVM's own list of CPU names."""
-        why = super().option_problem(name, value)
-        if why is None and name == "mcpu":
-            why = llvm_cpu_problem(str(value).strip())
-        return why
-
-    @classmethod
-    def takes_threads(cls) -> bool:
-        return True  # through TVMRunner.set_threads, not an option (see Backend.takes_threads)
 
     def version(self) -> str:
         return tvm.__version__

@@ -1,0 +1,53 @@
+"""What a caller sets for a Collage search, in a module that imports no backend.
+
+The command line builds these options from its flags before it imports the search: that import
+brings TVM, ONNX Runtime and OpenVINO (and torch through TVM where it is installed), seconds in
+all, and `compile` with a misspelt flag or a missing model waited for them to be told (issue 53).
+collage_types.py re-exports the class beside the values the levels pass each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .defaults import DEFAULT_SEARCH_BUDGET_S  # defined where the CLI's help reads it
+from .search_bounds import DEFAULT_BOUNDS, SearchBounds
+
+
+@dataclass
+class CollageOptions:
+    max_depth: int = 4
+    max_size: int = 12
+    max_exits: int = 4
+    pins: list = field(default_factory=list)
+    forbids: list = field(default_factory=list)
+    cuts: list = field(default_factory=list)
+    cache_path: str | None = None   # None: $PROVMAP_CACHE or ~/.cache/provmap/costs.sqlite
+    e2e_check: bool = True
+    e2e_repeats: int = 10
+    e2e_single_factor: float = 3.0  # measure single plans estimated within this factor of best
+    e2e_margin: float = 0.03        # a plan with more partitions must win by this, every pass
+    e2e_tie_margin: float = 0.03    # equally simple plans this close are measured again, longer
+    e2e_tie_passes: int = 4         # ...in this many interleaved passes (0: no tie-break)
+    # Options tried as whole-partition variants of each searched backend, in the end-to-end
+    # check (single plans) and the second level (moves), not priced by the first level; see
+    # e2e_variants.  (): none.
+    e2e_variants: tuple = ("threads=1",)
+    isolate: bool = True
+    measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
+    refine_budget_s: float | None = 60.0  # second level (partition/refine.py); 0: off, None: no
+    #                                       limit (it stops when it runs out of proposals)
+    refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
+    refine_confirm_passes: int = 4  # ...and win again in a fresh measurement of this many passes (0: not)
+    recheck_passes: int = 2         # a kept one-library plan against its closest rival, at a
+    #                                 second moment (partition/recheck.py; 0: not)
+    quiet_wait_s: float = 120.0     # a contended decision with no quiet price: wait this long
+    #                                 for quiet and measure it again (partition/quiet_again.py)
+    accept_contended: bool = False  # ...and if it stays busy, keep the fallback's guess rather
+    #                                 than write nothing (partition/fallback.py: `refuse_guess`)
+    schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
+    in_context: bool = True         # feed partition times inside the kept plan back to the cache
+    measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers
+    reuse_plan: bool = True         # a kept plan stored in the cost cache for this model and
+                                    # these settings is reused (see plan_cache_keys)
+    search_bounds: SearchBounds = DEFAULT_BOUNDS  # the first level's states and memory, past
+    #                                 which it finishes as a beam (partition/search_bounds.py)
