@@ -40,7 +40,8 @@ from .type_oracle import TypeOracle
 def read_model(source) -> tuple[onnx.ModelProto, str]:
     """The model as the user gave it (a path or a ModelProto), unchanged: its hash is the one
     artifacts record as the user's.  Read from a file, its large external weights stay there
-    (provenance.weights: every derived copy below would copy them otherwise).  Every failure is a ProvmapError naming the file."""
+    (provenance.weights: every derived copy below would copy them otherwise).  Every failure
+    is a ProvmapError naming the file."""
     if isinstance(source, onnx.ModelProto):
         return source, source.graph.name or "<model>"
     label = os.fspath(source)
@@ -218,6 +219,7 @@ def import_onnx(source, shape_dict: dict | None = None, label: str | None = None
                          + frozen_inputs(given) + duplicate_node_names(given)
                          + named_size_conflicts(given, shape_dict)]
     imported.output_hints = sorted(hints)
+    weights.release()  # hashed and imported: what is read again is read from the file
     return imported
 
 

@@ -92,6 +92,18 @@ def _mapped(fd: int) -> mmap.mmap:
     return mm
 
 
+def release() -> None:
+    """Drop the mapped weights' pages from this process (they are read again from the file
+    when next touched): after the import has hashed them and after a copy was made for a
+    library, so that the map and a library's copy are not resident at once.  Nothing is ever
+    written to the map, so nothing is lost."""
+    for mm in _MAPS.values():
+        try:
+            mm.madvise(mmap.MADV_DONTNEED)
+        except (AttributeError, OSError, ValueError):  # no madvise here: pages stay, still right
+            pass
+
+
 def _view(t: TensorProto, base: str | None = None) -> memoryview:
     """The bytes of a lazy tensor in its file, checked as onnx.load checks them."""
     from onnx.external_data_helper import _open_external_data_fd
@@ -172,6 +184,7 @@ def model_sha256(model: onnx.ModelProto) -> str:
     h = hashlib.sha256()
     for p in _pieces(model):
         h.update(p)
+    release()
     return h.hexdigest()
 
 
@@ -180,7 +193,9 @@ def serialize(model: onnx.ModelProto) -> bytes:
     the proto first, the weights copied once, straight from the map."""
     if not has_lazy(model):
         return model.SerializeToString(deterministic=True)
-    return b"".join(_pieces(model))
+    data = b"".join(_pieces(model))
+    release()
+    return data
 
 
 def _pieces(model: onnx.ModelProto) -> list:

@@ -18,7 +18,7 @@ import tempfile
 
 import onnx
 
-from provmap.provenance.weights import is_lazy, raw_view, tensor_bytes
+from provmap.provenance.weights import is_lazy, raw_view, release, tensor_bytes
 
 _ALIGN = 4096          # offsets of external tensors: page-aligned, so a reader can map them
 _MIN_TENSOR = 1024     # smaller tensors stay inside the proto (onnx's default threshold)
@@ -72,6 +72,7 @@ def external_data_file(model: onnx.ModelProto, prefix: str = "provmap-onnx-"):
                     entry = e.external_data.add()
                     entry.key, entry.value = k, v
                 del raw
+        release()  # the weights just copied out of the user's file need not stay resident
         path = os.path.join(tmp, "model.onnx")
         with open(path, "wb") as f:
             f.write(skel.SerializeToString())
