@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from provmap.provenance.util import native_stop
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.atomic import save_npz_atomic, write_bytes_atomic
 from provmap.runtime_module.backend import Backend, BackendError
@@ -48,7 +49,8 @@ def _run_region(view: GraphView, ops: list[int], backend: Backend, values: dict,
     blob = backend.build(sub)
     runner = backend.load(blob)
     try:
-        outs = runner([values[n] for n in runner.input_names])
+        with native_stop.running(getattr(runner, "cancel", None)):  # Ctrl-C stops it (run's way)
+            outs = runner([values[n] for n in runner.input_names])
     finally:
         runner.close()
     return dict(zip(runner.output_names, outs))
@@ -73,9 +75,6 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
     order = list(view.op_nodes)
     judged = judged_tensors(view)
     produced = [o for i in order for o in view.nodes[i].output if o in judged]
-    ref = reference_run(view.model, inputs, produced, reference)
-    steps = tensor_grids(view.model)
-    values = {**inputs, **ref}
     runs = 0
     found: dict[int, list[tuple[str, dict]]] = {}  # prefix end -> its diverging tensors
 
@@ -100,7 +99,11 @@ def bisect(view: GraphView, backend: Backend, inputs: dict, tol: Tolerance | Non
             raise ProvmapError(f"bisect: {view.describe(i)} is not supported by {backend.name}: "
                                f"{v.reason if v is not None else 'no verdict'}; bisect runs "
                                "every prefix of the model on it")
+    # after the verdicts, so a node the backend refuses is refused before the reference's run
     say(f"bisect: {len(order)} op node{'s' if len(order) != 1 else ''}, reference {reference}")
+    ref = reference_run(view.model, inputs, produced, reference)
+    steps = tensor_grids(view.model)
+    values = {**inputs, **ref}
     last = prefix_diverges(len(order) - 1)
     # The whole model as compare runs it, nothing exposed, on both sides: exposing every
     # intermediate keeps a library from fusing across them.  A QDQ model whose fused kernels
