@@ -158,13 +158,15 @@ def ort_outputs(model, feeds):
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
-def qdq_pool_chain(path):
+def qdq_pool_chain(path, doubled: bool = False):
     """QuantizeLinear/DequantizeLinear -> Conv -> Q/DQ -> MaxPool -> Q/DQ -> Conv -> Q/DQ, 16
     channels of 16x16, int8 weights within +-64 (no int16 pair saturates on any x86 kernel, so
     the integer sums are exact everywhere).  For the pinned versions on the host it was found on,
     OpenVINO requantizes one value of the first Conv one step (0.05) from ONNX Runtime's; it
     passes through the MaxPool, moves the second Conv's float output by 0.0096 (a tenth of its
-    quantizer's step) and ends 1.0000038 steps (of 0.1) off at the output (issue 52)."""
+    quantizer's step) and ends 1.0000038 steps (of 0.1) off at the output (issue 52).
+    `doubled`: z + z requantized at 0.1 (two steps off there, every kernel right), then at 0.4
+    (half a step), the output `w`."""
     mk = helper.make_node
     rng = np.random.default_rng(3)
     w1 = rng.integers(-64, 65, (16, 16, 3, 3)).astype(np.int8)
@@ -186,9 +188,17 @@ def qdq_pool_chain(path):
              mk("Conv", ["pd", "wd2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
              mk("QuantizeLinear", ["c2", "s2", "zp"], ["c2q"], name="c2q"),
              mk("DequantizeLinear", ["c2q", "s2", "zp"], ["z"], name="c2dq")]
+    if doubled:
+        inits.append(numpy_helper.from_array(np.array(0.4, np.float32), "s3"))
+        nodes += [mk("Add", ["z", "z"], ["a"], name="add"),
+                  mk("QuantizeLinear", ["a", "s2", "zp"], ["aq"], name="aq"),
+                  mk("DequantizeLinear", ["aq", "s2", "zp"], ["ad"], name="adq"),
+                  mk("QuantizeLinear", ["ad", "s3", "zp"], ["wq"], name="wq"),
+                  mk("DequantizeLinear", ["wq", "s3", "zp"], ["w"], name="wdq")]
     g = helper.make_graph(nodes, "qdq_pool_chain",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
-                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, 8, 8])],
+                          [helper.make_tensor_value_info("w" if doubled else "z",
+                                                         TensorProto.FLOAT, [1, 16, 8, 8])],
                           inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(m, full_check=True)
