@@ -362,8 +362,9 @@ def _tolerances(p):
     p.add_argument("--quant-steps", type=count, default=DEFAULT_QUANT_STEPS,
                    help="int8/uint8 (quantized) tensors: steps apart that still match, in "
                    "place of atol/rtol; a DequantizeLinear's float output with one constant "
-                   "scale also matches within that many steps of its scale (default "
-                   "%(default)s; 0 for exact)")
+                   "scale (and values a MaxPool, Reshape... selects from it, and a float tensor "
+                   "only QuantizeLinear reads) also matches within that many steps of the scale "
+                   "(default %(default)s; 0 for exact)")
     p.add_argument("--ulps", type=count, default=4,
                    help="float16/bfloat16 tensors also match within N units in the last place "
                    "of the reference (default %(default)s; 0: --atol/--rtol only)")
