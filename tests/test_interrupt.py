@@ -104,3 +104,25 @@ def test_ctrl_c_stops_run_inside_a_long_loop(tmp_path, backend):
     assert err.strip().splitlines() == ["provmap: interrupted"], err
     assert not out.exists()
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("reference", sorted(CASES))
+def test_ctrl_c_stops_bisect_inside_the_reference_run(tmp_path, reference):
+    """compare, bisect and profile call libraries outside `run`'s partition calls too (the
+    reference's whole-model run, bisect's prefixes, the profilers' calls): bisect of the Loop
+    was still running 15 s after Ctrl-C in ONNX Runtime's reference run.  ORT's run is
+    terminated; OpenVINO's, which does not stop, is ended with the process."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("openvino")
+    # OpenVINO's trip count for both: the backend under test must take the model (minutes
+    # of iterations on ONNX Runtime too)
+    onnx.save(loop_model(CASES["openvino"]), tmp_path / "loop.onnx")
+    np.savez(tmp_path / "x.npz", x=np.zeros(4, np.float32))
+    other = next(b for b in CASES if b != reference)
+    rc, err, took = _started_then_interrupted(
+        ["bisect", tmp_path / "loop.onnx", "--backend", other, "--reference", reference,
+         "--inputs", tmp_path / "x.npz", "-o", tmp_path / "bis"], "provmap: bisect: 1 op node")
+    print(f"bisect, reference {reference}: exit {rc} {took:.2f} s after SIGINT")
+    assert rc == 130, err
+    assert err.strip().splitlines() == ["provmap: interrupted"], err
+    assert not (tmp_path / "bis").exists() or not os.listdir(tmp_path / "bis")

@@ -55,3 +55,46 @@ def test_a_dropout_in_training_mode_is_said_to_be_random():
     train.CopyFrom(numpy_helper.from_array(np.array(False), "t"))
     m.graph.initializer[1].CopyFrom(train)
     assert random_outputs(m) == {}
+
+
+def _graph(nodes, *extra_outputs):
+    from onnx import numpy_helper as nh
+
+    inits = [nh.from_array(np.array(v, np.float32), n) for n, v in (("s", 0.05), ("t", 0.1))]
+    inits.append(nh.from_array(np.array(128, np.uint8), "z"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 1, 4, 4])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                           for o in ("y", *extra_outputs)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_values_selected_from_a_grid_stay_on_it_and_a_quantizer_input_is_judged_in_its_steps():
+    """Issue 52: bisect judged a QDQ ResNet-18's MaxPool output (values of the Relu's grid) and
+    a Conv output only a QuantizeLinear reads by atol, and blamed each for a step (or a tenth
+    of one) that compare passes on the model's outputs."""
+    from provmap.partition.measure.quant_steps import grid_steps
+
+    mk = helper.make_node
+    m = _graph([mk("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                mk("DequantizeLinear", ["q", "s", "z"], ["d"]),
+                mk("MaxPool", ["d"], ["p", "idx"], kernel_shape=[2, 2]),
+                mk("Flatten", ["p"], ["f"]),
+                mk("Concat", ["d", "d"], ["same"], axis=1),
+                mk("Concat", ["d", "x"], ["mixed"], axis=1),
+                mk("Add", ["f", "f"], ["a"]),
+                mk("QuantizeLinear", ["a", "t", "z"], ["aq"]),
+                mk("DequantizeLinear", ["aq", "t", "z"], ["y"]),
+                mk("Sigmoid", ["d"], ["sig"]),
+                mk("QuantizeLinear", ["sig", "t", "z"], ["sq"]),
+                mk("QuantizeLinear", ["sig", "s", "z"], ["sq2"]),
+                mk("Tanh", ["d"], ["out"]),
+                mk("QuantizeLinear", ["out", "t", "z"], ["oq"])], "mixed", "same", "out")
+    steps = grid_steps(m)
+    s, t = np.float32(0.05).item(), np.float32(0.1).item()
+    assert steps["p"] == steps["f"] == steps["same"] == s
+    assert "idx" not in steps    # MaxPool's indices are not values of the grid
+    assert "mixed" not in steps  # one input off the grid: the result is not on it
+    assert steps["a"] == t       # only a quantizer reads it: judged in that quantizer's steps
+    assert "sig" not in steps    # quantizers of two scales read it
+    assert "out" not in steps    # a model output: the user reads it as it is

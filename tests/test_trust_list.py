@@ -384,3 +384,22 @@ def test_trust_list_that_is_corrupt_sqlite_is_one_line(capsys, tmp_path, monkeyp
     rc = main(["trust", "--list"])
     err = capsys.readouterr().err
     assert rc in (0, 2) and "Traceback" not in err and "internal error" not in err, err
+
+
+def test_trust_list_json_is_laid_out_as_every_commands_json(work, relu_art):
+    """`trust --list --json` indented 1, inspect and lookup 2, report and annotate not at all
+    (issue 52): every command's --json is now one layout (cli/json_out.INDENT) and strict."""
+    from provmap.cli.json_out import INDENT
+
+    tmp, _lst = work
+    assert trust.add_trusted("ab" * 32, tmp / "x.provmap", how="trusted", backends=["tvm"])
+    report = tmp / "r.html"
+    outs = {"trust": _ok("trust", "--list", "--json").stdout,
+            "inspect": _ok("inspect", relu_art, "--json").stdout,
+            "compare": _ok("compare", relu_art, "--model", relu_art.parent / "relu.onnx",
+                           "--json").stdout,
+            "report": _ok("report", relu_art, "-o", report, "--json").stdout,
+            "backends": _ok("backends", "--json").stdout}
+    for cmd, out in outs.items():
+        assert out == json.dumps(json.loads(out), indent=INDENT, allow_nan=False) + "\n", cmd
+    assert json.loads(outs["trust"])["entries"][0]["backends"] == "tvm"

@@ -19,6 +19,7 @@ import onnx
 from provmap.partition.measure.quant_steps import (DEFAULT_QUANT_STEPS, grid_steps, steps_bound,
                                                   step_unit)
 from provmap.partition.measure.quant_steps import dequantized_steps  # noqa: F401  (its old home)
+from provmap.provenance.util import native_stop
 from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.weights import serialize
 
@@ -251,18 +252,22 @@ def _reference_run(model, inputs, extra_outputs, reference):
 
         so = ort.SessionOptions()
         so.log_severity_level = 4  # errors come back raised; its log prints node names raw
-        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-        return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, inputs)))
+        ro = ort.RunOptions()  # Ctrl-C sets its terminate (native_stop): ORT stops at once
+        with native_stop.running(lambda: setattr(ro, "terminate", True)):
+            sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, inputs, ro)))
     if reference == "openvino":
         import openvino as ov
 
         core = ov.Core()
-        compiled = core.compile_model(core.read_model(data, b""), "CPU",
-                                      {"INFERENCE_PRECISION_HINT": "f32"})
-        # OpenVINO drops a graph input nothing reads (a `token_type_ids` the graph ignores):
-        # feeding it by name failed with an unnamed port check (issue 36's eighth afternoon)
-        ports = {n for p in compiled.inputs for n in p.get_names()}
-        res = compiled({k: v for k, v in inputs.items() if k in ports})
+        with native_stop.running():  # no cancel OpenVINO honours: Ctrl-C ends the process
+            compiled = core.compile_model(core.read_model(data, b""), "CPU",
+                                          {"INFERENCE_PRECISION_HINT": "f32"})
+            # OpenVINO drops a graph input nothing reads (a `token_type_ids` the graph
+            # ignores): feeding it by name failed with an unnamed port check (issue 36's
+            # eighth afternoon)
+            ports = {n for p in compiled.inputs for n in p.get_names()}
+            res = compiled({k: v for k, v in inputs.items() if k in ports})
         out = {}
         for port, v in res.items():
             for n in port.get_names():
@@ -339,8 +344,9 @@ def _on_reference_inputs(m, names, inputs, captured, ref, graph_in, tol, steps) 
         return {}
     runner = m.runner
     try:
-        outs = runner([inputs[n] if n in graph_in else np.asarray(ref[n]) if n in ref
-                       else captured[n][1] for n in runner.input_names])
+        with native_stop.running(getattr(runner, "cancel", None)):
+            outs = runner([inputs[n] if n in graph_in else np.asarray(ref[n]) if n in ref
+                           else captured[n][1] for n in runner.input_names])
     except Exception:  # noqa: BLE001 - the partition refuses them: no second opinion
         return {}
     ok = all(metrics(np.asarray(a), ref[n], tol, steps.get(n))["ok"]

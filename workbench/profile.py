@@ -32,6 +32,7 @@ import statistics
 import time
 
 from provmap.partition.measure.contention import Window
+from provmap.provenance.util import native_stop
 from provmap.runtime_module.backend import PROFILED_UNMATCHED, PROFILED_WALL
 from provmap.runtime_module.registry import get_backend
 
@@ -90,8 +91,11 @@ def profile_artifact(mod, inputs: dict, repeats: int = 20, kernel_repeats: int =
         blob = mod.artifact.blob(m.id)
         options = mod.manifest["backends"].get(m.backend, {}).get("options", {})
         try:
-            prof = get_backend(m.backend, **options).profile_kernels(
-                blob, part_inputs[m.id], kernel_repeats)
+            # the library's own profiled calls, on runners profile_kernels makes: Ctrl-C ends
+            # the process if they do not return (native_stop), as it stops `run`
+            with native_stop.running():
+                prof = get_backend(m.backend, **options).profile_kernels(
+                    blob, part_inputs[m.id], kernel_repeats)
             source = "profiler" if prof else "even split (backend has no profiler)"
         except Exception as e:  # a profiler failing must not hide the partition-level numbers
             prof, source = None, f"even split (profiler failed: {type(e).__name__}: {e})"

@@ -91,6 +91,64 @@ def grid_steps(model: onnx.ModelProto) -> dict[str, float]:
     for n, v in _scales(model, "DequantizeLinear"):
         out.setdefault(n.input[0], v)
     out.update(dequantized_steps(model))
+    return _quantizer_inputs(model, _through_selection(model, out))
+
+
+def _quantizer_inputs(model: onnx.ModelProto, out: dict[str, float]) -> dict[str, float]:
+    """`out` plus every float tensor only QuantizeLinear nodes of one scale read (no graph
+    output): judged in that scale's steps.  Why: the model keeps nothing of it finer than a step,
+    and a neighbour's one-step flip upstream moves it by a fraction of one (0.16 to 0.3 of a step
+    after a QDQ ResNet-18's first MaxPool), where atol 1e-4 made bisect blame the Conv after it,
+    its reproducer "fails alone: False" (issue 52).  A kernel wrong by more than N steps is still
+    caught here, at its own node."""
+    quant = {n.output[0]: (n, v) for n, v in _scales(model, "QuantizeLinear")}
+    readers: dict[str, set] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            if i:
+                q = quant.get(n.output[0]) if n.op_type == "QuantizeLinear" and n.output else None
+                readers.setdefault(i, set()).add(
+                    q[1] if q is not None and q[0].input[0] == i else None)
+    outputs = {o.name for o in model.graph.output}
+    for t, scales in readers.items():
+        if t not in outputs and t not in out and len(scales) == 1 and None not in scales:
+            out[t] = scales.pop()
+    return out
+
+
+#: Ops whose output holds only values of their first input (moved, repeated, or the larger of
+#: some), or 0, which is on every grid: a value on the input's grid stays on it, and
+#: |max(a) - max(b)| <= max |a - b|, so N steps in stay within N steps out.
+_SELECTING = {"MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Relu", "Identity",
+              "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
+              "GatherElements", "GatherND", "Expand", "Tile", "Split", "DepthToSpace",
+              "SpaceToDepth"}
+#: Only the first output of these is data (MaxPool's second is indices, TopK's too).
+_FIRST_ONLY = {"MaxPool"}
+#: Ops selecting among all their inputs: on a grid only when every input shares it.
+_SELECTING_ALL = {"Concat", "Max", "Min"}
+
+
+def _through_selection(model: onnx.ModelProto, out: dict[str, float]) -> dict[str, float]:
+    """`out` extended along ops that only select values (graph order is topological).  Why:
+    quantize_static leaves a QDQ model's MaxPool between a DequantizeLinear and the next
+    QuantizeLinear, so its float output is on the Relu's grid; judged by atol, bisect blamed a
+    QDQ ResNet-18's MaxPool for one step (0.00635, its scale) that compare passes (issue 52)."""
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx") or not n.input:
+            continue
+        if n.op_type in _SELECTING:
+            step = out.get(n.input[0])
+        elif n.op_type in _SELECTING_ALL:
+            grids = {out.get(i) for i in n.input if i}
+            step = grids.pop() if len(grids) == 1 else None
+        else:
+            continue
+        if step is None:
+            continue
+        for o in n.output[:1] if n.op_type in _FIRST_ONLY else n.output:
+            if o:
+                out.setdefault(o, step)
     return out
 
 

@@ -9,7 +9,8 @@ artifact.
 How: `start` (the CLI only, beside interrupt.install) points `signal.set_wakeup_fd` at a pipe;
 CPython's C-level handler writes the signal's number there the moment it arrives, whatever the
 main thread is doing.  A watcher thread reads it and calls the `cancel` of every native call
-running now (`enter`/`leave` bracket them: module._call, backend.time_runner): ONNX Runtime's
+running now (`enter`/`leave` bracket them: module._call, backend.time_runner; `running`
+for compare, bisect and profile): ONNX Runtime's
 `RunOptions.terminate` stops a call between two nodes.  It then waits GRACE_S for those calls
 to return.  One that does not (OpenVINO's CPU plugin does not stop a running graph: measured,
 `InferRequest.cancel()` returned at once and the Loop ran on; TVM's VM has no way in) ends the
@@ -85,6 +86,18 @@ def leave(key) -> None:
     with _lock:
         _calls.pop(key, None)
         _idle.notify_all()
+
+
+@contextlib.contextmanager
+def running(cancel=None):
+    """`enter`/`leave` around a block of native calls: compare's and bisect's reference runs,
+    bisect's prefixes and profile's profiled calls call libraries outside `module._call`, and
+    Ctrl-C waited for them as it had for `run` (issue 52)."""
+    key = enter(cancel)
+    try:
+        yield
+    finally:
+        leave(key)
 
 
 def _watch(fd: int) -> None:

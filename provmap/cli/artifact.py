@@ -21,7 +21,7 @@ from .common import (MODEL_HELP, add_input_shape_option, add_random_options, add
                      note_needless_trust, parse_backend_options, positive_int, repeats,
                      say_progress, seconds, term_safe, warmups, warn)
 from .common import print_safe as _say, print_text_safe
-from .json_out import strict_dumps
+from .json_out import print_json
 from .compile_trust import refuse_unusable_cache, refuse_unusable_trust_list, unrecorded_warning
 from .compile_flags import (CompileProgress, check_search_texts,
                             collage_flags_only_under_collage, collage_options, set_tuning_db,
@@ -88,7 +88,7 @@ def cmd_compile(args) -> int:
     if search is not None:
         summary["search"] = search
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
     else:
         parts = ", ".join(f"{p['id']}:{p['backend']}({p['op_nodes']})" for p in summary["partitions"])
         parts = parts or ("nothing runs on a backend (every output is an input or computed "
@@ -189,7 +189,7 @@ def cmd_run(args) -> int:
                "outputs": {k: output_stats(v) for k, v in outs.items()},
                "output_file": args.output}
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
     else:
         for k, st in summary["outputs"].items():
             line = f"{term_safe(k)}: {st['dtype']}{st['shape']}"  # a name is the model's text
@@ -257,12 +257,12 @@ def cmd_inspect(args) -> int:
         relax = (load(args.artifact, runnable=False).artifact.members["partitioned.relax"]
                  .decode(errors="replace"))
         if args.json:  # --json was ignored here: the text is a field of the usual object
-            print(strict_dumps({**info, "relax": relax}, indent=2))
+            print_json({**info, "relax": relax})
         else:
             print_text_safe(relax)
         return 0
     if args.json:  # strict: a manifest's free-form fields may hold NaN (json_out.py)
-        print(strict_dumps(info, indent=2))
+        print_json(info)
         return 0
     print_inspect_text(info, args.model, args.limit)
     return 0
@@ -282,7 +282,7 @@ def cmd_lookup(args) -> int:
             args.json_error_printed = True  # dispatch's own {"error"} object would be a second
         raise
     if args.json:
-        print(strict_dumps(ans, indent=2))
+        print_json(ans)
         return 0
     for r in ans["results"]:
         if "kernels" in r and "backends" in r:  # node answer

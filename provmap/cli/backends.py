@@ -4,9 +4,8 @@ user learns `openvino.threads` takes an integer before a build refuses `abc`."""
 
 from __future__ import annotations
 
-import json
-
 from .term_text import term_safe
+from .json_out import print_json
 
 
 def cmd_backends(args) -> int:
@@ -26,7 +25,7 @@ def cmd_backends(args) -> int:
             {"name": k, "expects": specs[k].expected() if k in specs else "(the plugin checks)",
              "help": specs[k].help if k in specs else ""} for k in sorted(declared)]})
     if args.json:
-        print(json.dumps({"backends": rows}, indent=2))
+        print_json({"backends": rows})
         return 0
     for r in rows:
         if "error" in r:

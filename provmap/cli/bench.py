@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 from provmap.provenance.util.errors import ProvmapError
 
+from .json_out import print_json
 from .common import backend_list, say_progress, count, positive_int, seconds
 
 
@@ -74,8 +73,7 @@ def cmd_bench(args) -> int:
         update_readme(args.readme, res, os.path.relpath(args.output,
                                                         os.path.dirname(os.path.abspath(args.readme))))
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
     else:
         from provmap.bench.report import markdown
 

@@ -12,6 +12,15 @@ def print_bisect(backend: str, res: dict, metrics_text) -> None:
         print_safe(f"{backend} matches {res['reference']} on every output ({res['runs']} "
               "run(s))" + (f"; largest difference {worst['tensor']}: {metrics_text(worst)}"
                            if worst else ""))
+        if res.get("inherited"):
+            print_safe(f"  {_inherited(res)}: differences upstream grown, not a wrong kernel")
+    elif res.get("accumulated"):
+        for t in res["tensors"]:
+            print_safe(f"  diverging model output {t['tensor']}: {metrics_text(t)}")
+        print_safe(f"{backend} differs from {res['reference']} on the whole model, but no node "
+                   f"is wrong on its own inputs: {_inherited(res)}; the difference built up "
+                   "across nodes (accumulated error), so no single node is to blame and no "
+                   "reproducer was written")
     elif res.get("fused_only"):
         for t in res["tensors"]:
             print_safe(f"  diverging model output {t['tensor']}: {metrics_text(t)}")
@@ -42,3 +51,12 @@ def print_bisect(backend: str, res: dict, metrics_text) -> None:
             print_safe(f"reproducer: {res['reproducer']['model']} (inputs "
                   f"{res['reproducer']['inputs']}, expected {res['reproducer']['expected']}); "
                   f"checks {checks}; fails alone: {res['reproducer_diverges']}")
+
+
+def _inherited(res: dict) -> str:
+    """What bisect found past the tolerance that no node's kernel is to blame for."""
+    n = len(res["inherited"])
+    return (f"{n} intermediate tensor{'s' if n != 1 else ''} differ past the tolerance "
+            f"({', '.join(res['inherited'][:3])}{', ...' if n > 3 else ''}), each as "
+            f"{res['reference']} computes it from {res['backend']}'s own inputs (the node "
+            "alone)")

@@ -26,3 +26,14 @@ def finite(x):
 def strict_dumps(obj, **kw) -> str:
     """json.dumps of `obj` with non-finite floats as null (never NaN/Infinity)."""
     return json.dumps(finite(obj), allow_nan=False, **kw)
+
+
+#: Every command's --json indents this much.  Why one value: inspect and lookup indented 2,
+#: compare, profile, bisect, explain and `trust --list` 1, report and annotate not at all (issue
+#: 52); a script diffing two commands' output, or a reader, met three layouts of one tool.
+INDENT = 2
+
+
+def print_json(obj) -> None:
+    """A command's --json answer on stdout: strict (`strict_dumps`) and indented as all are."""
+    print(strict_dumps(obj, indent=INDENT))

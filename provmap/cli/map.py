@@ -4,11 +4,11 @@ provmap.provenance.mapper's with ONNX Runtime's types, on the command line).  `p
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .common import MODEL_HELP, say_progress, add_input_shape_option, dispatch
 from .term_text import term_safe
+from .json_out import print_json
 
 
 def cmd_map(args) -> int:
@@ -27,7 +27,7 @@ def cmd_map(args) -> int:
                     progress=say_progress, dims=dims)
     cov, pmap = res.coverage, res.pmap
     if args.json:
-        print(json.dumps(cov, indent=2))
+        print_json(cov)
         return 0
     print(term_safe(res.label))  # the model's path, names from it below: someone else's text
     print(f"  ONNX nodes : {cov['onnx_nodes_total']} total, {cov['onnx_nodes_mapped']} mapped "

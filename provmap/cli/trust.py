@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-import json
 import os
 
 from provmap.provenance.util.errors import ProvmapError
 
 from .term_text import term_safe
+from .json_out import print_json
 
 
 def _where(raw: bool = False) -> str:
@@ -55,7 +55,7 @@ def _list(as_json: bool) -> int:
     for e in rows:
         e["stale"] = trust.stale_reason(e)
     if as_json:
-        print(json.dumps({"list": _where(raw=True), "entries": rows}, indent=1))
+        print_json({"list": _where(raw=True), "entries": rows})  # a list anyone could edit
         return 0
     print(f"{len(rows)} trusted artifact(s) in {_where()}")
     for e in rows:

@@ -8,7 +8,6 @@ every overlay; without the [explorer] extra it prints that command instead.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shlex
 import subprocess
@@ -18,6 +17,7 @@ from provmap.provenance.util.errors import ProvmapError
 
 from .common import say_progress, read_json_file, tcp_port
 from .term_text import term_safe
+from .json_out import print_json
 
 
 DEFAULT_HOST = "127.0.0.1"
@@ -74,7 +74,7 @@ def cmd_overlays(args) -> int:
     if args.host != DEFAULT_HOST:  # the printed command dropped it (issue 36)
         command += ["--host", args.host]
     if args.json:
-        print(json.dumps({"files": files, "command": command}, indent=1))
+        print_json({"files": files, "command": command})
     else:
         print(f"wrote {term_safe(args.output)}: model.onnx (annotated, grouped by partition) and overlays "
               + ", ".join(k for k in files if k != "model"))

@@ -21,6 +21,7 @@ from provmap.provenance.util.atomic import write_bytes_atomic
 
 from .common import backend_list, check_input_names, only_with
 from .source_model import refuse_source_model
+from .json_out import print_json
 
 
 def _given_inputs(args):
@@ -99,7 +100,7 @@ def cmd_compare(args) -> int:
     res["warnings"] = list(mod.manifest.get("warnings") or [])
     res["artifact_digest"] = mod.artifact.digest  # overlays --errors checks whose it is
     if args.json:
-        print(json.dumps(res, indent=1))  # JSON escapes itself
+        print_json(res)  # JSON escapes itself
     else:
         for line in _aligned([["ok" if t["ok"] else "FAIL", t["partition"], t["backend"],
                                 f"{t['tensor']} (from {t['onnx_node']}): {_metrics_text(t)}"
@@ -172,7 +173,7 @@ def cmd_bisect(args) -> int:
     res = bisect(view, backend, inputs, _tol(args), args.reference, out_dir=args.output,
                  progress=say_progress)
     if args.json:
-        print(json.dumps(res, indent=1))  # JSON escapes itself
+        print_json(res)  # JSON escapes itself
     else:
         from .bisect_text import print_bisect
 
@@ -193,7 +194,7 @@ def cmd_profile(args) -> int:
     if args.trace:
         write_bytes_atomic(args.trace, json.dumps(trace).encode())
     if args.json:
-        print(json.dumps(res, indent=1))
+        print_json(res)
         return 0
     print(f"end to end {res['e2e_ms']:.3f} ms (plain runs: {res['e2e_plain_ms']:.3f} ms); "
           f"partitions sum to {res['partitions_total_ms']:.3f} ms ({res['coverage']:.1%})")
@@ -284,9 +285,11 @@ def cmd_report(args) -> int:
     summary = {"report": args.output, "nodes": len(mod.lookup.map.nodes),
                "partitions": len(mod.partitions), "bytes": len(page.encode()),
                "costs": "measured" if profile else "none"}
-    print(json.dumps(summary) if args.json else
-          f"wrote {args.output} ({summary['nodes']} nodes, {summary['partitions']} "
-          f"partition{'s' if summary['partitions'] != 1 else ''})")
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"wrote {args.output} ({summary['nodes']} nodes, {summary['partitions']} "
+              f"partition{'s' if summary['partitions'] != 1 else ''})")
     return 0
 
 
@@ -305,10 +308,13 @@ def cmd_annotate(args) -> int:
     summary = {"annotated": args.output, "nodes": cov["nodes"], "with_backend": cov["placed"],
                "with_reason": cov["with_reason"], "unannotated": cov["unannotated"],
                "states": cov["states"]}
-    print(json.dumps(summary) if args.json else
-          f"wrote {args.output}: {cov['nodes']} nodes annotated ({describe_states(cov['states'])}"
-          f"); {cov['placed']} with their backend, {cov['with_reason']} with the reason they "
-          "run in no partition (metadata_props provmap.*; open in Netron)")
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"wrote {args.output}: {cov['nodes']} nodes annotated "
+              f"({describe_states(cov['states'])}); {cov['placed']} with their backend, "
+              f"{cov['with_reason']} with the reason they run in no partition (metadata_props "
+              "provmap.*; open in Netron)")
     return 0
 
 
@@ -335,9 +341,7 @@ def cmd_explain(args) -> int:
         x["headroom"] = headroom_of(args, mod, _reference_model(mod, args.model))
         text = None if args.json else explain_lines(x)
     if args.json:
-        from .json_out import strict_dumps
-
-        print(strict_dumps(x, indent=1))
+        print_json(x)
     else:  # names and reasons from the artifact are someone else's text, a newline too
         for ln in text:
             print_safe(ln)
@@ -362,8 +366,9 @@ def _tolerances(p):
     p.add_argument("--quant-steps", type=count, default=DEFAULT_QUANT_STEPS,
                    help="int8/uint8 (quantized) tensors: steps apart that still match, in "
                    "place of atol/rtol; a DequantizeLinear's float output with one constant "
-                   "scale also matches within that many steps of its scale (default "
-                   "%(default)s; 0 for exact)")
+                   "scale (and values a MaxPool, Reshape... selects from it, and a float tensor "
+                   "only QuantizeLinear reads) also matches within that many steps of the scale "
+                   "(default %(default)s; 0 for exact)")
     p.add_argument("--ulps", type=count, default=4,
                    help="float16/bfloat16 tensors also match within N units in the last place "
                    "of the reference (default %(default)s; 0: --atol/--rtol only)")
