@@ -57,7 +57,8 @@ def cmd_overlays(args) -> int:
     from provmap.workbench.overlays import explorer_command, write_overlays
 
     from .source_model import refuse_source_model
-    from .workbench import _check_profile_is_of, _reference_model
+    from .report import _check_profile_is_of
+    from .workbench import _reference_model
 
     profile = _read_json(args.profile, "profile", "onnx_nodes") if args.profile else None
     errors = _read_json(args.errors, "compare", "tensors") if args.errors else None

@@ -13,7 +13,7 @@ import os
 
 from .common import (MODEL_HELP, load_inputs, say_progress, add_input_shape_option,
                      add_random_options, add_trust_option, check_inputs_choice, count,
-                     non_negative, note_needless_trust, print_safe, read_json_file, repeats,
+                     non_negative, note_needless_trust, print_safe, repeats,
                      term_safe, warn)
 from provmap.partition.measure import DEFAULT_QUANT_STEPS
 from provmap.provenance.util.errors import ProvmapError, first_line
@@ -22,6 +22,7 @@ from provmap.provenance.util.atomic import write_bytes_atomic
 from .common import backend_list, check_input_names, only_with
 from .source_model import refuse_source_model
 from .json_out import print_json
+from .report import cmd_report
 
 
 def _given_inputs(args):
@@ -235,62 +236,6 @@ def _unattributed_lines(res: dict) -> list[str]:
              for r in rows[:UNATTRIBUTED_SHOWN]]  # as the top nodes' lines
     more = len(rows) - UNATTRIBUTED_SHOWN
     return [head] + shown + ([f"  ... {more} more (--json lists them)"] if more > 0 else [])
-
-
-def _check_profile_is_of(profile: dict, path: str, mod, artifact: str) -> None:
-    """A profile of another artifact would paint its costs on the wrong nodes without a word.
-    Profiles carry the artifact's digest; older ones are checked by their partitions."""
-    digest = profile.get("artifact_digest")
-    parts = [(p.get("partition"), p.get("backend")) for p in profile["partitions"]
-             if isinstance(p, dict)]
-    mine = [(m.id, m.backend) for m in mod.partitions]
-    if (digest and digest != mod.artifact.digest) or (not digest and parts != mine):
-        raise ProvmapError(f"{path}: a profile of another artifact (digest "
-                           f"{(digest or 'not recorded')[:12]}, {len(parts)} partition(s)), "
-                           "not of "
-                           f"{artifact} "
-                           f"(digest {mod.artifact.digest[:12]}); profile this artifact, or use "
-                           "--measure")
-
-
-def cmd_report(args) -> int:
-    from provmap.runtime_module.module import load
-    from provmap.workbench.report_html import render
-
-    only_with(args, "--measure", args.measure, ("--repeats", args.repeats is not None),
-               ("--trust", args.trust))
-    args.repeats = 10 if args.repeats is None else args.repeats
-    profile = None
-    if args.profile and args.measure:
-        raise ProvmapError("give either --profile FILE (saved costs) or --measure (profile "
-                           "now), not both")
-    if args.profile:
-        from provmap.runtime_module.artifact_schema import check_profile
-
-        profile = read_json_file(args.profile, "profile")
-        if not isinstance(profile, dict) or not isinstance(profile.get("partitions"), list):
-            raise ProvmapError(f"{args.profile}: not the output of `provmap profile --json`")
-        check_profile(profile, args.profile)
-    mod = load(args.artifact, runnable=bool(args.measure), trust=args.trust)
-    note_needless_trust(mod, args.trust)
-    if profile is not None:
-        _check_profile_is_of(profile, args.profile, mod, args.artifact)
-    if args.measure:
-        from provmap.workbench.profile import profile_artifact
-
-        profile = profile_artifact(mod, mod.random_inputs(0), repeats=args.repeats,
-                                   progress=say_progress)
-    page = render(mod, profile)
-    write_bytes_atomic(args.output, page.encode())
-    summary = {"report": args.output, "nodes": len(mod.lookup.map.nodes),
-               "partitions": len(mod.partitions), "bytes": len(page.encode()),
-               "costs": "measured" if profile else "none"}
-    if args.json:
-        print_json(summary)
-    else:
-        print(f"wrote {args.output} ({summary['nodes']} nodes, {summary['partitions']} "
-              f"partition{'s' if summary['partitions'] != 1 else ''})")
-    return 0
 
 
 def cmd_annotate(args) -> int:
