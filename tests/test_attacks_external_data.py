@@ -158,3 +158,38 @@ def test_openvino_model_xml_must_be_an_ir(relu_art, tmp_path, monkeypatch, xml, 
 def test_an_openvino_ir_passes_the_check(relu_art, tmp_path):
     blob = read_artifact(_as_openvino(relu_art, tmp_path / "ov.provmap", _IR)).blob("p0")
     assert blob.files["model.xml"] == _IR
+
+
+# -- provmap's own layout of a partition past 2 GB: model.onnx + model.data -------------------
+
+@pytest.mark.parametrize("location, offset, why", [
+    ("model.data", 0, None),                 # provmap's layout: allowed, reads its own member
+    ("secret.bin", 0, "secret.bin"),         # any other file: refused as ever
+    ("../model.data", 0, "../model.data"),   # not exactly the member's name
+    ("model.onnx", 0, "model.onnx"),         # the partition's graph itself
+    ("model.data", 8, "model.data"),         # past the member's end
+])
+def test_a_split_partition_may_name_only_its_own_model_data(relu_art, tmp_path, location,
+                                                           offset, why):
+    """backends/ort_blob.py: an ONNX Runtime partition past protobuf's 2 GB keeps its weights
+    in its own `model.data`; a stranger's artifact may use that layout, and nothing else."""
+    w = external("w", location)
+    w.external_data[1].value = str(offset)
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    manifest, files = members(relu_art)
+    files["partitions/p0/model.onnx"] = model.SerializeToString()
+    files["partitions/p0/model.data"] = np.full(4, 2.0, np.float32).tobytes()
+    manifest["partitions"][0]["files"]["partitions/p0/model.data"] = ""  # hashed by repack
+    (tmp_path / "secret.bin").write_bytes(SECRET)
+    art = repack(tmp_path / "split.provmap", manifest, files)
+    r = provmap("run", art, "--inputs", _zeros(tmp_path), "-o", tmp_path / "out.npz",
+                cwd=tmp_path)
+    if why is None:
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], np.full(4, 2.0))
+    else:
+        one_error(r, "partitions/p0/model.onnx", "external data", why)
+        assert not (tmp_path / "out.npz").exists()

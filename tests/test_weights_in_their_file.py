@@ -102,3 +102,22 @@ def test_a_location_outside_the_models_directory_is_refused(big_external, tmp_pa
             e.value = os.path.join("..", "mm.onnx.data")
     onnx.save(m, str(inner / "mm.onnx"))
     one_error(provmap("compile", inner / "mm.onnx", "-o", tmp_path / "a.provmap"), "mm.onnx")
+
+
+def test_a_partition_past_protobufs_limit_is_stored_as_graph_and_weights(big_external,
+                                                                         tmp_path,
+                                                                         monkeypatch):
+    """backends/ort_blob.py: past 2 GB one protobuf cannot hold the partition (a 1B decoder's
+    artifact was unreadable); the threshold lowered here to this model's 1 MB weight."""
+    from provmap.partition.compile import compile_model
+    from provmap.runtime_module.backends import onnxruntime as ort_backend
+    from provmap.runtime_module.module import load
+
+    monkeypatch.setattr(ort_backend, "SPLIT_MIN_BYTES", 1 << 20)
+    art = compile_model(str(big_external), "single:onnxruntime", out=tmp_path / "a.provmap")
+    names = sorted(art.members)
+    assert "partitions/p0/model.data" in names, names
+    x = {"x": np.random.default_rng(2).standard_normal((1, N)).astype(np.float32)}
+    ref = ort.InferenceSession(str(big_external)).run(None, x)[0]
+    got = load(tmp_path / "a.provmap").run(x)
+    np.testing.assert_allclose(got["z"], ref, rtol=1e-5, atol=1e-5)

@@ -33,10 +33,11 @@ from provmap.provenance.util.dtypes import onnx_elem
 from provmap.provenance.util.errors import first_line
 from provmap.provenance.weights import has_lazy, serialize
 
-from ..onnx_external import external_data_file
+from ..onnx_external import external_data_file, weight_bytes
 from ..options import Option, as_bool, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
+from .ort_blob import SPLIT_MIN_BYTES, read_split, session_source
 from .ort_kernels import map_kernels
 from .ort_refusals import refuse_ort
 from .ort_runner import OrtRunner, _ort
@@ -287,20 +288,24 @@ class OnnxRuntimeBackend(Backend):
                                         "weights.bin")
             so.add_session_config_entry(
                 "session.optimized_model_external_initializers_min_size_in_bytes", "64")
+            files = None
             if lazy:  # ORT reads the weights from a file; the blob's copy is made after it
                 with external_data_file(model, prefix="provmap-ort-in-") as src:
                     sess = self._session(src, so, f"build subgraph {sub.key[:12]}")
+                    del sess
+                    if weight_bytes(model) >= SPLIT_MIN_BYTES:  # past protobuf's 2 GB
+                        files = read_split(src)
             else:
                 sess = self._session(data, so, f"build subgraph {sub.key[:12]}")
-            del sess
+                del sess
             try:
                 optimized = onnx.load(path, load_external_data=False)
             except Exception as e:
                 raise BackendError(f"onnxruntime: cannot read back the optimized graph: "
                                    f"{first_line(e)}") from None
         kernels, source = map_kernels(model, optimized, sub)
-        if data is None:
-            data = self._serialized(model)
+        if files is None:
+            files = {"model.onnx": data if data is not None else self._serialized(model)}
         meta = {
             "backend_version": self.version(),
             "input_names": [t.name for t in sub.inputs],
@@ -314,7 +319,7 @@ class OnnxRuntimeBackend(Backend):
                   f"# {len(sub.closure)} original nodes -> {len(optimized.graph.node)} ORT nodes\n"
                   f"# inputs: {', '.join(meta['input_names'])}\n"
                   f"# outputs: {', '.join(meta['output_names'])}\n")
-        return Blob(backend=self.name, files={"model.onnx": data}, meta=meta, kernels=kernels,
+        return Blob(backend=self.name, files=files, meta=meta, kernels=kernels,
                     source=header + source)
 
     @staticmethod
@@ -331,7 +336,9 @@ class OnnxRuntimeBackend(Backend):
         if data is None:
             raise BackendError(f"onnxruntime: blob has no model.onnx "
                                f"(members: {sorted(blob.files)})")
-        sess = self._session(bytes(data), self._session_options(), "load model.onnx")
+        keep: list = []
+        sess = self._session(session_source(blob.files, keep), self._session_options(),
+                             "load model.onnx")
         in_names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
         out_names = list(blob.meta.get("output_names") or [o.name for o in sess.get_outputs()])
         have_in = {i.name for i in sess.get_inputs()}
@@ -340,7 +347,10 @@ class OnnxRuntimeBackend(Backend):
                    + [n for n in out_names if n not in have_out])
         if missing:
             raise BackendError(f"onnxruntime: model.onnx lacks tensors named in meta: {missing}")
-        return OrtRunner(sess, in_names, out_names)
+        runner = OrtRunner(sess, in_names, out_names)
+        for tie in keep:  # a split partition's scratch files live as long as its runner
+            tie(runner)
+        return runner
 
 
     def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
@@ -351,7 +361,8 @@ class OnnxRuntimeBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="provmap-ortprof-") as d:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(d, "ort")
-            sess = self._session(bytes(blob.files["model.onnx"]), so, "profile model.onnx")
+            keep: list = []
+            sess = self._session(session_source(blob.files, keep), so, "profile model.onnx")
             names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
             runner = OrtRunner(sess, names, [o.name for o in sess.get_outputs()])
             runner(inputs)  # a warm-up, its events dropped below
@@ -362,6 +373,8 @@ class OnnxRuntimeBackend(Backend):
                 walls.append(time.perf_counter() - t0)
             with open(sess.end_profiling()) as f:
                 events = json.load(f)
+            for tie in keep:
+                tie(runner)
         totals: dict[str, list[float]] = {}
         for e in events:
             if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
