@@ -73,7 +73,8 @@ def compare_outputs(outs: dict, refs: dict, atol: float, rtol: float, steps: dic
                 return Verdict(float("inf"), f"output '{name}' has NaN where the reference has "
                                              "none (or the reverse)")
             ok_mask = nan_a | (af == rf)  # equal infs, NaN pairs
-            diff = np.where(ok_mask, 0.0, np.abs(af - rf))
+            with np.errstate(invalid="ignore"):  # inf - inf: a NaN, made inf below
+                diff = np.where(ok_mask, 0.0, np.abs(af - rf))
             diff = np.where(np.isnan(diff), np.inf, diff)
             bound = atol + rtol * np.abs(np.where(ok_mask, 0.0, rf))
             if unit:  # on a DequantizeLinear's grid: either rule passes, as in compare
