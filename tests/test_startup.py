@@ -14,7 +14,7 @@ import small_models
 
 # The CLI run as the console script runs it, reporting which backend libraries it imported:
 # the same probe bench/startup.py times.
-from provmap.bench.startup import _PROBE  # noqa: E402
+from provmap.bench.startup import HEAVY, _PROBE  # noqa: E402
 
 
 def _probe(*args):
@@ -79,6 +79,23 @@ def test_compile_still_imports_what_it_needs(artifact, tmp_path):
                       "single:onnxruntime")
     assert r.returncode == 0, r.stderr
     assert "onnxruntime" in heavy
+
+
+def test_a_tvm_compile_does_not_import_torch(tmp_path):
+    """TVM's packages import torch when it is installed (1.4 s of `import tvm`, about 0.3 GB);
+    the CLI imports them without it (import_guard._no_torch_for), and a TVM build still works."""
+    pytest.importorskip("torch")  # without torch there is nothing to keep out
+    import onnx
+
+    model = tmp_path / "m.onnx"
+    onnx.save(small_models.conv_relu(), model)
+    probe = _PROBE.replace(repr(HEAVY), repr(("tvm", "torch")))
+    r = subprocess.run([sys.executable, "-c", probe, "compile", str(model), "-o",
+                        str(tmp_path / "m.provmap"), "--strategy", "single:tvm"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stderr.splitlines() if ln.startswith("HEAVY=")]
+    assert json.loads(line[-1][len("HEAVY="):]) == ["tvm"], r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])

@@ -1,4 +1,5 @@
-"""No KeyboardInterrupt inside another package's import, on the CLI's main thread.
+"""No KeyboardInterrupt inside another package's import, on the CLI's main thread (and no
+torch inside TVM's FFI: `_no_torch_for`).
 
 Python raises KeyboardInterrupt at whatever bytecode runs when Ctrl-C comes.  Inside a
 library's import that can be Python code a C extension's init calls (onnx's pybind11 module,
@@ -58,11 +59,32 @@ def _guarded(cls):
                 return super().create_module(spec)
 
         def exec_module(self, module):
-            with _guard(raise_after=True):
+            with _guard(raise_after=True), _no_torch_for(module.__name__):
                 super().exec_module(module)
 
     Guarded.__name__ = Guarded.__qualname__ = f"Guarded{cls.__name__}"
     return Guarded
+
+
+class _no_torch_for:
+    """TVM without torch, on the CLI: tvm_ffi and tvm.relax import torch at their own import
+    when torch is installed (for torch's DLPack and CUDA streams, which provmap never hands
+    them), 1.4 s of the 2.8 s `import tvm` and about 0.3 GB of every command's memory.  While a
+    module of either package runs, `import torch` finds nothing (each catches the ImportError);
+    torch stays importable afterwards for whoever needs it (the bench's exports)."""
+
+    def __init__(self, name: str):
+        self.block = name.partition(".")[0] in ("tvm", "tvm_ffi") and "torch" not in sys.modules
+
+    def __enter__(self):
+        if self.block:
+            sys.modules["torch"] = None  # the import system's "not installed"
+        return self
+
+    def __exit__(self, *exc):
+        if self.block and "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+        return False
 
 
 _GUARDED = {ExtensionFileLoader: _guarded(ExtensionFileLoader),
