@@ -51,8 +51,12 @@ _ORT = ("import sys, numpy as np, onnxruntime as ort\n"
 _OV = ("import sys, numpy as np, openvino as ov\n"
        "c = ov.Core().compile_model(sys.argv[1], 'CPU')\n"
        f"c({{'input_ids': np.zeros((1, {SEQ}), np.int64)}})\n")
-#: What every provmap step pays before it reads a byte of the model: the libraries' imports.
-_IDLE = "import provmap.partition.compile, tvm, onnxruntime, openvino  # noqa\n"
+#: What every provmap step pays before it reads a byte of the model: the libraries' imports,
+#: as the CLI imports them (TVM without torch: provenance/util/import_guard.py).
+_IDLE = ("import signal\n"
+         "from provmap.provenance.util.import_guard import guard_imports\n"
+         "guard_imports(None)\n"
+         "import provmap.partition.compile, tvm, onnxruntime, openvino  # noqa\n")
 
 
 def _cli(*args: str) -> list[str]:

@@ -450,3 +450,19 @@ def test_a_users_compile_beside_a_hog_in_one_command(tmp_path, monkeypatch):
         assert "--accept-contended" in row["last_line"]
     assert "| m | no |" in (out / "hog_compile.md").read_text()
     assert hog_compile.main([str(model), "--quiet-wait", "-1", "-o", str(tmp_path / "x")]) != 0
+
+
+def test_memory_scaling_reports_peak_over_weights_and_fits_the_growth():
+    """bench/memory_scaling.py on a record (no process run): the table's ratio is peak over
+    weight bytes, and the fit recovers a linear growth of (peak - idle)."""
+    from provmap.bench import memory_scaling as ms
+
+    points = [{"model": n, "params": w // 4, "weight_bytes": w,
+               "idle": {"s": 1.0, "peak_mb": 100, "peak_anon_mb": 50, "rc": 0},
+               "map": {"s": 2.0, "peak_mb": 100 + 2 * w // 2 ** 20, "peak_anon_mb": 60, "rc": 0}}
+              for n, w in (("a", 2 ** 28), ("b", 2 ** 30))]
+    fit = ms.fit(points, "map")
+    assert fit["exponent"] == pytest.approx(1.0, abs=1e-6)
+    text = ms.markdown({"date": "d", "host": "h", "steps": ["idle", "map"], "points": points,
+                        "fit": {"map": fit}})
+    assert "(2.4x w; anon 0.2x)" in text and "(2.1x w; anon 0.1x)" in text

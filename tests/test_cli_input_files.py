@@ -128,7 +128,7 @@ _COMMANDS = [
     ("inspect", "{f}", "--json"),
     ("lookup", "{f}", "--kernel", "k"),
     ("compare", "{f}"),
-    ("bisect", "{f}", "--backend", "onnxruntime"),
+    ("bisect", "{f}", "--backend", "openvino"),
     ("profile", "{f}"),
     ("report", "{f}", "-o", "{o}/r.html"),
     ("annotate", "{f}", "-o", "{o}/a.onnx"),

@@ -202,7 +202,8 @@ def test_a_search_beside_a_cpu_hog_is_quiet_or_follows_the_fallback_rule(
     view = load_view("bundled:transformer")
     cache = tmp_path / "costs.sqlite"
     strategy = "collage:onnxruntime,openvino"
-    compile_model(view, strategy, collage_options=_opts(cache))
+    first = compile_model(view, strategy, collage_options=_opts(cache))
+    stored_quiet = not first.manifest["plan_info"]["collage"]["conditions"]["contended"]
     monkeypatch.setenv("PROVMAP_CONTENTION", "act")  # conftest turns the actions off
     monkeypatch.setattr(hygiene, "PAUSE_S", 1.0)     # the hog outlasts any pause
     said = []
@@ -222,8 +223,13 @@ def test_a_search_beside_a_cpu_hog_is_quiet_or_follows_the_fallback_rule(
     loaded = {k: v["median_ms"] for k, v in ((rep.get("e2e") or {}).get("measured") or {}).items()}
     again = fallback.decide(winner, cond, rec["quiet"]["measured"], rec["quiet"]["estimated"],
                             same=rep.get("e2e_same"), contended_measured=loaded)
+    if "waited" in rec:
+        # no quiet end-to-end evidence: the first search was itself measured beside other jobs
+        # (CI's host), so its plan was stored as contended and the second had to wait
+        assert not stored_quiet, rec
+        return
     # quiet prices were known, so the search did not wait for quiet to measure again
-    assert "waited" not in rec and again == rec
+    assert again == rec
     kept = art.manifest["strategy"]
     assert kept == ("collage" if rec["kept"] == "collage" else f"collage->{rec['kept']}")
     assert sum(1 for m in said if f"kept {rec['kept']}" in m and rec["why"] in m) == 1
