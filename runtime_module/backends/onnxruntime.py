@@ -37,7 +37,7 @@ from ..onnx_external import external_data_file, weight_bytes
 from ..options import Option, as_bool, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
-from .ort_blob import SPLIT_MIN_BYTES, read_split, session_source
+from .ort_blob import SPLIT_MIN_BYTES, live_while, read_split, session_source
 from .ort_kernels import map_kernels
 from .ort_refusals import refuse_ort
 from .ort_runner import OrtRunner, _ort
@@ -336,9 +336,8 @@ class OnnxRuntimeBackend(Backend):
         if data is None:
             raise BackendError(f"onnxruntime: blob has no model.onnx "
                                f"(members: {sorted(blob.files)})")
-        keep: list = []
-        sess = self._session(session_source(blob.files, keep), self._session_options(),
-                             "load model.onnx")
+        source, scratch = session_source(blob.files)
+        sess = self._session(source, self._session_options(), "load model.onnx")
         in_names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
         out_names = list(blob.meta.get("output_names") or [o.name for o in sess.get_outputs()])
         have_in = {i.name for i in sess.get_inputs()}
@@ -348,8 +347,7 @@ class OnnxRuntimeBackend(Backend):
         if missing:
             raise BackendError(f"onnxruntime: model.onnx lacks tensors named in meta: {missing}")
         runner = OrtRunner(sess, in_names, out_names)
-        for tie in keep:  # a split partition's scratch files live as long as its runner
-            tie(runner)
+        live_while(runner, scratch)
         return runner
 
 
@@ -361,8 +359,8 @@ class OnnxRuntimeBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="provmap-ortprof-") as d:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(d, "ort")
-            keep: list = []
-            sess = self._session(session_source(blob.files, keep), so, "profile model.onnx")
+            source, scratch = session_source(blob.files)
+            sess = self._session(source, so, "profile model.onnx")
             names = list(blob.meta.get("input_names") or [i.name for i in sess.get_inputs()])
             runner = OrtRunner(sess, names, [o.name for o in sess.get_outputs()])
             runner(inputs)  # a warm-up, its events dropped below
@@ -373,8 +371,7 @@ class OnnxRuntimeBackend(Backend):
                 walls.append(time.perf_counter() - t0)
             with open(sess.end_profiling()) as f:
                 events = json.load(f)
-            for tie in keep:
-                tie(runner)
+            live_while(runner, scratch)
         totals: dict[str, list[float]] = {}
         for e in events:
             if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):

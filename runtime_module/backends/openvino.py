@@ -225,7 +225,7 @@ class OpenVINOBackend(Backend):
                 # Compile what load() will compile: the IR as written.  Read from its files,
                 # OpenVINO maps the weights; the blob's copy is read after the compiled model
                 # is gone (one copy of the weights at a time besides the compiled one).
-                model = self._read_ir_file(xml_path)
+                model = self._read_ir(xml_path)
                 compiled = self._compile(model, f"subgraph {sub.key[:12]}")
                 actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
                 producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output if o}
@@ -264,18 +264,13 @@ class OpenVINOBackend(Backend):
         return int64_notes(sub, _DEVICE) + gather_notes(sub, "OpenVINO returns zeros for an "
                                                         "index out of range")
 
-    def _read_ir(self, xml: bytes, weights: bytes):
+    def _read_ir(self, *source):
+        """The IR from its checked bytes (xml, weights: a received one) or from the path of
+        the files provmap just wrote (OpenVINO maps the weights)."""
         try:
-            return _get_core().read_model(bytes(xml), bytes(weights))
-        except Exception as e:
-            raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
-                               f"{ov_error(e)}") from None
-
-    def _read_ir_file(self, xml_path: str):
-        """The IR provmap just wrote (not a received one: load() reads those from their
-        checked bytes)."""
-        try:
-            return _get_core().read_model(xml_path)
+            return _get_core().read_model(*(bytes(x) if isinstance(x, (bytes, bytearray,
+                                                                        memoryview)) else x
+                                            for x in source))
         except Exception as e:
             raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
                                f"{ov_error(e)}") from None

@@ -31,16 +31,21 @@ def read_split(model_path: str) -> dict[str, bytes]:
     return {"model.onnx": graph, DATA: data}
 
 
-def session_source(files: dict, owner_of_dir: list) -> bytes | str:
-    """What `InferenceSession` is given for these blob files: the model's bytes, or for a split
-    partition the path of its files written into a fresh private directory, removed when the
-    first object appended to `owner_of_dir` (the runner) is collected."""
+def session_source(files: dict) -> tuple[bytes | str, str | None]:
+    """What `InferenceSession` is given for these blob files, and the scratch directory holding
+    them (None: the model's bytes).  A split partition's files are written into a fresh private
+    directory; `live_while` removes it when its runner is collected."""
     if DATA not in files:
-        return bytes(files["model.onnx"])
+        return bytes(files["model.onnx"]), None
     d = tempfile.mkdtemp(prefix="provmap-ort-run-")
     for name in ("model.onnx", DATA):
         fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(files[name])
-    owner_of_dir.append(lambda obj: weakref.finalize(obj, shutil.rmtree, d, True))
-    return os.path.join(d, "model.onnx")
+    return os.path.join(d, "model.onnx"), d
+
+
+def live_while(obj, scratch: str | None) -> None:
+    """The scratch directory of `session_source` lasts as long as `obj` (ORT may read it)."""
+    if scratch is not None:
+        weakref.finalize(obj, shutil.rmtree, scratch, True)
