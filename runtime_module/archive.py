@@ -24,9 +24,13 @@ import hashlib
 import os
 import stat
 import zipfile
+from typing import TYPE_CHECKING
 
 from provmap.provenance.util.errors import ProvmapError
 from provmap.provenance.util.files import special_kind
+
+if TYPE_CHECKING:
+    from .staged import Staged
 
 CHUNK = 1 << 20
 MAX_MEMBERS = 50_000
@@ -146,6 +150,39 @@ class StoredZip:
                                "(tampered or corrupted)")
         return bytes(buf)
 
+    def stage(self, name: str, background: bool = False) -> "Staged":
+        """The member as a private file (staged: a partition's weights, which the library reads
+        from a file), hashed now or in a thread (`background`); `check_staged` compares."""
+        from .staged import stage_range
+
+        info = self._infos[name]
+        return stage_range(self._f, self.path, self._data_offset(info), info.file_size, name,
+                           background)
+
+    def check_staged(self, name: str, staged: "Staged", sha256: str) -> None:
+        """Refuse a staged member whose bytes are not the manifest's, as `read` refuses."""
+        check_staged(self.path, name, staged, sha256)
+
+    def _data_offset(self, info) -> int:
+        """Where a stored member's bytes start: after its local header, whose name must be the
+        directory's (as zipfile checks when it opens a member)."""
+        self._f.seek(info.header_offset)
+        head = self._f.read(zipfile.sizeFileHeader)
+        if len(head) != zipfile.sizeFileHeader or head[:4] != zipfile.stringFileHeader:
+            raise ProvmapError(f"{self.path}: refused: member {info.filename} has no local "
+                               "header where the directory says")
+        n = int.from_bytes(head[26:28], "little")
+        extra = int.from_bytes(head[28:30], "little")
+        if self._f.read(n) != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800
+                                                        else "cp437"):
+            raise ProvmapError(f"{self.path}: refused: member {info.filename}'s local header "
+                               "names another file")
+        start = info.header_offset + zipfile.sizeFileHeader + n + extra
+        if start + info.file_size > self.file_size:
+            raise ProvmapError(f"{self.path}: refused: member {info.filename} runs past the end "
+                               "of the file")
+        return start
+
     def close(self) -> None:
         self._z.close()
         self._f.close()
@@ -155,3 +192,15 @@ class StoredZip:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def check_staged(path: str, name: str, staged: "Staged", sha256: str) -> None:
+    """Refuse a staged member whose bytes are not the manifest's, as `StoredZip.read` refuses
+    (its hash may have been computing in a thread until now)."""
+    try:
+        got = staged.sha256
+    except OSError as e:
+        raise ProvmapError(f"{path}: refused: cannot read member {name}: {e}") from None
+    if got != sha256:
+        raise ProvmapError(f"{path}: refused: member {name} fails its SHA-256 check "
+                           "(tampered or corrupted)")

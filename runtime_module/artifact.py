@@ -19,7 +19,6 @@ edits, not against an attacker who rewrites the manifest too (that is the trust 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import io
 import json
 import os
@@ -38,7 +37,8 @@ from provmap.provenance import store
 from provmap.provenance.util import atomic
 
 from . import artifact_schema as schema, trust
-from .archive import StoredZip
+from .staged import Staged, digest, stageable
+from .archive import StoredZip, check_staged
 from .backend import Backend, BackendError, Blob, KernelInfo
 from .plan import Plan, order_plan
 from .spinning import quiet_spinning
@@ -59,8 +59,8 @@ READS_VERSIONS = (FORMAT_VERSION, SCHEDULED_VERSION)
 MANIFEST = trust.MANIFEST
 
 
-def _sha(b: bytes) -> str:
-    return hashlib.sha256(b).hexdigest()
+def _sha(b) -> str:
+    return digest(b)
 
 
 @dataclass
@@ -78,8 +78,19 @@ class Artifact:
     #: "built here" in the trust list when its builder saves it (save(record_built=True)).  One read from a file never is, however it
     #: is re-saved (issue 33: re-saving a received artifact used to make it trusted).
     built_here: bool = field(default=False, repr=False, compare=False)
+    #: Staged members whose hash is still computing (read_artifact's `hash_later`):
+    #: (name, staged, expected sha256); `check_pending` refuses a mismatch.
+    pending: list = field(default_factory=list, repr=False, compare=False)
     #: id -> partition, built on first use (see `partition`).
     _by_id: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    def check_pending(self) -> None:
+        """Wait for the hashes `read_artifact(hash_later=True)` left computing and refuse a
+        member that is not the manifest's (one line naming the file and the member)."""
+        while self.pending:
+            name, staged, sha = self.pending[0]
+            check_staged(self.where or "artifact", name, staged, sha)
+            self.pending.pop(0)
 
     def partition(self, pid: str) -> dict:
         """Partition `pid` by an index: a scan of the list per call made every reader that
@@ -202,7 +213,13 @@ class Artifact:
             with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
                 z.writestr(MANIFEST, manifest_bytes)
                 for name, data in sorted(self.members.items()):
-                    z.writestr(name, data)
+                    if isinstance(data, Staged):  # streamed from its file, never in memory
+                        info = zipfile.ZipInfo(name, _dt.datetime.now().timetuple()[:6])
+                        info.external_attr = 0o600 << 16  # as writestr marks a member
+                        with z.open(info, "w", force_zip64=data.size >= 1 << 31) as out:
+                            data.write_to(out)
+                    else:
+                        z.writestr(name, data)
 
         dest = atomic.write_atomic(path, write)
         self.manifest = manifest
@@ -232,13 +249,16 @@ def _looks_like_onnx(p: Path) -> bool:
     return p.suffix.lower() == ".onnx" or head == b"\x08"
 
 
-def read_artifact(path: str | os.PathLike) -> Artifact:
+def read_artifact(path: str | os.PathLike, hash_later: bool = False) -> Artifact:
     """Read and verify an artifact; raise ProvmapError naming the file and the first problem.
 
     Order matters: the container is checked (archive.StoredZip: a regular file, stored
     members whose sizes fit in it), then the manifest against the schema (artifact_schema),
     then the member list against the manifest, and only then are members read, each hashed
-    as it streams; map.json is checked against its schema last."""
+    as it streams; map.json is checked against its schema last.  A partition's weights are
+    staged (runtime_module.staged: a file the library reads); with `hash_later` their hashes
+    compute in threads while a library loads them and `Artifact.check_pending` waits (module
+    load: no runner is handed out before)."""
     p = Path(path)
     try:
         with StoredZip(p) as z:
@@ -256,7 +276,17 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
                 missing = sorted(set(expected) - listed)
                 raise ProvmapError(f"{p}: refused: members do not match the manifest "
                                    f"(unexpected: {extra[:3]}, missing: {missing[:3]})")
-            members = {name: z.read(name, sha256=expected[name]) for name in sorted(expected)}
+            members, pending = {}, []
+            for name in sorted(expected):
+                if stageable(name, z.size(name)):
+                    members[name] = z.stage(name, background=hash_later)
+                    pending.append((name, members[name], expected[name]))
+                else:
+                    members[name] = z.read(name, sha256=expected[name])
+            if not hash_later:
+                for name, staged, sha in pending:
+                    check_staged(str(p), name, staged, sha)
+                pending = []
     except zipfile.BadZipFile as e:
         if _looks_like_onnx(p):  # `provmap run model.onnx` said "not a zip file"
             raise ProvmapError(f"{p}: an ONNX model, not a provmap artifact; compile it "
@@ -270,7 +300,7 @@ def read_artifact(path: str | os.PathLike) -> Artifact:
     if "map.json" in members:
         schema.check_map(schema.parse_json(members["map.json"], f"{p}: map.json"), str(p),
                          manifest)
-    return Artifact(manifest=manifest, members=members,
+    return Artifact(manifest=manifest, members=members, pending=pending,
                     digest=trust.manifest_digest(manifest_bytes), where=str(p))
 
 

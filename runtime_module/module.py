@@ -95,11 +95,15 @@ class PartitionModule(Module):
                 if by_option:
                     options = {**options, "threads": threads}
                 be = get_backend(self.backend, **options)
-                self._runner = be.load(self.artifact.blob(self.id))
-                if threads and not by_option and hasattr(self._runner, "set_threads"):
-                    self._runner.set_threads(threads)
+                runner = be.load(self.artifact.blob(self.id))
+                if threads and not by_option and hasattr(runner, "set_threads"):
+                    runner.set_threads(threads)
             except BackendError as e:
                 raise ProvmapError(f"partition {self.id} ({self.backend}): {e}") from None
+            # Weights hashed while the library read them (read_artifact's `hash_later`): no
+            # runner is handed out before they are known to be the manifest's.
+            self.artifact.check_pending()
+            self._runner = runner
         return self._runner
 
     def get_source(self) -> str:
@@ -371,7 +375,8 @@ def load(path, runnable: bool = True, trust: bool = False, runners: bool = True
     and run() refuses.  Partitions that are native code (TVM libraries) load only from an
     artifact this machine built or was told to trust (`provmap trust`), or with `trust=True`.
     """
-    mod = ArtifactModule(read_artifact(path), str(path), runnable=runnable, trust=trust)
+    mod = ArtifactModule(read_artifact(path, hash_later=runnable), str(path), runnable=runnable,
+                         trust=trust)
     if runnable and runners:  # runners=False: the caller loads them (after checking inputs)
         mod.load_runners()
     return mod

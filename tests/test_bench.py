@@ -466,3 +466,21 @@ def test_memory_scaling_reports_peak_over_weights_and_fits_the_growth():
     text = ms.markdown({"date": "d", "host": "h", "steps": ["idle", "map"], "points": points,
                         "fit": {"map": fit}})
     assert "(2.4x w; anon 0.2x)" in text and "(2.1x w; anon 0.1x)" in text
+
+
+def test_memory_scaling_puts_a_loaded_artifact_beside_the_librarys_own_session():
+    """The 1.3x line of issue 51: `run_ort` over `ort_session` in peak RSS and time, flagged
+    past it."""
+    from provmap.bench import memory_scaling as ms
+
+    def step(s, mb):
+        return {"s": s, "peak_mb": mb, "peak_anon_mb": mb, "rc": 0}
+
+    points = [{"model": "a", "params": 1, "weight_bytes": 2 ** 30, "idle": step(1.0, 100),
+               "ort_session": step(2.0, 1000), "run_ort": step(2.2, 1200)},
+              {"model": "b", "params": 1, "weight_bytes": 2 ** 31, "idle": step(1.0, 100),
+               "ort_session": step(2.0, 1000), "run_ort": step(3.0, 1100)}]
+    text = ms.markdown({"date": "d", "host": "h", "steps": ["idle", "ort_session", "run_ort"],
+                        "points": points, "fit": {}})
+    assert "| a | memory x1.20, time x1.10 |" in text
+    assert "| b | memory x1.10, time x1.50 **over** |" in text

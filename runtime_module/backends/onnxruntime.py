@@ -277,8 +277,11 @@ class OnnxRuntimeBackend(Backend):
     # -- build -----------------------------------------------------------------------------
     def build(self, sub: "Subgraph") -> Blob:
         model = sub.onnx_model()
-        lazy = has_lazy(model)  # weights still in the user's file (provenance.weights)
-        data = None if lazy else self._serialized(model)
+        # Weights still in the user's file (provenance.weights), or enough of them to keep on
+        # disk (ort_blob): ORT reads them from a file, never from serialized bytes.
+        split = weight_bytes(model) >= SPLIT_MIN_BYTES
+        from_file = split or has_lazy(model)
+        data = None if from_file else self._serialized(model)
         so = self._session_options()
         with tempfile.TemporaryDirectory(prefix="provmap-ort-") as tmp:
             path = os.path.join(tmp, "optimized.onnx")
@@ -293,11 +296,11 @@ class OnnxRuntimeBackend(Backend):
             # 124M decoder's build session 0.80 -> 0.48 GB above the process's own).
             so.add_session_config_entry("session.disable_prepacking", "1")
             files = None
-            if lazy:  # ORT reads the weights from a file; the blob's copy is made after it
+            if from_file:  # the blob's copy is made after the session is gone
                 with external_data_file(model, prefix="provmap-ort-in-") as src:
                     sess = self._session(src, so, f"build subgraph {sub.key[:12]}")
                     del sess
-                    if weight_bytes(model) >= SPLIT_MIN_BYTES:  # past protobuf's 2 GB
+                    if split:
                         files = read_split(src)
             else:
                 sess = self._session(data, so, f"build subgraph {sub.key[:12]}")

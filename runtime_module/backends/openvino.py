@@ -47,7 +47,7 @@ from .ov_int64 import RangeGuard, int64_notes
 from .ov_refusals import refuse_wrong_numbers
 from .ov_query import RegionFailed, query_in_segments
 from .ov_core import (_EXTERNAL_MIN_BYTES, _ConversionFailed, _get_core, _ov,  # noqa: F401
-                      _read_onnx, ov_error)
+                      _read_onnx, ov_error, read_blob_ir, read_ir, weights_member)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -225,7 +225,7 @@ class OpenVINOBackend(Backend):
                 # Compile what load() will compile: the IR as written.  Read from its files,
                 # OpenVINO maps the weights; the blob's copy is read after the compiled model
                 # is gone (one copy of the weights at a time besides the compiled one).
-                model = self._read_ir(xml_path)
+                model = read_ir(xml_path)
                 compiled = self._compile(model, f"subgraph {sub.key[:12]}")
                 actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
                 producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output if o}
@@ -236,8 +236,7 @@ class OpenVINOBackend(Backend):
                 del compiled, model
                 with open(xml_path, "rb") as f:
                     xml = f.read()
-                with open(os.path.join(tmp, "model.bin"), "rb") as f:
-                    weights = f.read()
+                weights = weights_member(os.path.join(tmp, "model.bin"))
         except _ConversionFailed as e:
             raise BackendError(f"OpenVINO {self.version()}: ONNX frontend cannot convert "
                                f"subgraph {sub.key[:12]}: {ov_error(e.__cause__)}") from None
@@ -264,17 +263,6 @@ class OpenVINOBackend(Backend):
         return int64_notes(sub, _DEVICE) + gather_notes(sub, "OpenVINO returns zeros for an "
                                                         "index out of range")
 
-    def _read_ir(self, *source):
-        """The IR from its checked bytes (xml, weights: a received one) or from the path of
-        the files provmap just wrote (OpenVINO maps the weights)."""
-        try:
-            return _get_core().read_model(*(bytes(x) if isinstance(x, (bytes, bytearray,
-                                                                        memoryview)) else x
-                                            for x in source))
-        except Exception as e:
-            raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
-                               f"{ov_error(e)}") from None
-
     def _compile(self, model, what: str):
         try:
             return _get_core().compile_model(model, _DEVICE, _shape_safe(model, self.config()))
@@ -284,28 +272,26 @@ class OpenVINOBackend(Backend):
 
     # -- load ------------------------------------------------------------------------------
     def load(self, blob: Blob) -> Runner:
-        try:
-            xml, weights = blob.files["model.xml"], blob.files["model.bin"]
-        except KeyError:
-            raise BackendError(f"OpenVINO: blob lacks model.xml/model.bin "
-                               f"(members: {sorted(blob.files)})") from None
         prec = blob.meta.get("precision", self.precision)  # an artifact's: = its options
         if prec != self.precision:  # load exactly as built (artifact_schema checks the two)
             return OpenVINOBackend(**dict(self._options, precision=prec)).load(blob)
-        model = self._read_ir(xml, weights)
+        model, keep = read_blob_ir(blob)
         compiled = self._compile(model, "the blob's IR")
-        return OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
+        runner = OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
             p.get_any_name() for p in getattr(compiled, f"{k}s")]) for k in ("input", "output")])
+        runner.keep = keep  # the weights' map, while the compiled model may point into it
+        return runner
 
     def profile_kernels(self, blob: Blob, inputs, repeats: int = 10):
         """PERF_COUNT of the executed layers (this backend's kernels, paired by
         `ov_kernels.profiled_kernel_names`); see `Backend.profile_kernels`."""
-        model = self._read_ir(blob.files["model.xml"], blob.files["model.bin"])
+        model, keep = read_blob_ir(blob)
         cfg = _shape_safe(model, dict(self.config(), PERF_COUNT="YES"))
         compiled = _get_core().compile_model(model, _DEVICE, cfg)
         kernel_of = profiled_kernel_names(compiled, list(blob.kernels))
         runner = OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
             p.get_any_name() for p in getattr(compiled, f"{k}s")]) for k in ("input", "output")])
+        runner.keep = keep
         runner(inputs)  # warm-up
         totals: dict[str, float] = {}
         walls, kernels, n = [], [], max(1, repeats)

@@ -6,9 +6,11 @@ its exceptions made readable.  Apart from the backend class so that the support 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 
-from ..backend import BackendError
+from ..backend import Blob, BackendError
+from .. import staged
 from ..onnx_external import external_data_file, weight_bytes
 from provmap.provenance.weights import serialize
 
@@ -76,3 +78,48 @@ def ov_error(e: BaseException) -> str:
     if not useful:
         return lines[0] if lines else type(e).__name__
     return "; ".join(ln.lstrip("- ").strip() for ln in useful[:3])
+
+
+def read_ir(*source):
+    """The IR from its checked bytes (xml, weights: a received one) or from the paths of its
+    files (OpenVINO maps the weights)."""
+    try:
+        return _get_core().read_model(*(bytes(x) if isinstance(x, (bytearray, memoryview))
+                                        else x for x in source))
+    except Exception as e:
+        raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
+                           f"{ov_error(e)}") from None
+
+
+def read_blob_ir(blob: Blob):
+    """The blob's IR and what must outlive every model compiled from it (None, or the map
+    OpenVINO's constants point into); staged weights (runtime_module.staged) are read from
+    their file, which OpenVINO maps, with the XML written beside them for the call."""
+    try:
+        xml, weights = blob.files["model.xml"], blob.files["model.bin"]
+    except KeyError:
+        raise BackendError(f"OpenVINO: blob lacks model.xml/model.bin "
+                           f"(members: {sorted(blob.files)})") from None
+    if not isinstance(weights, staged.Staged):
+        return read_ir(xml, weights), None
+    if weights.offset:  # a member inside the (linked) artifact: OpenVINO uses a private map
+        import numpy as np
+
+        mapped = np.memmap(weights.path, dtype=np.uint8, mode="c", offset=weights.offset,
+                           shape=(weights.size,))
+        tensor = _ov().Tensor(mapped, shared_memory=True)
+        return read_ir(bytes(xml), tensor), (mapped, tensor)
+    xml_path = weights.beside(bytes(xml), ".xml")
+    try:
+        return read_ir(xml_path, weights.path), None
+    finally:
+        os.unlink(xml_path)
+
+
+def weights_member(path: str):
+    """A built IR's `model.bin` as the blob keeps it: large weights moved into a staged file
+    (runtime_module.staged: never read into memory), small ones as bytes."""
+    if os.path.getsize(path) >= staged.STAGE_MIN:
+        return staged.stage_file(path, "model.bin")
+    with open(path, "rb") as f:
+        return f.read()
