@@ -52,8 +52,12 @@ OWN = {"run_ort": "ort_session", "run_ov": "ov_compile"}
 _ORT = ("import sys, numpy as np, onnxruntime as ort\n"
         "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
         f"s.run(None, {{'input_ids': np.zeros((1, {SEQ}), np.int64)}})\n")
+#: OpenVINO at the precision and hint a provmap OpenVINO partition is built with (f32, LATENCY):
+#: its CPU default is bf16 where the host has it, a different computation (4 s against 11 s on
+#: the 1B decoder's compile here).
 _OV = ("import sys, numpy as np, openvino as ov\n"
-       "c = ov.Core().compile_model(sys.argv[1], 'CPU')\n"
+       "c = ov.Core().compile_model(sys.argv[1], 'CPU', {'INFERENCE_PRECISION_HINT': 'f32', "
+       "'PERFORMANCE_HINT': 'LATENCY'})\n"
        f"c({{'input_ids': np.zeros((1, {SEQ}), np.int64)}})\n")
 #: What every provmap step pays before it reads a byte of the model: the libraries' imports,
 #: as the CLI imports them (TVM without torch: provenance/util/import_guard.py).
