@@ -49,7 +49,7 @@ def time_compile(model: onnx.ModelProto, strategy: str, backend_options=None) ->
     from provmap.partition.compile import make_plan
     from provmap.partition.strategy import parse_strategy
     from provmap.partition.model_source import load_view
-    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.artifact_build import build_artifact
 
     row = {"nodes": len(model.graph.node)}
     t0 = t = time.perf_counter()

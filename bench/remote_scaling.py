@@ -25,7 +25,7 @@ def run(model: str, servers_list=(1, 2), max_size: int = 6, max_depth: int = 3,
     from provmap.partition.collage import CollageOptions, collage
     from provmap.partition.measure.remote import local_farm
     from provmap.partition.model_source import load_view
-    from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.host import host_info
     from provmap.runtime_module.registry import get_backend
 
     view = load_view(model)

@@ -45,7 +45,7 @@ def run_step(prog: str, a: argparse.Namespace, key: str, measure: Callable,
     from provmap.provenance.bundled import zoo
     from provmap.provenance.util.atomic import write_bytes_atomic
     from provmap.provenance.util.errors import ProvmapError
-    from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.host import host_info
     from provmap.runtime_module.host import _cpu_model
 
     from .suite import versions

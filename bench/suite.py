@@ -412,7 +412,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
 # -- the whole run -----------------------------------------------------------------------------
 
 def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> dict:
-    from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.host import host_info
     from provmap.runtime_module.host import _cpu_model
 
     from . import report, scaling

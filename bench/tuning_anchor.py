@@ -37,7 +37,7 @@ from provmap.runtime_module.backends.tvm_tuning import (TuningDatabase, make_tar
                                                         tune_region)
 from provmap.runtime_module.registry import get_backend
 
-from provmap.runtime_module.artifact import host_info
+from provmap.runtime_module.host import host_info
 from provmap.runtime_module.backends.tvm_tuning import system_cpu
 from provmap.runtime_module.subgraph import Subgraph
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from provmap.provenance.util.errors import ProvmapError
-from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.artifact_build import build_artifact
 from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan

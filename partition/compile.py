@@ -10,7 +10,8 @@ import onnx
 
 from provmap.provenance.bundled import zoo
 from provmap.provenance.util.errors import ProvmapError, ProvmapWarning
-from provmap.runtime_module.artifact import Artifact, build_artifact
+from provmap.runtime_module.artifact import Artifact
+from provmap.runtime_module.artifact_build import build_artifact
 from provmap.runtime_module.artifact_edit import embed_source_model, with_schedule
 from provmap.runtime_module.plan import Plan
 from provmap.runtime_module.registry import get_backend

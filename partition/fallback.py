@@ -32,7 +32,7 @@ function, so it is tested without a busy machine.
 
 from __future__ import annotations
 
-from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.artifact_build import build_artifact
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 from provmap.runtime_module.registry import parse_variant
 from provmap.runtime_module.subgraph import Subgraph

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 
 from provmap.provenance.util.errors import ProvmapError
-from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.artifact_build import build_artifact
 from provmap.runtime_module.graph_view import GraphView
 from provmap.partition.measure.interleave import measure_artifacts
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan

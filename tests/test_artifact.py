@@ -17,7 +17,7 @@ from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.artifact import read_artifact
 from provmap.runtime_module.module import load
 from provmap.runtime_module.plan import PartitionSpec, Plan
-from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.artifact_build import build_artifact
 from provmap.runtime_module.registry import get_backend
 
 

@@ -228,7 +228,7 @@ def test_the_priced_limit_is_tightened_by_timing_its_plans_regions_in_context():
     time measured in the plan, and the rounds stop for one of the stated reasons with the limit
     recomputed from the costs measured so far (never above the best single's whole)."""
     from provmap.partition.compile import load_view
-    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.artifact_build import build_artifact
     from provmap.runtime_module.plan import PartitionSpec, Plan
     from provmap.runtime_module.registry import get_backend
     from provmap.workbench.cut_price import format_priced

@@ -10,7 +10,7 @@ import pytest
 import provmap.partition.recheck as rc
 from provmap.partition.collage_report import CollageReport
 from provmap.partition.collage_types import EndToEnd, SecondLevel
-from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.artifact_build import build_artifact
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 from provmap.runtime_module.registry import get_backend
 

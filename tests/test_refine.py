@@ -13,7 +13,7 @@ from provmap.partition.refine import _wins, propose, refine, suggestions_from, s
 from provmap.partition.strategies import greedy
 from provmap.partition.model_source import load_view
 from provmap.provenance.bundled import zoo
-from provmap.runtime_module.artifact import build_artifact
+from provmap.runtime_module.artifact_build import build_artifact
 from provmap.partition.measure.interleave import Latency
 from provmap.runtime_module.module import ArtifactModule
 from provmap.runtime_module.plan import order_plan

@@ -59,7 +59,7 @@ def _with_helpers(model: onnx.ModelProto, every: int = 10) -> onnx.ModelProto:
 def report(tmp_path_factory):
     from provmap.bench.scaling import synthetic_model
 
-    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.artifact_build import build_artifact
     from provmap.runtime_module.plan import PartitionSpec, Plan
     from provmap.runtime_module.registry import get_backend
 

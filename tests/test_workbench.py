@@ -232,7 +232,7 @@ def test_profile_tvm_and_cli_trace(tmp_path, transformer_model, capsys):
 def test_report_renders_in_headless_chromium(tmp_path):
     from provmap.bench.scaling import synthetic_model
 
-    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.artifact_build import build_artifact
     from provmap.runtime_module.plan import PartitionSpec, Plan
 
     view = load_view(synthetic_model(1200), "synthetic1200")

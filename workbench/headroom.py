@@ -240,7 +240,7 @@ def node_oracle(view, backends: dict, kept=None, inputs=None, repeats: int = 10,
     so the limit's "best single" was ONNX Runtime while the table's was OpenVINO, and the
     oracle's plans were measured against the slower library."""
     from provmap.provenance.bundled import zoo
-    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.artifact_build import build_artifact
     from provmap.runtime_module.plan import PartitionSpec, Plan
 
     say = progress or (lambda m: None)

@@ -61,7 +61,7 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     from provmap.partition.measure.contention import Window
     from provmap.partition.measure.interleave import measure_artifacts
     from provmap.partition.strategies import plan_from_choice
-    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.artifact_build import build_artifact
     from provmap.runtime_module.plan import PartitionSpec, Plan
 
     from .cut_price import priced_limit
@@ -203,7 +203,7 @@ def measure_choice(view, choice_by_id: dict, label: str, single, best: str, orde
     (`same_cuts_plan`) is measured in the same run, as the row's `same_cuts`.
     (the row, the artifact or None if it did not build)."""
     from provmap.partition.strategies import plan_from_choice
-    from provmap.runtime_module.artifact import build_artifact
+    from provmap.runtime_module.artifact_build import build_artifact
     from provmap.runtime_module.plan import Plan
 
     index = {nid: i for i, nid in enumerate(view.node_ids)}

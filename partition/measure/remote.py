@@ -53,7 +53,7 @@ def _serve_measure(request_json: str, model) -> str:
 
 
 def _serve_identity(backends_json: str) -> str:
-    from provmap.runtime_module.artifact import host_info
+    from provmap.runtime_module.host import host_info
     from provmap.runtime_module.registry import get_backend
 
     from .cache import host_fingerprint
