@@ -25,7 +25,7 @@ def with_schedule(art: Artifact, schedule: dict | None) -> Artifact:
         manifest["schedule"] = json.loads(json.dumps(schedule))
         manifest["format_version"] = SCHEDULED_VERSION
     return Artifact(manifest=manifest, members=art.members, where=art.where,
-                    built_here=art.built_here)
+                    built_here=art.built_here, pending=art.pending)  # its checks, shared
 
 
 def embed_source_model(art: Artifact, model) -> None:
