@@ -149,6 +149,31 @@ def stage_file(src: str, name: str) -> Staged:
     return staged
 
 
+def _copy_range(src: int, dst: int, offset: int, size: int) -> None:
+    """`size` bytes from `offset` of `src` to the end of `dst`: in the kernel where it can
+    (copy_file_range, Linux), else through one reused buffer."""
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        try:
+            while done < size:
+                k = os.copy_file_range(src, dst, min(1 << 30, size - done), offset + done)
+                if k <= 0:
+                    return
+                done += k
+            return
+        except OSError:  # a filesystem without it: the buffer below goes on from `done`
+            pass
+    buf = memoryview(bytearray(min(8 * CHUNK, max(size, 1))))
+    while done < size:
+        k = os.preadv(src, [buf[:min(len(buf), size - done)]], offset + done)
+        if k <= 0:
+            return
+        chunk = buf[:k]
+        while chunk:
+            chunk = chunk[os.write(dst, chunk):]
+        done += k
+
+
 def stage_range(f, path: str, offset: int, size: int, name: str,
                 background: bool = False) -> Staged:
     """The `size` bytes at `offset` of the open file `f` (the artifact, opened as `path`) as a
@@ -171,12 +196,7 @@ def stage_range(f, path: str, offset: int, size: int, name: str,
                 os.unlink(dest)
             out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                done = 0
-                while done < size:
-                    k = os.copy_file_range(fd, out, min(1 << 30, size - done), offset + done)
-                    if k <= 0:
-                        break
-                    done += k
+                _copy_range(fd, out, offset, size)
             finally:
                 os.close(out)
             start = 0
