@@ -136,6 +136,18 @@ def test_ctrl_c_while_the_parser_is_built_is_one_line():
     assert err.strip().splitlines() == ["provmap: interrupted"], err
 
 
+def test_the_import_guard_installs_in_a_bare_interpreter():
+    """The guard imported `signal` inside its own guard: in an interpreter where nothing had
+    imported it yet, that import went through the guard again, until RecursionError."""
+    code = ("import sys; assert 'signal' not in sys.modules\n"
+            "from provmap.provenance.util.import_guard import guard_imports\n"
+            "guard_imports(None)\n"
+            "import decimal, fractions\n"
+            "print('imported')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "imported", r.stderr[-500:]
+
+
 def test_ctrl_c_while_numpy_imports_is_one_line():
     """numpy's C extension prints the traceback of any exception raised while it imports its
     Python helpers (issue 36: Ctrl-C 0.2 s after start printed 14-30 lines).  The signal is

@@ -12,6 +12,7 @@ with torch installed: about 3 s)."""
 
 from __future__ import annotations
 
+import signal  # here, not in _guard: importing it there went through the guard again, forever
 import sys
 import threading
 from importlib.machinery import ExtensionFileLoader, SourceFileLoader
@@ -103,8 +104,6 @@ class _guard:
         global _depth
         if threading.current_thread() is not threading.main_thread():
             return self
-        import signal
-
         if _depth == 0:
             try:
                 self.previous = signal.signal(signal.SIGINT, _record)
@@ -120,8 +119,6 @@ class _guard:
             return False
         _depth -= 1
         if _depth == 0:
-            import signal
-
             signal.signal(signal.SIGINT, self.previous)
             # After create_module the signal waits for exec_module, which follows at once.
             if _pending and self.raise_after and exc[0] is None:
