@@ -47,6 +47,13 @@ def squeezenet_cli_artifact(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def artifact(squeezenet_cli_artifact):
+    """The artifact a CLI test reads and never changes (six feature files each had this alias;
+    a file that needs another artifact under the name defines its own, as test_startup does)."""
+    return squeezenet_cli_artifact
+
+
+@pytest.fixture(scope="session")
 def relu_art(tmp_path_factory):
     """x[4] -> Relu -> y compiled on single:onnxruntime (attack_kit.relu_artifact): no native
     code, so it runs without trust; relu.onnx beside it.  What the attacks and the malformed

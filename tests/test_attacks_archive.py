@@ -20,11 +20,6 @@ from cli_runner import one_error, provmap, refused_in_process
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def artifact(squeezenet_cli_artifact):
-    return squeezenet_cli_artifact
-
-
 def _bomb(path, declared=2 << 30):
     """A 2 MB artifact whose map.json inflates to `declared` bytes of zeros, listed in the
     manifest with the true SHA-256 of what it inflates to.  Written by hand: zipfile cannot

@@ -20,11 +20,6 @@ from onnx import TensorProto, helper, numpy_helper
 pytestmark = pytest.mark.usefixtures("own_config")
 
 
-@pytest.fixture(scope="module")
-def artifact(squeezenet_cli_artifact):
-    return squeezenet_cli_artifact
-
-
 # -- counts and states ----------------------------------------------------------------------
 
 def _chain_model(path):

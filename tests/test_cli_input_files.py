@@ -18,11 +18,6 @@ pytestmark = [pytest.mark.usefixtures("own_config"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-@pytest.fixture(scope="module")
-def artifact(squeezenet_cli_artifact):
-    return squeezenet_cli_artifact
-
-
 @pytest.fixture
 def fifo(tmp_path):
     path = tmp_path / "pipe"

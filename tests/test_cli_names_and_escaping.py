@@ -20,11 +20,6 @@ pytestmark = [pytest.mark.usefixtures("own_config"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-@pytest.fixture(scope="module")
-def artifact(squeezenet_cli_artifact):
-    return squeezenet_cli_artifact
-
-
 # -- a mistyped name gets a did-you-mean -----------------------------------------------------
 
 def test_the_bundled_models_the_error_lists_are_the_documented_ones():

@@ -17,11 +17,6 @@ pytestmark = [pytest.mark.usefixtures("own_config"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-@pytest.fixture(scope="module")
-def artifact(squeezenet_cli_artifact):
-    return squeezenet_cli_artifact
-
-
 def _usage_error(r, *words):
     """argparse's refusals: one `provmap COMMAND: error:` line, exit 2, no traceback."""
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

@@ -26,11 +26,6 @@ pytestmark = [pytest.mark.usefixtures("own_config"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-@pytest.fixture(scope="module")
-def artifact(squeezenet_cli_artifact):
-    return squeezenet_cli_artifact
-
-
 @pytest.fixture
 def readonly_dir(tmp_path):
     """A directory nobody may create files in: chmod works for users; root bypasses modes, so
