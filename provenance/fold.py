@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .weights import is_lazy, tensor_bytes
+from .weights import as_inputs, is_lazy, tensor_bytes
 from .model import FOLD_REASON  # noqa: F401  (re-exported: importer and tests read it here)
 from .type_oracle import TypeOracle, unknown_domains
 
@@ -57,28 +57,8 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     classifier that is seconds per call.  It needs only the *types* of weights; small
     initializers (shape tensors, axes, which inference reads as values) are kept.
     """
-    big = [t for t in model.graph.initializer  # raw_data's size without reading (a copy)
-           if (t.HasField("raw_data") or is_lazy(t) or len(t.float_data))
-           and tensor_bytes(t) > _WEIGHT_BYTES]
-    if not big:
-        return model
-    big_names = {t.name for t in big}
-    out = onnx.ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
-        setattr(out, f, getattr(model, f))
-    out.opset_import.extend(model.opset_import)
-    out.functions.extend(model.functions)
-    g, src = out.graph, model.graph
-    g.name = src.name
-    g.node.extend(src.node)
-    g.input.extend(i for i in src.input if i.name not in big_names)
-    g.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                   for t in big)
-    g.initializer.extend(t for t in src.initializer if t.name not in big_names)
-    g.sparse_initializer.extend(src.sparse_initializer)
-    g.output.extend(src.output)
-    g.value_info.extend(src.value_info)
-    return out
+    return as_inputs(model, lambda t: (t.HasField("raw_data") or is_lazy(t)  # sizes unread
+                                        or len(t.float_data)) and tensor_bytes(t) > _WEIGHT_BYTES)
 
 
 def _undeclared_outputs(model: onnx.ModelProto, copy: bool, types: bool = False

@@ -157,24 +157,43 @@ def whole(model: onnx.ModelProto) -> onnx.ModelProto:
     return materialize(out)
 
 
-def checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` as onnx.checker can take it: each lazy initializer a typed graph input instead.
-    The checker looks for external data beside the working directory (it has no model
-    directory for a proto in memory); `load` already checked each lazy tensor's place, size
-    and type against its file."""
-    if not has_lazy(model):
+def as_inputs(model: onnx.ModelProto, chosen) -> onnx.ModelProto:
+    """`model` with the initializers `chosen(t)` picks turned into typed graph inputs, their
+    values left out (every other field kept): for readers that need only the weights' types.
+    The model itself is returned when nothing is picked."""
+    picked = [t for t in model.graph.initializer if chosen(t)]
+    if not picked:
         return model
+    names = {t.name for t in picked}
     out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    lazy = [t for t in g.initializer if is_lazy(t)]
-    names = {vi.name for vi in g.input}
+    _copy_fields(model, out, skip=("graph",))
+    src, g = model.graph, out.graph
+    _copy_fields(src, g, skip=("initializer", "input"))
+    g.input.extend(i for i in src.input if i.name not in names)  # IR < 4 lists them as inputs
     g.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                   for t in lazy if t.name not in names)
-    keep = [t for t in g.initializer if not is_lazy(t)]
-    del g.initializer[:]
-    g.initializer.extend(keep)
+                   for t in picked)
+    g.initializer.extend(t for t in src.initializer if t.name not in names)
     return out
+
+
+def _copy_fields(src, dst, skip: tuple[str, ...]) -> None:
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        if (fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED):
+            getattr(dst, fd.name).extend(value)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
+def checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` as onnx.checker can take it: each lazy initializer a typed graph input.  The
+    checker looks for external data beside the working directory (it has no model directory
+    for a proto in memory); `load` already checked each lazy tensor's place, size and type
+    against its file."""
+    return as_inputs(model, is_lazy)
 
 
 # -- the hash of the whole model, streamed ------------------------------------------------
