@@ -1,6 +1,8 @@
-"""Fuzzing the artifact's documents (issue 33): a few hundred deterministic mutations of
-manifest.json, map.json and the schedule of a small ONNX Runtime artifact (types swapped,
-fields dropped or added, sizes and depths blown up), hashes recomputed each time.  Reading
+"""Fuzzing the artifact (issues 33 and 52): 500 deterministic mutations of a small ONNX Runtime
+artifact, hashes recomputed each time: its documents (manifest.json, map.json, the schedule:
+types swapped, fields dropped or added, sizes and depths blown up), its members (dropped,
+added under hostile names, renamed, emptied, truncated, replaced by garbage; a weights member
+large enough to be staged) and its counts (partitions and map entries repeated).  Reading
 commands (inspect, inspect --json, lookup, explain) and `run` must each either succeed or
 refuse in one deliberate `provmap: error:` line: no traceback, and never the CLI's fallback for
 an exception nobody anticipated."""
@@ -18,7 +20,7 @@ from attack_kit import members, relu_artifact, repack
 from provmap.cli.main import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-CASES = 300
+CASES = 500
 SEED = int(os.environ.get("PROVMAP_FUZZ_SEED", "33"))  # fixed: the same cases every run
 
 _VALUES = [None, True, False, 0, -1, 1.5, float("nan"), 2**63, 10**30, "", "x",
@@ -77,6 +79,44 @@ def _mutate(rng: random.Random, doc):
     return doc
 
 
+_NAMES = ["partitions/p0/model.data", "partitions/p0/model.bin", "partitions/p9/lib.so",
+          "map.sqlite", "../escape", "partitions/p0/\x1b[2J", "a" * 300, "source/model.onnx",
+          "partitions/p0/model.onnx"]
+
+
+def _mutate_members(rng: random.Random, files: dict) -> dict:
+    """One change to the member set or a member's bytes (the manifest's hashes follow)."""
+    name = rng.choice(sorted(files))
+    how = rng.random()
+    if how < 0.2:
+        del files[name]
+    elif how < 0.45:
+        big = rng.random() < 0.2  # past staged.STAGE_MIN: a weights member kept on disk
+        files[rng.choice(_NAMES)] = bytes(33 << 20) if big else rng.randbytes(rng.choice([0, 7,
+                                                                                        4096]))
+    elif how < 0.6:
+        files[rng.choice(_NAMES)] = files.pop(name)
+    elif how < 0.8:
+        files[name] = files[name][:len(files[name]) // 2]
+    else:
+        files[name] = rng.choice([b"", b"\x00" * 64, b"{}", b"[]", rng.randbytes(256)])
+    return files
+
+
+def _repeat_counts(rng: random.Random, manifest: dict, files: dict) -> None:
+    """Partitions or map entries repeated (duplicates, and sheer numbers)."""
+    k = rng.choice([2, 50, 2000])
+    if rng.random() < 0.5 and isinstance(manifest.get("partitions"), list):
+        manifest["partitions"] = manifest["partitions"] * k
+    else:
+        doc = json.loads(files["map.json"])
+        for key, v in doc.items():
+            if isinstance(v, list) and v:
+                doc[key] = v * k
+                break
+        files["map.json"] = json.dumps(doc).encode()
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     return members(relu_artifact(tmp_path_factory.mktemp("fuzz")))
@@ -89,8 +129,13 @@ def test_mutated_documents_give_only_one_line_refusals_or_correct_runs(capsys, b
     wrong = []
     for case in range(CASES):
         manifest, files = copy.deepcopy(manifest0), dict(files0)
-        target = rng.choices(["manifest", "map", "schedule"], [6, 3, 1])[0]
-        if target == "map":
+        target = rng.choices(["manifest", "map", "schedule", "members", "counts"],
+                             [6, 3, 1, 3, 1])[0]
+        if target == "members":
+            files = _mutate_members(rng, files)
+        elif target == "counts":
+            _repeat_counts(rng, manifest, files)
+        elif target == "map":
             doc = _mutate(rng, {"m": json.loads(files["map.json"])})["m"]
             files["map.json"] = json.dumps(doc).encode()
         elif target == "schedule":
