@@ -159,10 +159,6 @@ class StoredZip:
         return stage_range(self._f, self.path, self._data_offset(info), info.file_size, name,
                            background)
 
-    def check_staged(self, name: str, staged: "Staged", sha256: str) -> None:
-        """Refuse a staged member whose bytes are not the manifest's, as `read` refuses."""
-        check_staged(self.path, name, staged, sha256)
-
     def _data_offset(self, info) -> int:
         """Where a stored member's bytes start: after its local header, whose name must be the
         directory's (as zipfile checks when it opens a member)."""

@@ -47,10 +47,6 @@ READS_VERSIONS = (FORMAT_VERSION, SCHEDULED_VERSION)
 MANIFEST = trust.MANIFEST
 
 
-def _sha(b) -> str:
-    return digest(b)
-
-
 @dataclass
 class Artifact:
     """An artifact in memory: the manifest plus member bytes (everything but the manifest)."""
@@ -193,7 +189,7 @@ class Artifact:
         after building this artifact in this process): saving is not trusting, so a script that
         re-saves or copies an artifact never changes what may run here."""
         manifest = dict(self.manifest)
-        manifest["members"] = {name: _sha(data) for name, data in sorted(self.members.items())}
+        manifest["members"] = {name: digest(data) for name, data in sorted(self.members.items())}
 
         manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
 
@@ -266,15 +262,14 @@ def read_artifact(path: str | os.PathLike, hash_later: bool = False) -> Artifact
                                    f"(unexpected: {extra[:3]}, missing: {missing[:3]})")
             members, pending = {}, []
             for name in sorted(expected):
-                if stageable(name, z.size(name)):
-                    members[name] = z.stage(name, background=hash_later)
+                if not stageable(name, z.size(name)):
+                    members[name] = z.read(name, sha256=expected[name])
+                    continue
+                members[name] = z.stage(name, background=hash_later)
+                if hash_later:
                     pending.append((name, members[name], expected[name]))
                 else:
-                    members[name] = z.read(name, sha256=expected[name])
-            if not hash_later:
-                for name, staged, sha in pending:
-                    check_staged(str(p), name, staged, sha)
-                pending = []
+                    check_staged(str(p), name, members[name], expected[name])
     except zipfile.BadZipFile as e:
         if _looks_like_onnx(p):  # `provmap run model.onnx` said "not a zip file"
             raise ProvmapError(f"{p}: an ONNX model, not a provmap artifact; compile it "

@@ -21,11 +21,12 @@ from provmap.provenance import store
 from provmap.provenance.model import Kernel, KernelSite, ProvenanceMap
 from provmap.provenance.util.errors import ProvmapError
 
-from .artifact import FORMAT, FORMAT_VERSION, Artifact, _sha
+from .artifact import FORMAT, FORMAT_VERSION, Artifact
 from .backend import Backend, BackendError
 from .host import host_info, provmap_version as _provmap_version
 from .plan import Plan, order_plan
 from .spinning import quiet_spinning
+from .staged import digest
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph_view import GraphView
@@ -80,7 +81,7 @@ def build_artifact(view: GraphView, plan: Plan, backends: dict[str, Backend],
         for name, data in blob.files.items():
             member = f"partitions/{p.id}/{name}"
             members[member] = data
-            files[member] = _sha(data)
+            files[member] = digest(data)
         src_member = f"partitions/{p.id}/source.txt"
         members[src_member] = blob.source.encode()
         # Provenance: one kernel per (partition, kernel name), one site per KernelInfo.

@@ -7,8 +7,8 @@ then made its own copy: 7.8 GB peak where ORT's own session on the user's file t
 ORT reads a model's external data from a file and OpenVINO maps an IR's `model.bin`.  So a
 weight member (`model.data`, `model.bin`) of `STAGE_MIN` bytes or more lives in a file of its
 own in a private scratch directory: a build moves the file the library wrote there (no copy at
-all), a read streams the member out of the zip into it while hashing, and saving streams it
-back in.  Each staged file sits alone in its directory under its member's base name, so a
+all), a read links to the artifact itself (the member's bytes where the zip stores them) or
+copies the member out of it, and saving streams it back in.  Each staged file sits alone in its directory under its member's base name, so a
 graph written beside it finds it by the name it was built with.  The directory goes when the
 `Staged` value is collected (a library that mapped the file keeps its pages: Linux keeps an
 unlinked file's mapping), and at exit.

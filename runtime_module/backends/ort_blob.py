@@ -6,7 +6,7 @@ partition held as one `model.onnx` is bytes in memory that ORT copies again (the
 ran at 2.0x the weights where ORT's own session on the user's file takes 1.0x).  ONNX's own
 answer is external data: the graph in `model.onnx`, each weight at an offset of `model.data`.
 From `SPLIT_MIN_BYTES` of weights the artifact keeps both as members, the weights as a staged
-file (runtime_module.staged) that loading streams out of the zip; the graph is written beside
+file (runtime_module.staged) that loading links to or copies out of the zip; the graph is written beside
 it and ORT reads the weights from there (the guard, onnx_guard, allows an external reference
 only to exactly `model.data` of the same partition, within its size, so nothing else on the
 machine is named).  Below the size a partition stays one `model.onnx`, as earlier artifacts
