@@ -130,13 +130,13 @@ def markdown(res: dict) -> str:
         f"first pair; the executor's own time, measured inside each call (the run less its "
         f"partition's runner), is what provmap adds per call.  Bound: within {WITHIN:.0%} on "
         f"models over 1 ms (see `within`: the executor within 2% of a call, and the sign "
-        f"test's interval of the median per-pass slowdown, by medians and by minimums, at or "
+        f"test's interval of the median per-pass slowdown (of the blocks' minimums) at or "
         f"under +2%: 'no: slower' when one lies wholly above, else 'undecided').",
         ["model", "backend", "library min ms", "artifact vs library (median of passes / "
-         "minimum)", "interval (medians / minimums)", "library vs itself (A/A)",
+         "minimum)", "interval (minimums)", "library vs itself (A/A)",
          "executor ms a call (share)", "within 2%", "load", "contended"],
         [[r["model"], r["backend"], _ms(r), _pair(r, ""),
-          f"{_interval(r, 'paired_interval')} / {_interval(r, 'paired_interval_min')}",
+          _interval(r, 'paired_interval_min'),
           _pair(r, "aa_"),
           f"{r['executor_ms']:.3f} ({r['executor_share']:.2%})"
           if r.get("executor_ms") is not None else "-",
@@ -154,21 +154,19 @@ def within(row: dict) -> str:
     of the library itself differ, up to 25% by median of passes on this guest, 2026-11-27).
     Why intervals: 8-pass point ratios called +2.1% to +3.4% "no" where the library against
     itself moved 1.7-4.0%.  "n/a" under 1 ms."""
-    from .paired import within as judged
+    from provmap.partition.measure.evidence import within as judged
 
     if row.get("library_min_ms") is not None and row["library_min_ms"] < 1.0:
         return "n/a (<1 ms)"
     if row.get("contended"):
         return "not judged (contended)"
-    ex, iv, iv_min = (row.get(k) for k in ("executor_share", "paired_interval",
-                                           "paired_interval_min"))
-    if ex is None or not iv or not iv_min:
+    ex, iv_min = row.get("executor_share"), row.get("paired_interval_min")
+    if ex is None or not iv_min:
         return "-"
     if ex > WITHIN:
         return "no: the executor"
-    verdicts = {judged(lo, hi, WITHIN) for lo, hi in (iv, iv_min)}
-    return ("no: slower" if "slower" in verdicts else "yes" if verdicts == {"within"}
-            else "undecided")
+    verdict = judged(iv_min[0], iv_min[1], WITHIN)
+    return {"slower": "no: slower", "within": "yes"}.get(verdict, "undecided")
 
 
 def _interval(row: dict, key: str) -> str:

@@ -6,8 +6,8 @@ One moment = a short interleaved A/B of `single:onnxruntime` and `single:openvin
 1 s blocks, each library loaded for its own blocks, as the search's end-to-end check measures);
 moments follow one another for `--minutes`.  Why: a kept one-library plan is decided between
 libraries a few percent apart, and on this 2-core guest their *ratio* drifts, not only their
-speed; this says by how much (bench/out/user/summary_2026-11-27f.md), which is what the
-recheck at a second moment (partition/recheck.py) answers to.
+speed; this says by how much (bench/out/user/summary_2026-11-27f.md), which is why a decision
+between them spreads its paired passes over time (partition/decision.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """What `provmap compile` does beside a load that outlasts it: `python -m provmap.bench.hog_compile`.
 
-Why a step of its own: `provmap bench --search-beside-hog through` keeps the fallback's guess
-so that it can measure it; a user's compile does not (partition/fallback.py `refuse_guess`).
+Why a step of its own: `provmap bench --search-beside-hog through` measures beside the load so
+that it can table the plan; a user's compile does not: it waits for quiet before measuring
+anything and ends with one line if the load outlasts the wait (measure/hygiene.py
+`quiet_before_search`).
 This runs the user's command itself, `provmap compile MODEL --strategy collage` with a fresh
 cost cache, in a subprocess beside a one-core CPU hog (bench/hog.py) that lasts the whole
 search and its wait for quiet, and records what the user gets: the exit code, whether a file
 was written, the last line on stderr, and the wall time.  With --accept-contended it records
-the kept guess instead.
+the plan measured beside the load instead.
 
     python -m provmap.bench.hog_compile --user-models mobilenet_v3_large -o DIR
 
@@ -48,7 +50,8 @@ def compile_rows(specs: list[str], accept: bool, quiet_wait: float, say) -> list
 
                 manifest = read_artifact(out).manifest
                 row["strategy"] = manifest["strategy"]
-                row["fallback"] = (manifest["plan_info"].get("collage") or {}).get("fallback")
+                row["contended"] = (((manifest["plan_info"].get("collage") or {})
+                                     .get("conditions") or {}).get("contended"))
             say(f"[{name}] exit {r.returncode} after {row['seconds']:.0f} s, "
                 f"{'artifact written' if row['written'] else 'nothing written'}")
             rows.append(row)

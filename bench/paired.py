@@ -14,78 +14,42 @@ numbers stay in the table beside it.
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from .baseline import library
 from .limits import measured_with_load
 
 
-def median_interval(values: list[float], coverage: float = 0.9) -> tuple[float, float, float]:
-    """A distribution-free interval for the median of `values` (the sign test's order
-    statistics): (low, high, its actual coverage), the narrowest pair of order statistics
-    whose coverage is at least `coverage`, or the whole range with what it covers.
-
-    Why this and not a t interval: per-pass ratios on this guest are skewed by the odd slow
-    pass (a step of +45% for both libraries at once, bench/drift.py); the sign test assumes only
-    that passes are independent and the ratio's median is what is estimated."""
-    v = sorted(values)
-    n = len(v)
-    if not n:
-        return math.nan, math.nan, 0.0
-    tail = 0.0  # P(Binomial(n, 1/2) <= k - 1): the median below the k-th order statistic
-    best = (v[0], v[-1], 1.0 - 2 * 0.5 ** n)
-    for k in range(1, (n + 1) // 2 + 1):
-        tail += math.comb(n, k - 1) * 0.5 ** n
-        if 1.0 - 2 * tail < coverage:
-            break
-        best = (v[k - 1], v[n - k], 1.0 - 2 * tail)
-    return best
-
-
-def within(low: float, high: float, limit: float) -> str:
-    """The 1% item on a slowdown interval: 'within' when even its high end is at most `limit`,
-    'slower' when even its low end is above it, else 'undecided' (the pair is closer than this
-    many passes can tell apart)."""
-    if high <= limit:
-        return "within"
-    if low > limit:
-        return "slower"
-    return "undecided"
-
-
 def paired_overhead(fns: dict, rooms: dict, repeats: int, passes: int = 8) -> dict:
     """How much slower the first of `fns` is than the second (the container than its library,
-    the kept plan than the best single), the two alone in `passes` short paired blocks: the
-    median of the per-pass ratios, and the ratio of minimums, less one.
+    the kept plan than the best single), the two alone in `passes` paired blocks, measured and
+    judged by the one comparison procedure (partition/decision.py, one round of `passes`): the
+    interval of the median per-pass ratio of the blocks' fastest samples (the statistic every
+    decision uses, partition/measure/evidence.py), and the median of per-pass medians' ratios
+    beside it, described, not judged.
 
     Why not the latency run's medians: on this 2-core guest the machine's speed drifts by
     50% between passes at load 0 (MobileNet-v3, 2026-11-26: ORT pass medians 5.5, 7.1 and
     4.8 ms), and with a dozen alternatives between two blocks of the same library, the ratio
     of overall medians says more about when each block ran than about the container.  Adjacent
-    blocks of the pair see the same machine; the median over passes drops the odd pass, and the
-    order flips every pass (A B, B A) so a steady drift within a pass favours neither side."""
-    from provmap.partition.measure.interleave import measure_interleaved
+    blocks of the pair see the same machine; the order flips every pass (A B, B A) so a steady
+    drift within a pass favours neither side."""
+    from provmap.partition.decision import decide
+    from provmap.partition.measure.evidence import Rule, interval, pass_ratios
 
     art, lib = fns
-    lat = measure_interleaved(fns, repeats=max(2 * passes, repeats), passes=passes,
-                              min_block_s=0.3, rooms=rooms, never_cap=tuple(fns),
-                              alternate=True)
-    ratios = sorted(a / d for a, d in zip(lat[art].pass_medians_s, lat[lib].pass_medians_s))
-    lows = [a / d for a, d in zip(lat[art].pass_mins_s, lat[lib].pass_mins_s)]
-    med_lo, med_hi, cover = median_interval(ratios)
-    min_lo, min_hi, _ = median_interval(lows)
-    return {"paired_passes": len(ratios),
-            # where the median per-pass ratio lies (sign test, `coverage`): by median, and by
-            # each pass's minimum (the ratio of overall minimums has no interval of its own)
-            "paired_interval": [med_lo - 1, med_hi - 1] if ratios else None,
-            "paired_interval_min": [min_lo - 1, min_hi - 1] if lows else None,
-            "paired_coverage": cover,
-            "paired_overhead": statistics.median(ratios) - 1 if ratios else None,
-            "paired_overhead_min": (min(lat[art].samples_s) / min(lat[lib].samples_s) - 1
-                                    if lat[art].samples_s and lat[lib].samples_s else None),
-            "container_min_ms": min(lat[art].samples_s) * 1e3 if lat[art].samples_s else None,
-            "library_min_ms": min(lat[lib].samples_s) * 1e3 if lat[lib].samples_s else None}
+    d = decide(dict(fns), {art: (1,), lib: (1,)}, rooms=rooms, accept_contended=True,
+               rule=Rule(round_passes=passes, max_passes=passes), what="paired", cap_slow=False)
+    a, b = d.measured.get(art) or {}, d.measured.get(lib) or {}
+    iv = interval(pass_ratios(a.get("pass_min_ms") or [], b.get("pass_min_ms") or []))
+    med = pass_ratios(a.get("pass_median_ms") or [], b.get("pass_median_ms") or [])
+    return {"paired_passes": iv.passes,
+            "paired_interval_min": list(iv.slowdown()) if iv.passes else None,
+            "paired_coverage": iv.coverage,
+            "paired_overhead": statistics.median(med) - 1 if med else None,
+            "paired_overhead_min": (a["min_ms"] / b["min_ms"] - 1
+                                    if a.get("min_ms") and b.get("min_ms") else None),
+            "container_min_ms": a.get("min_ms"), "library_min_ms": b.get("min_ms")}
 
 
 # 16 passes: the sign test's interval is then the 5th to the 12th ratio (92% coverage); with 8
@@ -95,6 +59,8 @@ ONE_PERCENT = 0.01
 
 
 def _judge(interval, contended: bool) -> str | None:
+    from provmap.partition.measure.evidence import within
+
     if contended:
         return "not judged (contended)"
     return None if interval is None else within(interval[0], interval[1], ONE_PERCENT)
@@ -106,8 +72,8 @@ def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, repeats:
     by median of `rows`, each pair measured again alone (`paired_overhead`).  `fns`/`rooms`
     are the latency run's alternatives; `same` maps a strategy to the single strategy whose
     very plan it kept (measured once: gain 0, not measured again).  One entry per distinct
-    best: {"by", "best", "gain_median", "gain_min", "slower_median", "slower_min" (intervals),
-    "one_percent_median", "one_percent_min" (`within`), "passes", "same_plan", "contended"}."""
+    best: {"by", "best", "gain_median", "gain_min", "slower_min" (the interval), "one_percent_min"
+    (evidence.within on it: the one statistic), "passes", "same_plan", "contended"}."""
     kept = next((r for r in rows if r["strategy"].startswith("collage")), None)
     singles = [r for r in rows if library(r["strategy"])]
     if kept is None or not singles:
@@ -122,8 +88,8 @@ def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, repeats:
         a, b = same.get(kept["strategy"], kept["strategy"]), same.get(best, best)
         if a == b:
             out.append({"by": by, "best": best, "same_plan": True, "gain_median": 0.0,
-                        "gain_min": 0.0, "one_percent_median": "within",
-                        "one_percent_min": "within", "passes": 0, "contended": False})
+                        "gain_min": 0.0, "one_percent_min": "within", "passes": 0,
+                        "contended": False})
             continue
         if a not in fns or b not in fns:
             continue
@@ -136,10 +102,8 @@ def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, repeats:
                     "gain_median": None if med is None else -med,
                     "gain_min": None if low is None else -low,
                     # the slowdown's interval and the 1% item judged on it (`within`)
-                    "slower_median": res["paired_interval"],
                     "slower_min": res["paired_interval_min"],
                     "coverage": res["paired_coverage"],
-                    "one_percent_median": _judge(res["paired_interval"], window.contended),
                     "one_percent_min": _judge(res["paired_interval_min"], window.contended),
                     "passes": res["paired_passes"], "contended": window.contended})
     return out

@@ -118,25 +118,22 @@ def _search_states(s: dict) -> str:
 
 
 def _hogged(s: dict) -> str:
-    """A search beside a one-core hog (`--search-beside-hog`) and what fallback.py did."""
+    """A search beside a one-core hog (`--search-beside-hog`) and what its record says."""
     if not s.get("beside_hog"):
         return ""
-    fb = s.get("fallback") or {}
-    what = (f"; fallback kept {fb['kept']} instead of {fb['instead_of']}"
-            if fb.get("instead_of") else "; the decision stood" if fb else "")
-    if w := fb.get("waited"):
-        what += (f"; measured again after waiting {w['waited_s']:.0f} s" if w["quiet"] else
-                 f"; waited {w['waited_s']:.0f} s for quiet in vain")
-    what += "; a guess, refused without --accept-contended" if fb.get("guess") else ""
+    cond = s.get("conditions") or {}
+    what = ("; measured beside the load (accepted)" if cond.get("contended") else
+            "; quiet by the time it measured")
     ends = " that ends when the search waits" if s.get("beside_hog") == "ends" else ""
     return f" **[searched beside a one-core hog{ends}{what}]**".replace("|", "/")
 
 
 def _one_percent(g: dict) -> str:
-    """The 1% item by minimum / by median, judged on the paired run's interval of the kept
-    plan's slowdown (bench/paired.py), the interval beside it where one was measured."""
+    """The 1% item, judged on the paired run's interval of the kept plan's slowdown (the one
+    statistic, partition/measure/evidence.py: per-pass ratios of the blocks' fastest samples),
+    the interval beside it where one was measured."""
     parts = []
-    for by in ("min", "median"):
+    for by in ("min",):
         state, iv = g.get(f"one_percent_{by}"), g.get(f"confirmed_slower_{by}")
         parts.append((state or "-") + (f" [{iv[0]:+.1%}, {iv[1]:+.1%}]" if iv else ""))
     return " / ".join(parts)

@@ -42,7 +42,7 @@ from .limits import headroom, measured_with_load, row_load
 from .output_err import output_err
 from .paired import confirm_gains, paired_overhead
 from provmap.partition.collage_report import predicted_vs_measured
-from provmap.partition.quiet_again import WAITING
+from provmap.partition.measure.hygiene import WAITING
 
 DEFAULT_MODELS = ["bundled:transformer", "bundled:squeezenet", "bundled:bvlc_alexnet",
                   "bundled:inception_v1", "bundled:resnet50", "bundled:vgg19"]
@@ -76,7 +76,8 @@ class SuiteOptions:
     # the cold search beside a one-core CPU hog (bench/hog.py), everything after it quiet: is
     # the artifact of a contended decision still within 1% of the best single configuration?
     # "through": the hog outlasts the search; "ends": it stops when the search starts waiting
-    # for quiet (partition/quiet_again.py), as a neighbour's job that finishes.  None: no hog.
+    # for quiet (measure/hygiene.py, before measuring anything), as a neighbour's job that
+    # finishes.  None: no hog.
     hog_search: str | None = None
 
 
@@ -136,7 +137,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     cold = opts.cache is None
     co = dict(cache_path=cache, max_size=opts.max_size, max_depth=opts.max_depth,
               measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s,
-              measure_on=opts.measure_on, accept_contended=True)  # a guess: kept and tabled
+              measure_on=opts.measure_on, accept_contended=True)  # beside a load: tabled
     t0 = time.perf_counter()
     with (cpu_hog(3600.0) if opts.hog_search else contextlib.nullcontext()) as hog:
         if opts.hog_search:
@@ -188,7 +189,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
         "warm_e2e_s": warm_e2e_s,
         "warm_e2e_plan_reused": bool((rep_a.plan_cache or {}).get("reused")),
         "warm_e2e_same_plan": plan_signature(again.manifest) == plan_signature(art.manifest),
-        "tie_break": (e2e.get("tie_break") or {}).get("why"),
+        "decision": {k: (e2e.get("decision") or {}).get(k) for k in ("passes", "decided")},
         "estimated_ms": rep.estimated_ms,
         "kept": art.manifest["strategy"], "e2e_why": e2e.get("why"),
         "e2e_measured_ms": {k: v["median_ms"] for k, v in (e2e.get("measured") or {}).items()},
@@ -207,7 +208,7 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
         if rep.refine else None,
         "in_context": rep.in_context,
         "conditions": rep.conditions, "plan_cache_refused": rep.plan_cache_refused,
-        "beside_hog": opts.hog_search, "fallback": rep.fallback,
+        "beside_hog": opts.hog_search,
         # the first level's own work and memory (issue 51): states, the process's peak RSS
         # when the search ended, and "beam" when its bound made it give up the shortest path
         "search_states": (rep.search or {}).get("states_expanded"),

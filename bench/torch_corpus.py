@@ -124,7 +124,7 @@ def _step_strategy(task: dict) -> dict:
     opts = None
     if strategy.kind == "collage":
         from provmap.partition.collage import CollageOptions
-        opts = CollageOptions(measure_budget_s=task["collage_budget_s"], e2e_repeats=3,
+        opts = CollageOptions(measure_budget_s=task["collage_budget_s"],
                               cache_path=task["cache_path"], accept_contended=True)
     backend_options = {b.name: {"threads": task["threads"]} for b in strategy.used
                        if b.name in ("onnxruntime", "openvino")}

@@ -8,15 +8,15 @@
 
 Then the end-to-end check Collage lacked: isolated costs do not add up (whole-graph layout and
 fusion inside one backend beat the sum of its parts), so the chosen plan, the greedy baseline and
-the best single-backend plans are each built and measured end to end, and the fastest is kept.
-The report shows estimated against measured totals for all of them.
+the best single-backend plans are each built and measured end to end, and one is kept by the one
+comparison procedure every level uses (partition/decision.py).  The report shows estimated
+against measured totals for all of them.
 
 The levels are functions, each with its own result: `first_level` (steps 1-6),
 `end_to_end` (the check), `second_level` (refine, partition/refine.py, then concurrent
 schedules); `collage` chains them, after looking for a plan a search already kept
-(partition/plan_cache.py), and a kept plan decided under contention that quiet prices refute
-falls back to a single configuration (partition/fallback.py).  What they record is one
-`CollageReport`.
+(partition/plan_cache.py) and, on a busy machine, waiting for quiet before measuring anything
+(measure/hygiene.py `quiet_before_search`).  What they record is one `CollageReport`.
 """
 
 from __future__ import annotations
@@ -29,27 +29,23 @@ from provmap.runtime_module.backend import Backend
 from provmap.runtime_module.graph_view import GraphView
 from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from provmap.runtime_module.registry import parse_variant
-from provmap.partition.measure.interleave import measure_artifacts, why_tied
 
 from .collage_report import CollageReport
 from .collage_types import (CollageOptions, CollageResult, EndToEnd, FirstLevel,  # noqa: F401
                             SearchSpace, SecondLevel)  # (CollageOptions re-exported)
-from .confirm import confirm_refinement
-from .e2e_rule import decide, tie_run
 from .constraints import check, filter_candidates, parse_constraints
+from .decision import decide_artifacts
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # noqa: F401  (re-exported: the CLI reads it here)
-from .fallback import fall_back
 from .generate import generate
 from .measure.boundary import calibrate_boundary, calibrate_switches, crossing_s, switch_s
 from .measure.cache import CacheLocked, CostCache, host_fingerprint
-from .measure.hygiene import Window, measure_clean, search_conditions, store_plan
+from .measure.hygiene import Window, quiet_before_search, search_conditions, store_plan
 from .measure.in_context import feed_back
 from .measure.measured import MeasuredEstimator
 from .measure.tuning import tuning_summary
 from .measure.remote import RemotePool
 from .plan_cache import plan_cache_keys, reuse_plan  # noqa: F401  (plan_cache_keys re-exported)
 from .prune import prune
-from .recheck import recheck
 from .refine import refine, suggestions_from, supported_fn
 from .region_alternatives import region_alternatives
 from .schedule_search import search_schedules
@@ -281,8 +277,8 @@ def _alternatives(space: SearchSpace, first: FirstLevel, opts: CollageOptions) -
 
 
 def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say) -> EndToEnd:
-    """Build the search's plan and its alternatives, measure them whole, keep the fastest (a
-    near tie between equally simple plans is measured again, longer, before one is kept)."""
+    """Build the search's plan and its alternatives, measure them whole, and keep one by the
+    one comparison procedure (partition/decision.py)."""
     report, phases = first.report, first.phases
     alternatives = _alternatives(space, first, opts)
     built = {}
@@ -295,38 +291,18 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
             report.e2e_failed = {**(report.e2e_failed or {}), label: str(e)}
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report.e2e_failed['collage']}")
-    lat, phases["e2e"] = measure_clean(lambda: measure_artifacts(
-        built, repeats=opts.e2e_repeats, min_block_s=0.5, never_cap=("collage",),
-        progress=say), say)
+    d = decide_artifacts(built, say, rule=opts.rule, wait_s=opts.quiet_wait_s,
+                         accept_contended=opts.accept_contended, what="end-to-end check")
+    phases["e2e"] = d.conditions()
+    winner, why = d.kept, d.why
     parts = {k: len(a.manifest["partitions"]) for k, a in built.items()}
-
-    def tie_said(winner, why, tied):
-        # A 1-2% gap between equally simple plans is often reversed by the next measurement:
-        # just those are measured again, longer, before one is kept (see near_ties).
-        say(f"{winner} picked ({why}), but one measurement cannot tell it from "
-            + "; ".join(why_tied(lat, winner, k, opts.e2e_tie_margin) for k in tied)
-            + ": measuring them again to break the tie")
-
-    def tied_again(labels):
-        again, phases["tie_break"] = measure_clean(lambda: measure_artifacts(
-            {k: built[k] for k in labels}, never_cap=tuple(labels), **tie_run(opts)),
-            say, "tie-break")
-        return again
-
-    d = decide(lat, parts, opts, tied_again, on_tie=tie_said)
-    winner, why = d.winner, d.why
-    measured = {k: {**v.summary(), "partitions": parts[k]} for k, v in lat.items()}
+    measured = {k: {**v, "partitions": parts[k]} for k, v in d.measured.items()}
     report.e2e = {"measured": measured, "winner": winner, "why": why,
-                  "repeats": opts.e2e_repeats, "margin": opts.e2e_margin}
-    if d.tied:
-        report.e2e["tie_break"] = {
-            "first_pick": d.first_pick, "tied": d.tied, "winner": winner, "why": why,
-            "passes": opts.e2e_tie_passes, "margin": opts.e2e_tie_margin,
-            "measured": {k: v.summary() for k, v in d.tie_run.items()}}
+                  "decision": {k: v for k, v in d.to_dict().items() if k != "measured"}}
     chosen_plan = order_plan(space.view, alternatives[winner])
     if winner != "collage":
-        report.e2e["note"] = (f"{winner} measured faster end to end than the searched plan "
-                              "(isolated costs do not add up); it is kept")
+        report.e2e["note"] = (f"{winner} kept over the searched plan by the end-to-end "
+                              "measurement (isolated costs do not add up)")
     report.level = "first" if winner == "collage" else f"end-to-end check ({winner})"
     return EndToEnd(winner, chosen_plan, built[winner], blobs, built,
                     {k: order_plan(space.view, alternatives[k]) for k in built})
@@ -344,30 +320,19 @@ def second_level(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, opts: Col
     # A variant supports what its searched backend supports.
     vverdicts = {**space.verdicts, **{v: space.verdicts[o]
                                       for v, (o, _be) in space.variants.items()}}
-    win = Window()
     ref = refine(space.view, e2e.plan, e2e.artifact, e2e.winner, space.every,
                  supported_fn(space.view, vverdicts, space.cons),
                  dp_plan=None if first.cyclic else first.plan, cuts=space.cuts,
-                 budget_s=opts.refine_budget_s, margin=opts.refine_margin, blobs=e2e.blobs,
+                 budget_s=opts.refine_budget_s, rule=opts.rule, blobs=e2e.blobs,
+                 wait_s=opts.quiet_wait_s, accept_contended=opts.accept_contended,
                  progress=say, suggestions=suggestions_from(first.dp.estimates))
-    first.phases["refine"] = win.stop()
+    first.phases["refine"] = ref.conditions
     n_kept = sum(1 for t in ref.trail if t.get("status") == "kept")
     first.report.refine = {"start": e2e.winner, "budget_s": opts.refine_budget_s,
                            "seconds": round(ref.seconds, 1), "stopped": ref.stopped,
                            "proposals": len(ref.trail), "kept": n_kept, "trail": ref.trail}
     say(f"second level: {len(ref.trail)} proposal(s), {n_kept} kept "
         f"({ref.stopped}, {ref.seconds:.0f} s)")
-    # only a plan with more partitions than where it started: the winner's curse costs a
-    # boundary there, while a move of the whole model to another library is a choice between
-    # equally simple plans (MobileNet-v3, 2026-11-27: the confirmation undid such a move to
-    # OpenVINO, which the bench then measured 14-20% faster than the plan kept instead)
-    if n_kept and opts.refine_confirm_passes and \
-            len(ref.plan.partitions) > len(e2e.plan.partitions):
-        ok, first.report.refine["confirm"], first.phases["refine_confirm"] = confirm_refinement(
-            e2e.winner, e2e.artifact, ref.artifact, opts.refine_margin,
-            2 * opts.e2e_repeats, opts.refine_confirm_passes, say)
-        n_kept = n_kept if ok else 0
-        first.report.refine["kept"] = n_kept  # what stayed: the trail keeps what won once
     if n_kept:
         kept = SecondLevel("refined", ref.plan, ref.artifact)
         first.report.level = "second"
@@ -381,8 +346,8 @@ def _concurrent_schedules(kept: SecondLevel, report: CollageReport, opts: Collag
     if not opts.schedules or (opts.refine_budget_s is not None and opts.refine_budget_s <= 0):
         return kept.artifact
     scratch: dict = {}
-    art = search_schedules(kept.artifact, kept.label, scratch, opts.refine_margin,
-                           progress=progress)
+    art = search_schedules(kept.artifact, kept.label, scratch, opts.rule, progress=progress,
+                           wait_s=opts.quiet_wait_s, accept_contended=opts.accept_contended)
     report.schedule_search = scratch["schedule_search"]
     kept.plan.info["schedule"] = art.manifest.get("schedule")  # kept with the plan
     return art
@@ -412,14 +377,14 @@ def _search(view, backends, space, opts, say, progress, t0) -> CollageResult:
         reused = reuse_plan(view, space.cache, space.plan_keys, say)
         if reused is not None:
             return CollageResult(reused[0], reused[1], backends=space.every)
+    before = quiet_before_search(opts.quiet_wait_s, opts.accept_contended, say)
     first = first_level(space, opts, say, t0)
+    if before is not None:
+        first.phases["before"] = before
     if not _checks_end_to_end(space, first, opts, say):
         return CollageResult(first.plan, first.report)
     e2e = end_to_end(space, first, opts, say)
     kept = second_level(space, first, e2e, opts, say)
-    kept = recheck(first, e2e, kept, opts.recheck_passes, 2 * opts.e2e_repeats,
-                   opts.e2e_tie_margin, say)  # a one-library plan, at a second moment
-    kept = fall_back(space, first, e2e, kept, opts, say)  # a contended decision quiet prices refute
     report = first.report
     art = _concurrent_schedules(kept, report, opts, progress)
     if opts.in_context:

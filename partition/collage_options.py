@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # defined where the CLI's help reads it
+from .measure.evidence import RULE, Rule
 from .search_bounds import DEFAULT_BOUNDS, SearchBounds
 
 
@@ -23,11 +24,10 @@ class CollageOptions:
     cuts: list = field(default_factory=list)
     cache_path: str | None = None   # None: $PROVMAP_CACHE or ~/.cache/provmap/costs.sqlite
     e2e_check: bool = True
-    e2e_repeats: int = 10
     e2e_single_factor: float = 3.0  # measure single plans estimated within this factor of best
-    e2e_margin: float = 0.03        # a plan with more partitions must win by this, every pass
-    e2e_tie_margin: float = 0.03    # equally simple plans this close are measured again, longer
-    e2e_tie_passes: int = 4         # ...in this many interleaved passes (0: no tie-break)
+    # The one comparison procedure's numbers (partition/decision.py): every phase that keeps
+    # or drops a plan (the end-to-end check, the second level, the schedules) decides by it.
+    rule: Rule = RULE
     # Options tried as whole-partition variants of each searched backend, in the end-to-end
     # check (single plans) and the second level (moves), not priced by the first level; see
     # e2e_variants.  (): none.
@@ -36,14 +36,10 @@ class CollageOptions:
     measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
     refine_budget_s: float | None = 60.0  # second level (partition/refine.py); 0: off, None: no
     #                                       limit (it stops when it runs out of proposals)
-    refine_margin: float = 0.02     # a refinement must win by this, in every pass and by min
-    refine_confirm_passes: int = 4  # ...and win again in a fresh measurement of this many passes (0: not)
-    recheck_passes: int = 2         # a kept one-library plan against its closest rival, at a
-    #                                 second moment (partition/recheck.py; 0: not)
-    quiet_wait_s: float = 120.0     # a contended decision with no quiet price: wait this long
-    #                                 for quiet and measure it again (partition/quiet_again.py)
-    accept_contended: bool = False  # ...and if it stays busy, keep the fallback's guess rather
-    #                                 than write nothing (partition/fallback.py: `refuse_guess`)
+    quiet_wait_s: float = 120.0     # a busy machine: wait this long for quiet before measuring
+    #                                 anything, and before measuring a decision's round again
+    accept_contended: bool = False  # ...and if it stays busy, measure beside the load anyway
+    #                                 (the record says so) rather than write nothing
     schedules: bool = True          # second level: measure concurrent schedules (schedule_search)
     in_context: bool = True         # feed partition times inside the kept plan back to the cache
     measure_on: str | None = None   # "tracker:HOST:PORT/KEY": price candidates on those servers

@@ -46,13 +46,10 @@ class CollageReport:
     e2e_same_as_collage: list | None = None
     e2e_same: dict | None = None
     e2e_failed: dict | None = None
-    e2e: dict | None = None                 # measured, winner, why (+ tie_break, note)
+    e2e: dict | None = None                 # measured, winner, why, decision (+ note)
     level: str | None = None                # which level found the kept plan
-    fallback: dict | None = None            # a contended decision checked on quiet prices
-    #                                         (partition/fallback.py): kept, instead_of, why
     # -- the second level and after ------------------------------------------------------------
     refine: dict | None = None
-    recheck: dict | None = None             # partition/recheck.py: kept, against, ratios, why
     schedule_search: dict | None = None
     in_context: list | None = None
     in_context_error: str | None = None

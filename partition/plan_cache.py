@@ -20,20 +20,15 @@ from provmap.runtime_module.subgraph import Subgraph
 
 from .collage_report import CollageReport
 from .measure.cache import backend_identity
+from .decision import PROCEDURE
 from .measure.hygiene import reuse_refusal
 
-# Every option that changes what a search keeps (CollageOptions' names).
+# Every option that changes what a search keeps (CollageOptions' names).  `rule` is the one
+# comparison procedure's numbers, written by its key (evidence.Rule.key) together with the
+# procedure's version: a plan kept under another rule is searched again, not reused.
 SEARCH_SETTINGS = ("max_depth", "max_size", "max_exits", "pins", "forbids", "cuts",
-                   "e2e_repeats", "e2e_single_factor", "e2e_margin", "e2e_tie_margin",
-                   "e2e_tie_passes", "e2e_variants", "measure_budget_s",
-                   "refine_budget_s", "refine_margin", "refine_confirm_passes", "recheck_passes",
-                   "in_context", "schedules")
-
-#: Bumped when the rules that pick the kept plan change without an option changing (2: the
-#: tie-break's minimum within the margin, the second level's confirmation; 3: the recheck of a
-#: one-library plan at a second moment), so a plan kept under the old rules is searched again
-#: rather than reused.
-KEEP_RULES = 3
+                   "e2e_single_factor", "e2e_variants", "measure_budget_s",
+                   "refine_budget_s", "in_context", "schedules")
 
 
 def plan_cache_keys(view: GraphView, backends: dict[str, Backend], opts) -> tuple[str, str]:
@@ -43,7 +38,7 @@ def plan_cache_keys(view: GraphView, backends: dict[str, Backend], opts) -> tupl
     constraints and the end-to-end and second-level settings.  The host is the cache's own."""
     model = Subgraph(view, view.op_nodes).key
     settings = {"backends": {n: list(backend_identity(b)) for n, b in backends.items()},
-                "keep_rules": KEEP_RULES,
+                "rule": [PROCEDURE, opts.rule.key()],
                 **{k: getattr(opts, k) for k in SEARCH_SETTINGS}}
     search = hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(),
                              digest_size=16).hexdigest()

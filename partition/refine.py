@@ -22,10 +22,9 @@ local changes to it:
 
 Each proposal that is valid (every node supported, the constraints respected, no cycle between
 partitions) is built (partition builds are cached across proposals) and measured against the
-incumbent, interleaved in blocks (`partition.measure.interleave`), `passes` passes.  It replaces the
-incumbent only if its median is lower by more than `margin` *and* its median is lower in every
-pass *and* its fastest run is lower by more than `margin` too: a win that is not beyond noise
-is not a win.  After an
+incumbent by the one comparison procedure (partition/decision.py): paired passes until one of the
+two is ahead with confidence, a proposal with more partitions kept only when faster by the
+rule's minimum gain, an undecided pair keeping the simpler plan.  After an
 accepted change the proposals are generated again from the new incumbent.  The loop stops when
 no proposal wins or the time budget is spent.  Every proposal, built or not, and its
 measurement is recorded in the trail, which the manifest keeps and `explain` shows.
@@ -33,17 +32,18 @@ measurement is recorded in the trail, which the manifest keeps and `explain` sho
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.artifact_build import build_artifact
 from provmap.runtime_module.graph_view import GraphView
-from provmap.partition.measure.interleave import measure_artifacts
 from provmap.runtime_module.plan import PartitionSpec, Plan, order_plan
 
 from .candidate import Candidate
+from .decision import decide_artifacts
+from .measure.contention import combine
+from .measure.evidence import RULE, Rule
 from .search import coalesce
 
 
@@ -229,30 +229,6 @@ def suggestions_from(estimates: dict) -> list[dict]:
     return out
 
 
-def _wins(new, old, margin: float) -> tuple[bool, str]:
-    mn, mo = statistics.median(new.samples_s), statistics.median(old.samples_s)
-    every = (len(new.pass_medians_s) == len(old.pass_medians_s) and not new.capped
-             and not old.capped and all(x < y for x, y in zip(new.pass_medians_s,
-                                                              old.pass_medians_s)))
-    # The fastest run must gain the margin too: AlexNet's carve of Relu..Gemm onto ONNX Runtime
-    # won 2.6% by median and a hair by minimum here, and the bench measured it 2.1% slower by
-    # minimum afterwards (3.3% faster by median): a hair is within two moments' noise.
-    faster_min = min(new.samples_s) < (1 - margin) * min(old.samples_s)
-    gain = 1 - mn / mo if mo > 0 else 0.0
-    if mn < (1 - margin) * mo and every and faster_min:
-        return True, (f"{gain:.1%} faster by median, faster in every pass, "
-                      f"{1 - min(new.samples_s) / min(old.samples_s):.1%} by minimum")
-    why = []
-    if not mn < (1 - margin) * mo:
-        why.append(f"{-gain:.1%} slower by median" if gain < 0 else
-                   f"{gain:.1%} faster by median (needs > {margin:.0%})")
-    if not every:
-        why.append("not faster in every pass")
-    if not faster_min:
-        why.append(f"not faster by minimum by more than {margin:.0%}")
-    return False, "kept the incumbent: " + ", ".join(why)
-
-
 @dataclass
 class RefineResult:
     plan: Plan
@@ -261,19 +237,20 @@ class RefineResult:
     trail: list
     seconds: float
     stopped: str
+    conditions: dict | None = None  # the decisions' measuring conditions (hygiene's phase)
 
 
 def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, supported,
            dp_plan: Plan | None = None, cuts: frozenset = frozenset(),
-           budget_s: float | None = 60.0,
-           margin: float = 0.02, passes: int = 3, repeats: int = 30, min_block_s: float = 0.3,
-           blobs: dict | None = None, progress=None,
+           budget_s: float | None = 60.0, rule: Rule = RULE, wait_s: float = 120.0,
+           accept_contended: bool = False, blobs: dict | None = None, progress=None,
            suggestions: list | None = None) -> RefineResult:
     """Improve `plan` (already built as `artifact`) by end-to-end measured local changes.
 
     Returns the kept plan, its artifact, and the trail: one entry per proposal considered, with
     what it changed, the measured medians and minimums of incumbent and proposal, and whether
-    it was kept and why."""
+    it was kept and why.  Each proposal is decided against the incumbent by the one
+    comparison procedure (partition/decision.py)."""
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
     blobs = {} if blobs is None else blobs
@@ -281,6 +258,7 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
     inc_plan, inc_art, inc_label = plan, artifact, label
     tried: set = set()
     stopped = "no proposal won"
+    conds: list = []
     while True:
         proposals = [p for p in propose(view, inc_plan, list(backends), supported, dp_plan, cuts,
                                         suggestions)
@@ -294,7 +272,7 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
                 trail.extend({"kind": rest.kind, "change": rest.what,
                               "status": "not tried (budget)"} for rest in proposals[n:])
                 return RefineResult(inc_plan, inc_art, inc_label, trail,
-                                    time.perf_counter() - t0, stopped)
+                                    time.perf_counter() - t0, stopped, _conditions(conds))
             tried.add(pr.plan.signature())
             entry = {"kind": pr.kind, "change": pr.what,
                      "partitions": len(pr.plan.partitions)}
@@ -305,14 +283,14 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
                 entry.update(status="build failed", reason=str(e))
                 trail.append(entry)
                 continue
-            lat = measure_artifacts({"incumbent": inc_art, "proposal": art}, repeats=repeats,
-                                    passes=passes, min_block_s=min_block_s,
-                                    never_cap=("incumbent", "proposal"))
-            old, new = lat["incumbent"], lat["proposal"]
-            ok, why = _wins(new, old, margin)
-            numbers = ("median_ms", "min_ms", "pass_medians_ms")
-            entry.update(incumbent={k: old.summary()[k] for k in numbers},
-                         proposal={k: new.summary()[k] for k in numbers},
+            d = decide_artifacts({"incumbent": inc_art, "proposal": art}, rule=rule,
+                                 wait_s=wait_s, accept_contended=accept_contended,
+                                 what="second level")
+            ok, why = d.kept == "proposal", d.why
+            conds.append(d.conditions())
+            entry.update(incumbent=d.measured.get("incumbent"),
+                         proposal=d.measured.get("proposal"),
+                         versus=d.versus, passes=d.passes,
                          status="kept" if ok else "rejected", reason=why)
             trail.append(entry)
             say(f"refine: {entry['status']}: {why}")
@@ -323,7 +301,17 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
                 break
         if not accepted:
             break
-    return RefineResult(inc_plan, inc_art, inc_label, trail, time.perf_counter() - t0, stopped)
+    if stopped == "no proposal won" and any(t.get("status") == "kept" for t in trail):
+        stopped = "no further proposal won"
+    return RefineResult(inc_plan, inc_art, inc_label, trail, time.perf_counter() - t0, stopped,
+                        _conditions(conds))
+
+
+def _conditions(conds: list) -> dict:
+    """The second level's phase record: contended when any decision counted a loaded round."""
+    rec = combine({str(i): c for i, c in enumerate(conds)})
+    return {"contended": rec["contended"], "reasons": [rec["reason"]] if rec["reason"] else [],
+            "decisions": len(conds)}
 
 
 def supported_fn(view: GraphView, verdicts: dict, constraints=None):

@@ -12,8 +12,9 @@ How.  When the kept plan has partitions with no data dependency between them
 schedule with each backend's own thread count, and the same with the cores split evenly among
 the partitions of each concurrent stage (1 thread each for two partitions on 2 cores), for the
 backends that take a thread count (`Backend.takes_threads`: ONNX Runtime, OpenVINO, TVM).  Each is the same built artifact under another manifest
-(nothing is rebuilt), measured against the incumbent interleaved, with the second level's test
-(`refine._wins`): lower median by more than the margin, lower in every pass and by minimum.
+(nothing is rebuilt), decided against the incumbent by the one comparison procedure
+(partition/decision.py; a concurrent schedule is the more complex plan, so it must earn the
+rule's minimum gain).
 Every proposal and its numbers go into the report ("schedule_search"), which explain shows.
 """
 
@@ -23,12 +24,12 @@ import os
 import time
 
 from provmap.runtime_module.artifact_edit import with_schedule
-from provmap.partition.measure.interleave import measure_artifacts
 from provmap.runtime_module.registry import backend_class
 from provmap.runtime_module.schedule import asap_stages, describe, has_independent, \
     make_schedule, split_threads
 
-from .refine import _wins
+from .decision import Busy, decide_artifacts
+from .measure.evidence import RULE, Rule
 
 
 def proposals(partitions: list[dict], cores: int) -> list[tuple[str, dict]]:
@@ -49,9 +50,9 @@ def proposals(partitions: list[dict], cores: int) -> list[tuple[str, dict]]:
     return out
 
 
-def search_schedules(artifact, label: str, report: dict, margin: float = 0.02, passes: int = 3,
-                     repeats: int = 30, min_block_s: float = 0.3, cores: int | None = None,
-                     progress=None):
+def search_schedules(artifact, label: str, report: dict, rule: Rule = RULE,
+                     cores: int | None = None, progress=None, wait_s: float = 120.0,
+                     accept_contended: bool = False):
     """The kept artifact, under the fastest measured schedule (or as it was); what was measured
     goes to report["schedule_search"]."""
     say = (lambda m: progress(f"collage: {m}")) if progress else (lambda m: None)
@@ -69,24 +70,25 @@ def search_schedules(artifact, label: str, report: dict, margin: float = 0.02, p
         say(f"schedule: trying {change}")
         cand = with_schedule(artifact, sched)
         try:
-            lat = measure_artifacts({"incumbent": inc, "proposal": cand}, repeats=repeats,
-                                    passes=passes, min_block_s=min_block_s,
-                                    never_cap=("incumbent", "proposal"))
+            d = decide_artifacts({"incumbent": inc, "proposal": cand}, rule=rule,
+                                 wait_s=wait_s, accept_contended=accept_contended,
+                                 what="schedule")
+        except Busy:
+            raise  # a load that outlasted the wait: the compile ends with its one line
         except Exception as e:  # a schedule that fails to run is rejected, never kept
             trail.append({"change": change, "status": "failed", "reason": str(e)})
             continue
-        old, new = lat["incumbent"], lat["proposal"]
-        ok, why = _wins(new, old, margin)
-        numbers = ("median_ms", "min_ms", "pass_medians_ms")
+        ok, why = d.kept == "proposal", d.why
         trail.append({"change": change, "schedule": sched, "against": inc_label,
-                      "incumbent": {k: old.summary()[k] for k in numbers},
-                      "proposal": {k: new.summary()[k] for k in numbers},
-                      "status": "kept" if ok else "rejected", "reason": why})
+                      "incumbent": d.measured.get("incumbent"),
+                      "proposal": d.measured.get("proposal"), "versus": d.versus,
+                      "passes": d.passes, "status": "kept" if ok else "rejected",
+                      "reason": why})
         say(f"schedule: {trail[-1]['status']}: {why}")
         if ok:
             inc, inc_label, kept = cand, describe(sched), kept + 1
     report["schedule_search"] = {"start": label, "kept": kept, "trail": trail,
-                                 "cores": cores, "margin": margin,
+                                 "cores": cores, "rule": rule.key(),
                                  "seconds": round(time.perf_counter() - t0, 1),
                                  "schedule": inc.manifest.get("schedule")}
     return inc

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from cli_runner import provmap
 from onnx import TensorProto, helper
+from quick_rule import QUICK_RULE
 
 pytestmark = [pytest.mark.usefixtures("own_config"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -48,30 +49,30 @@ def test_explain_names_the_pin_that_placed_a_partition():
     assert "wins through its boundaries" not in format_explain(explain_artifact(manifest))
 
 
-def test_explain_says_which_rule_tied_the_plans_and_shows_minimums(log_relu_dir, tmp_path):
-    """The tie-break holds a plan tied when its median is within the margin *or* its minimum
-    is lower; explain said "within 3%" next to medians 43% apart and showed no minimum.  A wide
-    margin makes a real tie-break certain on a two-node model."""
+def test_explain_says_what_decided_the_kept_plan_and_shows_minimums(log_relu_dir, tmp_path):
+    """explain prints the end-to-end check's medians and minimums, how many paired passes
+    decided, and why each alternative left (partition/decision.py's record)."""
     from provmap.partition.collage import CollageOptions
 
     api = __import__("provmap")
 
     out = tmp_path / "t.provmap"
     api.compile(str(log_relu_dir / "m.onnx"), "collage", out=str(out),
-                collage_options=CollageOptions(e2e_tie_margin=10.0, refine_budget_s=0,
+                collage_options=CollageOptions(rule=QUICK_RULE, refine_budget_s=0,
                                                cache_path=str(tmp_path / "c.sqlite")))
     r = provmap("explain", out)
     assert r.returncode == 0, r.stderr
     x = json.loads(provmap("explain", out, "--json").stdout)["end_to_end"]
-    assert x["tie_break"] and set(x["measured_min_ms"]) == set(x["measured_ms"])
+    assert set(x["measured_min_ms"]) == set(x["measured_ms"])
     check = next(ln for ln in r.stdout.splitlines() if ln.startswith("end-to-end check"))
     for k, med in x["measured_ms"].items():
         assert f"{k} {med:.3f} / {x['measured_min_ms'][k]:.3f}" in check, check
-    tie = next(ln for ln in r.stdout.splitlines() if "first pick" in ln)
-    w = x["tie_break"]["first_pick"]
-    for k in x["tie_break"]["tied"]:
-        assert f"{k} (median {x['measured_ms'][k]:.3f} within 1000% of " \
-               f"{x['measured_ms'][w]:.3f})" in tie, tie
+    dec = x["decision"]
+    assert f"  {dec['passes']} paired passes, judged by the median over paired passes" in r.stdout
+    for k, why in dec["left"].items():
+        assert f"  {k} left: {why}" in r.stdout
+    assert f"  kept {x['winner']}: {x['why']}" in r.stdout
+
 
 
 def test_explain_headroom_takes_the_shapes_the_artifact_was_compiled_at(tmp_path):

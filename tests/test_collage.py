@@ -20,6 +20,8 @@ from provmap.partition.compile import compile_model
 from provmap.provenance.bundled import zoo
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
+from provmap.partition.measure.evidence import Rule
+from quick_rule import QUICK_RULE
 
 
 def ort_ref(model, feeds):
@@ -29,7 +31,8 @@ def ort_ref(model, feeds):
 
 def _opts(cache, **kw):
     kw.setdefault("refine_budget_s", 0.0)  # the second level has its own tests (test_refine.py)
-    return CollageOptions(max_depth=3, max_size=4, cache_path=str(cache), e2e_repeats=5, **kw)
+    kw.setdefault("rule", QUICK_RULE)
+    return CollageOptions(max_depth=3, max_size=4, cache_path=str(cache), **kw)
 
 
 @pytest.mark.slow
@@ -97,45 +100,42 @@ def test_collage_matches_reference_and_second_run_measures_nothing(transformer_m
                                ort_ref(model, feeds)["y"], atol=1e-4, rtol=1e-3)
     # Other search settings are another key: searched, not reused.
     art5 = compile_model(view, "collage:onnxruntime,openvino",
-                         collage_options=_opts(cache, e2e_variants=(), e2e_margin=0.05))
+                         collage_options=_opts(cache, e2e_variants=(),
+                                               rule=Rule(max_passes=6, min_gain=0.05)))
     assert "plan_cache" not in art5.manifest["plan_info"]["collage"]
 
 
-def test_near_tied_simple_plans_are_measured_again_before_one_is_kept(transformer_model,
-                                                                      transformer_view, tmp_path):
+def test_the_end_to_end_check_keeps_one_plan_by_the_one_procedure_and_says_how(
+        transformer_model, transformer_view, tmp_path):
     from provmap.workbench.explain import explain_artifact, format_explain
 
     model, view = transformer_model, transformer_view
-    # A tie margin of 1000% makes every equally simple alternative a near tie of the first pick.
+    said: list = []
     art = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "t.provmap",
-                        collage_options=CollageOptions(
+                        progress=said.append, collage_options=CollageOptions(
                             max_depth=2, max_size=2, cache_path=str(tmp_path / "k.sqlite"),
-                            e2e_repeats=4, refine_budget_s=0.0, in_context=False,
-                            e2e_tie_margin=10.0, e2e_tie_passes=2,
-                            # the recheck at a second moment may swap the kept plan after the
-                            # tie-break (tests/test_recheck.py): this test is the tie-break's
-                            recheck_passes=0))
+                            rule=QUICK_RULE, refine_budget_s=0.0, in_context=False))
     e2e = art.manifest["plan_info"]["collage"]["e2e"]
-    least = min(v["partitions"] for v in e2e["measured"].values())
-    simple = {k for k, v in e2e["measured"].items() if v["partitions"] == least}
-    assert len(simple) >= 2  # collage (or single:) and at least one other single plan
-    tb = e2e["tie_break"]
-    assert tb["first_pick"] in simple and set(tb["tied"]) == simple - {tb["first_pick"]}
-    assert set(tb["measured"]) == simple
-    assert all(len(v["pass_medians_ms"]) == 2 for v in tb["measured"].values())
-    # the kept plan is the tie-break's (interleave.break_tie): medians within the margin (all of
-    # them, at 1000%), the lower minimum of the two lowest medians; the artifact is that plan
-    m = tb["measured"]
-    top2 = sorted(m, key=lambda k: m[k]["median_ms"])[:2]
-    assert e2e["winner"] == tb["winner"] == min(top2, key=lambda k: m[k]["min_ms"])
-    assert e2e["why"].startswith("tie-break:")
+    dec = e2e["decision"]
+    assert dec["kept"] == e2e["winner"] and dec["passes"] == QUICK_RULE.max_passes
+    assert dec["rule"] == QUICK_RULE.key() and "paired passes" in dec["statistic"]
+    # every other alternative measured has its interval against the kept one, or left in warm-up
+    others = set(e2e["measured"]) - {e2e["winner"]}
+    assert others <= set(dec["versus"]) | set(dec["left"])
+    for iv in dec["versus"].values():
+        assert iv["low"] <= iv["median"] <= iv["high"] and iv["passes"] == dec["passes"]
+    assert all(len(v["pass_min_ms"]) == dec["passes"] for v in e2e["measured"].values())
     kept = art.manifest["strategy"]
-    assert kept == ("collage" if tb["winner"] == "collage" else f"collage->{tb['winner']}")
+    assert kept == ("collage" if e2e["winner"] == "collage" else f"collage->{e2e['winner']}")
+    # one line says the decision, and it names the plan the artifact got
+    lines = [m for m in said if m.startswith("collage: end-to-end check: ")]
+    assert len(lines) == 1 and lines[0].split(": ", 2)[2].startswith(f"{e2e['winner']} kept")
     text = format_explain(explain_artifact(art.manifest))
-    assert "measured again (2 passes" in text and f"kept {tb['winner']}: tie-break" in text
+    assert f"{dec['passes']} paired passes, judged by the" in text
+    assert f"kept {e2e['winner']}: {e2e['why']}" in text
     feeds = zoo.random_inputs(model, 5)
-    np.testing.assert_allclose(load(tmp_path / "t.provmap").run(feeds)["y"], ort_ref(model, feeds)["y"],
-                               atol=1e-4, rtol=1e-3)
+    np.testing.assert_allclose(load(tmp_path / "t.provmap").run(feeds)["y"],
+                               ort_ref(model, feeds)["y"], atol=1e-4, rtol=1e-3)
 
 
 def test_e2e_variants_derive_from_the_searched_backends():
@@ -231,12 +231,5 @@ def test_cli_collage_json_summary(tmp_path):
                for t in ref["trail"])
     assert "collage: second level" in r.stderr
     assert s["search"]["level"] in ("first", "second") or s["search"]["level"].startswith(
-        ("end-to-end", "recheck"))
-    # a kept change that adds partitions was measured once more before it stayed
-    # (partition/confirm.py); one that does not stands on its first win
-    if "confirm" in ref:
-        assert any(t["status"] == "kept" for t in ref["trail"])
-        assert bool(ref["kept"]) == ref["confirm"]["kept"] == (s["search"]["level"] == "second")
-        assert "collage: second level: confirming the refined plan" in r.stderr
-    else:
-        assert (s["search"]["level"] == "second") == bool(ref["kept"]), ref
+        "end-to-end")
+    assert bool(ref["kept"]) == (s["search"]["level"] == "second"), ref

@@ -24,6 +24,7 @@ from provmap.partition.compile import compile_model
 from provmap.provenance.profile import DimRange, parse_dim
 from provmap.provenance.util.errors import ProvmapError
 from provmap.runtime_module.module import load
+from quick_rule import QUICK_RULE
 
 DATA = Path(__file__).parent / "data"
 ATTENTION = DATA / "torchscript_attention_dynamic.onnx"      # x [batch, seq, 16]
@@ -233,7 +234,7 @@ def test_collage_searches_at_opt_and_reports_every_point(tmp_path):
 
     art_path = tmp_path / "c.provmap"
     opts = CollageOptions(max_depth=2, max_size=3, cache_path=str(tmp_path / "c.sqlite"),
-                          e2e_repeats=3, refine_budget_s=0.0, e2e_variants=(),
+                          rule=QUICK_RULE, refine_budget_s=0.0, e2e_variants=(),
                           accept_contended=True, quiet_wait_s=2.0)
     art = compile_model(str(ATTENTION), "collage:onnxruntime,openvino", out=art_path,
                         dims=PROFILE, collage_options=opts)

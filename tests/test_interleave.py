@@ -1,101 +1,11 @@
-"""Interleaved latency measurement and the keep-the-simpler-plan rule of the end-to-end check."""
+"""Interleaved latency measurement: blocks, passes, rooms, samples of many calls (the decision
+taken on it: tests/test_decision.py)."""
 
 import time
 
 import pytest
 
-from provmap.partition.measure.interleave import (Latency, break_tie, measure_interleaved, near_ties,
-                                                pick_fastest)
-
-
-def _lat(passes, capped=False):
-    return Latency(samples_s=[x for p in passes for x in p],
-                   pass_medians_s=[sorted(p)[len(p) // 2] for p in passes], capped=capped)
-
-
-def test_complex_plan_kept_when_it_wins_every_pass_by_margin():
-    lat = {"collage": _lat([[0.80] * 5, [0.82] * 5]), "single:a": _lat([[1.0] * 5, [1.0] * 5])}
-    win, why = pick_fastest(lat, {"collage": 3, "single:a": 1})
-    assert win == "collage" and "every pass" in why
-
-
-def test_simpler_plan_kept_within_noise():
-    # 2% faster by median: within the 3% margin.
-    lat = {"collage": _lat([[0.98] * 5, [0.98] * 5]), "single:a": _lat([[1.0] * 5, [1.0] * 5])}
-    assert pick_fastest(lat, {"collage": 3, "single:a": 1})[0] == "single:a"
-    # Faster overall, but lost one pass: not a real difference.
-    lat = {"collage": _lat([[0.5] * 5, [1.1] * 5]), "single:a": _lat([[1.0] * 5, [1.0] * 5])}
-    win, why = pick_fastest(lat, {"collage": 3, "single:a": 1})
-    assert win == "single:a" and "within noise" in why
-
-
-def test_simplest_alternative_is_the_fastest_single():
-    lat = {"collage": _lat([[1.2] * 3, [1.2] * 3]), "single:a": _lat([[1.0] * 3, [1.0] * 3]),
-           "single:b": _lat([[1.1] * 3, [1.1] * 3])}
-    assert pick_fastest(lat, {"collage": 2, "single:a": 1, "single:b": 1})[0] == "single:a"
-    # Same complexity: the fastest median simply wins.
-    assert pick_fastest(lat, {"collage": 1, "single:a": 1, "single:b": 1})[0] == "single:a"
-
-
-def test_near_ties_are_equally_simple_alternatives_one_measurement_cannot_order():
-    lat = {"single:a": _lat([[1.00] * 3, [1.00] * 3]), "single:b": _lat([[1.02] * 3, [1.02] * 3]),
-           "single:c": _lat([[1.20] * 3, [1.20] * 3]), "collage": _lat([[1.01] * 3, [1.01] * 3])}
-    parts = {"single:a": 1, "single:b": 1, "single:c": 1, "collage": 2}
-    # b is 2% behind (inside 3%); c is 20% behind; collage has more partitions: not a tie.
-    assert near_ties(lat, parts, "single:a") == ["single:b"]
-    # Slower by median but faster by minimum: one measurement cannot order them either.
-    lat["single:c"] = _lat([[0.9, 1.2, 1.3], [1.2] * 3])
-    assert near_ties(lat, parts, "single:a") == ["single:b", "single:c"]
-    # A more complex winner already won by a margin in every pass.
-    assert near_ties(lat, {**parts, "collage": 1, "single:a": 2}, "single:a") == []
-    assert near_ties(lat, parts, "single:a", margin=0.01) == ["single:c"]
-
-
-def test_break_tie_keeps_the_lower_median_beyond_the_margin_and_says_whether_min_and_passes_agree():
-    lat = {"a": _lat([[1.0] * 4, [1.0] * 4, [1.1] * 4]), "b": _lat([[1.05] * 4, [0.9, 1.05, 1.05, 1.05], [1.05] * 4])}
-    win, why = break_tie(lat)  # 4.8% apart by median: b's lower minimum alone does not decide
-    assert win == "a"
-    assert "but not by minimum" in why and "a faster in 2 of 3 passes" in why
-    assert "median 1000.00 vs 1050.00 ms, minimum 1000.00 vs 900.00 ms" in why
-    win, why = break_tie({"a": lat["a"], "b": _lat([[1.2] * 4] * 3)})
-    assert win == "a" and "also by minimum" in why and "3 of 3 passes" in why
-
-
-def test_break_tie_within_the_margin_the_minimum_decides():
-    """ResNet-50, 2026-11-27: ONNX Runtime 0.6% under OpenVINO by median in 4 of 4 passes, not by
-    minimum; the bench measured it 1.3% and 2.6% slower by minimum (and by median too)."""
-    ort = _lat([[1.000, 1.00, 1.01, 1.02]] * 4)            # median 1.005, min 1.000
-    ov = _lat([[0.97, 1.011, 1.012, 1.02]] * 4)            # median 1.0115, min 0.97
-    win, why = break_tie({"ort": ort, "ov": ov})
-    assert win == "ov"
-    assert "ov kept, lower by minimum, the medians 0.6% apart (within 3%: the minimum decides)" in why
-    assert "ort faster in 4 of 4 passes" in why
-    # the same numbers with a margin of half a percent: the median stands
-    win, why = break_tie({"ort": ort, "ov": ov}, margin=0.005)
-    assert win == "ort" and "but not by minimum" in why
-    # within the margin and lower by minimum too: the lower median is kept, said the same way
-    win, why = break_tie({"ort": ort, "ov": _lat([[1.0, 1.02, 1.02, 1.03]] * 4)})
-    assert win == "ort" and "lower by minimum" in why
-
-
-def test_break_tie_follows_two_of_three_tests_not_the_median_alone():
-    """MobileNet-v3, 2026-11-26: 1.8% under by median, but slower by minimum and in 3 of 4
-    passes -- the median alone had kept the plan the bench measured 24% slower by minimum."""
-    x = _lat([[0.95, 0.95, 1.05, 1.05]] * 4)                # median 1.00, min 0.95
-    y = _lat([[0.90, 1.01, 1.01, 1.01], [1.01] * 4, [1.01] * 4, [1.20] * 4])  # median 1.01
-    win, why = break_tie({"x": x, "y": y})
-    assert win == "y" and "the minimum decides" in why
-    # beyond the margin too: faster by minimum and in most passes outweighs the median
-    mixed_x, mixed_y = [0.95, 0.95, 1.12, 1.12, 1.12], [0.90, 1.08, 1.08, 1.08, 1.08]
-    x = _lat([mixed_x] * 3 + [[0.95] * 5])                  # median 0.95, min 0.95
-    y = _lat([mixed_y] * 3 + [[1.20] * 5])                  # median 1.08, min 0.90
-    win, why = break_tie({"x": x, "y": y})
-    assert win == "y" and "faster by minimum and in 3 of 4 passes" in why
-    # faster by minimum but in only 2 of 4 passes, beyond the margin: the median stands
-    x = _lat([mixed_x] * 2 + [[0.95] * 5] * 2)
-    y = _lat([mixed_y] * 2 + [[1.20] * 5] * 2)
-    win, why = break_tie({"x": x, "y": y})
-    assert win == "x" and "but not by minimum" in why
+from provmap.partition.measure.interleave import Latency, measure_interleaved
 
 
 def test_measure_interleaved_blocks_and_caps_slow():
@@ -240,28 +150,3 @@ def test_alternate_flips_the_order_every_other_pass():
     assert opened == ["a", "b", "a", "b", "b", "a", "a", "b"], opened  # warm-ups, then passes
 
 
-def test_one_rule_for_the_check_and_its_quiet_repeat():
-    """partition/e2e_rule.decide: the fastest, and near ties measured again by the caller's
-    longer run before one is kept; a longer run given up (contended) decides nothing."""
-    from provmap.partition.collage_types import CollageOptions
-    from provmap.partition.e2e_rule import decide, tie_run
-
-    opts = CollageOptions(e2e_repeats=5)
-    parts = {"single:a": 1, "single:b": 1, "single:c": 1}
-    clear = {"single:a": _lat([[1.0] * 3] * 2), "single:b": _lat([[1.3] * 3] * 2),
-             "single:c": _lat([[1.2] * 3] * 2)}
-    asked = []
-    d = decide(clear, parts, opts, asked.append)
-    assert (d.winner, d.tied, d.first_pick, asked) == ("single:a", [], None, [])
-    tied = {**clear, "single:b": _lat([[1.02] * 3] * 2)}
-    told = []
-    longer = {"single:a": _lat([[1.0] * 4] * 4), "single:b": _lat([[0.9] * 4] * 4)}
-    d = decide(tied, parts, opts, lambda labels: asked.append(labels) or longer,
-               on_tie=lambda *a: told.append(a))
-    assert asked == [["single:a", "single:b"]] and told[0][0] == "single:a"
-    assert (d.winner, d.first_pick, d.tied, d.tie_run) == ("single:b", "single:a",
-                                                           ["single:b"], longer)
-    assert decide(tied, parts, opts, lambda labels: None) is None
-    assert tie_run(opts) == {"repeats": 10, "passes": opts.e2e_tie_passes, "min_block_s": 1.0}
-    # no tie-break passes: the first run decides
-    assert decide(tied, parts, CollageOptions(e2e_tie_passes=0), asked.append).winner == "single:a"

@@ -24,6 +24,7 @@ from provmap.runtime_module import schedule as S
 from provmap.runtime_module.artifact import read_artifact
 from provmap.runtime_module.artifact_edit import with_schedule
 from provmap.runtime_module.module import ArtifactModule, load
+from quick_rule import QUICK_RULE
 
 TESTS = Path(__file__).resolve().parent
 SPLIT = {"onnxruntime": {"exclude_ops": ["Tanh", "Sigmoid"]}}
@@ -224,7 +225,7 @@ def test_collage_second_level_runs_the_schedule_search(tmp_path):
     from provmap.partition.collage import CollageOptions
 
     opts = CollageOptions(max_depth=3, max_size=4, cache_path=str(tmp_path / "c.sqlite"),
-                          e2e_repeats=5, refine_budget_s=5.0,
+                          rule=QUICK_RULE, refine_budget_s=5.0,
                           pins=["tanh_b=openvino", "sigmoid_b=openvino", "mm_a=onnxruntime",
                                 "relu_a=onnxruntime", "join=onnxruntime"], cuts=["relu_a"])
     # The join pinned too: left to the search, the price of a change of library (issue 35)

@@ -1,5 +1,5 @@
-"""The search's own words (issue 36): tie lines state the numbers that decided, the summary
-names the level, budgets are honoured or say what they bound, search flags outside collage are
+"""The search's own words (issue 36): the summary names the level (a decision's lines and their
+numbers: tests/test_decision.py), budgets are honoured or say what they bound, search flags outside collage are
 refused instead of ignored."""
 
 from __future__ import annotations
@@ -8,29 +8,7 @@ import pytest
 
 from cli_runner import one_error, provmap
 from provmap.cli.main import build_parser
-from provmap.partition.measure.interleave import Latency, near_ties, why_tied
 from provmap.workbench.explain import level_words
-
-
-def _lat(ms):
-    return Latency(samples_s=[m / 1e3 for m in ms], pass_medians_s=[sorted(ms)[len(ms) // 2] / 1e3])
-
-
-def test_a_tie_by_minimum_is_not_called_within_three_percent():
-    """14.46 vs 17.80 ms by median was reported "within 3%": it was the minimum that tied."""
-    lat = {"single:openvino": _lat([14.0, 14.46, 15.0]), "collage": _lat([13.9, 17.80, 19.0])}
-    parts = {"single:openvino": 1, "collage": 1}
-    assert near_ties(lat, parts, "single:openvino", margin=0.03) == ["collage"]
-    line = why_tied(lat, "single:openvino", "collage", 0.03)
-    assert "within" not in line
-    assert "minimum 13.90 below 14.00 ms" in line and "17.80 vs 14.46" in line
-
-
-def test_a_tie_by_median_says_its_gap():
-    lat = {"a": _lat([10.0, 10.0, 10.0]), "b": _lat([10.1, 10.2, 10.3])}
-    line = why_tied(lat, "a", "b", 0.03)
-    assert line.startswith("b: median 10.20 vs 10.00 ms (+2.0%, within 3%)"), line
-    assert "minimum" not in line
 
 
 @pytest.mark.parametrize("level,words", [

@@ -14,6 +14,7 @@ from provmap.runtime_module.backend import BackendError
 from provmap.runtime_module.module import load
 from provmap.runtime_module.registry import (
     get_backend, parse_variant, split_outside_brackets, variant_name)
+from quick_rule import QUICK_RULE
 
 
 def test_parsing():
@@ -72,7 +73,7 @@ def test_collage_searches_variants_as_backends(tmp_path):
     art = compile_model(model, "collage:onnxruntime,onnxruntime[threads=1]",
                         collage_options=CollageOptions(
                             max_size=2, max_depth=2, cache_path=str(tmp_path / "c.sqlite"),
-                            e2e_repeats=4, refine_budget_s=0, in_context=False))
+                            rule=QUICK_RULE, refine_budget_s=0, in_context=False))
     rep = art.manifest["plan_info"]["collage"]
     assert set(rep["backends"]) == names
     # both were priced: whole-model estimates exist for the base and the variant

@@ -138,38 +138,17 @@ def explain_artifact(manifest: dict) -> dict:
                            "measured_min_ms": {k: v.get("min_ms")
                                                for k, v in (e2e.get("measured") or {}).items()},
                            "same_as_collage": rep.e2e_same_as_collage,
-                           "tie_break": e2e.get("tie_break")},
+                           "decision": e2e.get("decision")},
             "second_level": rep.refine,
-            "recheck": rep.recheck,
             "in_context": rep.in_context,
             "measured_on": rep.measured_on,
             "e2e_skipped": rep.e2e_skipped,
             "level": rep.level,
-            "fallback": rep.fallback,
             "predicted_vs_measured": predicted_vs_measured(info, strategy),
             "schedule": explain_schedule(manifest),
             "conditions": rep.conditions,
             "plan_cache_refused": rep.plan_cache_refused,
             "kept": strategy}
-
-
-def _tie_reason(e: dict, tb: dict, k: str) -> str:
-    """Why near_ties (provmap.partition.measure.interleave) held `k` tied with the first pick: a
-    median within the margin, or a lower minimum.  Saying only "within 3%" next to medians
-    43% apart hid the second rule."""
-    med, low = e["measured_ms"], e.get("measured_min_ms") or {}
-    w = tb["first_pick"]
-    if k not in med or w not in med:
-        return k
-    if med[k] <= med[w] * (1 + tb["margin"]):
-        return f"{k} (median {med[k]:.3f} within {tb['margin']:.0%} of {med[w]:.3f})"
-    if low.get(k) is not None and low.get(w) is not None:
-        digits = 3  # enough digits that "under" reads true ("0.045 is under 0.045" did not)
-        while digits < 9 and f"{low[k]:.{digits}f}" == f"{low[w]:.{digits}f}":
-            digits += 1
-        return (f"{k} (its minimum {low[k]:.{digits}f} is under {low[w]:.{digits}f}, though its median "
-                f"{med[k]:.3f} is not within {tb['margin']:.0%} of {med[w]:.3f})")
-    return k
 
 
 def format_explain(x: dict) -> str:
@@ -221,13 +200,13 @@ def explain_lines(x: dict) -> list[str]:
         lines.append("end-to-end check (measured, ms, median / min): " + ", ".join(
             f"{k} {v:.3f} / {mins[k]:.3f}" if mins.get(k) is not None else f"{k} {v:.3f}"
             for k, v in e["measured_ms"].items()))
-        tb = e.get("tie_break")
-        if tb:
-            lines.append(f"  first pick {tb['first_pick']} could not be told from "
-                         + "; ".join(_tie_reason(e, tb, k) for k in tb["tied"])
-                         + f"; measured again ({tb['passes']} passes, ms): "
-                         + ", ".join(f"{k} {v['median_ms']:.3f} median / {v['min_ms']:.3f} min"
-                                     for k, v in tb["measured"].items()))
+        dec = e.get("decision") or {}
+        if dec.get("passes"):  # the one comparison procedure's record (partition/decision.py)
+            lines.append(f"  {dec['passes']} paired passes, judged by the {dec['statistic']}; "
+                         + ("decided" if dec.get("decided") else
+                            "undecided (the simpler plan stays)"))
+            for k, why in (dec.get("left") or {}).items():
+                lines.append(f"  {k} left: {why}")
         lines.append(f"  kept {e['winner']}: {e['why']}")
         if e.get("note"):
             lines.append(f"  {e['note']}")
@@ -244,16 +223,6 @@ def explain_lines(x: dict) -> list[str]:
             lines.append(f"  [{t['status']}] {t['change']}{m}")
             if t.get("reason"):
                 lines.append(f"      {t['reason']}")
-        c = r2.get("confirm")
-        if c:  # the kept changes measured once more (partition/confirm.py)
-            lines.append(f"  measured again against {c['against']} (ms, median / min): "
-                         + ", ".join(f"{k} {v['median_ms']:.3f} / {v['min_ms']:.3f}"
-                                     for k, v in c["measured"].items()) + f": {c['why']}")
-    rc = x.get("recheck")
-    if rc:  # a one-library plan at a second moment (partition/recheck.py)
-        lines.append(f"recheck against {rc['against']} (ms, median / min): "
-                     + ", ".join(f"{k} {v['median_ms']:.3f} / {v['min_ms']:.3f}"
-                                 for k, v in rc["measured"].items()) + f": {rc['why']}")
     if x.get("in_context"):
         lines.append("partition times inside the kept plan (fed back to the cost cache) vs "
                      "isolated price:")
@@ -269,11 +238,6 @@ def explain_lines(x: dict) -> list[str]:
         lines.append(f"prices measured on: {on.get('where')} (device {dev.get('host')})")
     if x.get("e2e_skipped"):
         lines.append(f"  {x['e2e_skipped']}")
-    fb = x.get("fallback")
-    if fb:
-        lines.append(f"contended decision: kept {fb['kept']}"
-                     + (f" instead of {fb['instead_of']}" if fb.get("instead_of") else "")
-                     + f": {fb['why']}")
     if x.get("level"):
         lines.append(f"kept plan found by: {level_words(x['level'])}")
     pm = x.get("predicted_vs_measured")

@@ -41,6 +41,8 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
+from provmap.provenance.util.errors import ProvmapError
+
 OTHERS_MAX_CORES = 0.3
 STEAL_MAX_SHARE = 0.05
 LOAD_OVER_CORES = 1.0
@@ -51,6 +53,11 @@ try:
     _TCK = os.sysconf("SC_CLK_TCK")
 except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
     _TCK = 100
+
+
+class Busy(ProvmapError):
+    """Another process held a CPU through the wait for quiet: the compile ends with this line
+    (partition/measure/hygiene.py before the search, partition/decision.py within one)."""
 
 
 def acting() -> bool:

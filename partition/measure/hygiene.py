@@ -9,8 +9,9 @@ with its verdicts (issue 28):
   it again (`quarantine`).  Once `RETRY_GIVE_UP` second measurements in a row all stayed
   contended, the contention is persistent and a second measurement only doubles the search:
   later contended prices are quarantined without one (`retry_helps`);
-* the end-to-end check measured under contention says so in one line, pauses until the machine
-  is quiet (at most `PAUSE_S`) and measures every alternative again (`measure_clean`);
+* a busy machine is found before the search measures anything (`quiet_before_search`), and a
+  decision's round measured under contention is measured again after a wait for quiet
+  (partition/decision.py);
 * the search records the conditions of each phase in its report (`report["conditions"]`), and
   a kept plan decided under contention is not stored in the plan cache (`store_plan`), with
   one line saying why; a stored plan whose recorded conditions were contended is not reused
@@ -19,11 +20,9 @@ with its verdicts (issue 28):
 
 from __future__ import annotations
 
-from provmap.partition.measure.contention import (RecentWindow, Window, acting, combine,
+from provmap.partition.measure.contention import (Busy, RecentWindow, Window, acting, combine,
                                                wait_for_quiet)
 
-#: The longest pause for quiet before the end-to-end check measures again.
-PAUSE_S = 10.0
 #: Re-measured prices that all stayed contended before re-measuring stops (persistent load).
 RETRY_GIVE_UP = 5
 
@@ -54,28 +53,48 @@ def retry_helps(remeasured: int, still_contended: int) -> bool:
     return remeasured < RETRY_GIVE_UP or still_contended < remeasured
 
 
-def measure_clean(measure, say, what: str = "end-to-end check", pause_s: float | None = None):
-    """`measure()` in a window; under contention: one line, a pause for quiet, once again.
-    Returns (result, conditions dict: the kept measurement's, with `retried` and `first`)."""
-    w = Window()
-    out = measure()
-    first = w.stop()
-    if not first.contended or not acting():
-        return out, {**first.to_dict(), "retried": False}
-    pause_s = PAUSE_S if pause_s is None else pause_s
-    say(f"{first.line(what)}; pausing up to {pause_s:.0f} s for quiet, then measuring again")
-    wait_for_quiet(pause_s)
-    w = Window()
-    out = measure()
-    cond = w.stop()
-    say(f"{what}, measured again: " + ("no contention" if not cond.contended else
-                                       "still contended (" + "; ".join(cond.reasons) + ")"))
-    return out, {**cond.to_dict(), "retried": True, "first": first.to_dict()}
+#: The line that starts the wait for quiet before a search (bench's hog that "ends" stops on it:
+#: a neighbour whose job finishes while the search waits).
+WAITING = "for quiet before measuring anything"
+
+
+def quiet_before_search(wait_s: float, accept: bool, say):
+    """Contention as one policy, decided before anything is measured: a one-second probe; on a
+    busy machine one line at once, then a wait for quiet of at most `wait_s`; still busy, the
+    search ends there with one line (`Busy`), or, when the caller accepts it, measures beside
+    the load and says what that means.  Returns the probe's Conditions (None: not acting).
+
+    Why up front: a load through the whole search made every price and every decision the
+    load's (beside a one-core hog the libraries rank as their threads survive it, not as they
+    run on a quiet machine: MobileNet-v3's kept plan was +7% by minimum once quiet), and a
+    search that found that out at its end had spent six minutes to write nothing
+    (`compile bundled:squeezenet`, 366 s then exit 2, issue 53)."""
+    if not acting():
+        return None
+    probe = wait_for_quiet(0.0, probe_s=1.0)
+    if not probe.contended:
+        return probe
+    say(f"the machine is busy ({'; '.join(probe.reasons)}): waiting up to {wait_s:.0f} s "
+        f"{WAITING}")
+    probe = wait_for_quiet(wait_s, probe_s=1.0) if wait_s > 0 else probe
+    if not probe.contended:
+        say("quiet now: searching")
+        return probe
+    if accept:
+        say(f"still busy ({'; '.join(probe.reasons)}); measuring beside the load as asked "
+            "(--accept-contended): the prices and the kept plan are what this load makes of "
+            "the libraries, the record says so, and the plan is not stored for reuse")
+        return probe
+    raise Busy(f"no artifact written: the machine stayed busy for {wait_s:.0f} s before the "
+               f"search ({'; '.join(probe.reasons)}); beside a load the libraries rank as the "
+               "load lets them, not as they run on a quiet machine. Run it again on a quiet "
+               "machine, wait longer (--quiet-wait SECONDS), or measure beside the load with "
+               "--accept-contended")
 
 
 #: Phases that decide which plan is kept: each measures the kept plan against the best single
 #: backend (and its variants) end to end, after the candidate prices did their part.
-DECISIVE = ("e2e", "tie_break", "refine", "refine_confirm", "recheck")
+DECISIVE = ("e2e", "refine")
 
 
 def search_conditions(phases: dict, estimator_stats: dict | None = None) -> dict:

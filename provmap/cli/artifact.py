@@ -350,17 +350,19 @@ def add_artifact_commands(sub) -> None:
                    "end-to-end check and the second level come on top")
     c.add_argument("--refine-budget", type=budget, default=argparse.SUPPRESS, metavar="SECONDS",
                    help="collage: time for the second level, which changes the kept plan "
-                   "(moves, merges, boundary nodes) and keeps a change only if it measures "
-                   "faster end to end in every pass (default 60; 0: off; 'none': until it runs "
+                   "(moves, merges, boundary nodes) and keeps a change only if the end-to-end "
+                   "comparison finds it faster (docs/collage.md, 'What keeps a plan'; default "
+                   "60; 0: off; 'none': until it runs "
                    "out of proposals).  A proposal started before the budget ends is finished, "
                    "and concurrent schedules are searched after it")
     c.add_argument("--quiet-wait", type=seconds, default=argparse.SUPPRESS, metavar="SECONDS",
-                   help="collage: a decision measured under contention, with no quiet price to "
-                   "check it, waits this long for quiet and is measured again (default 120; 0: "
-                   "do not wait)")
+                   help="collage: on a busy machine, wait this long for quiet before measuring "
+                   "anything (and before measuring a decision's round again); still busy, the "
+                   "compile ends with one line (default 120; 0: do not wait)")
     c.add_argument("--accept-contended", action="store_true",
-                   help="collage: if the machine stays busy through the wait, write the "
-                   "fallback rule's guess instead of refusing (the artifact says it guessed)")
+                   help="collage: if the machine stays busy through the wait, measure beside "
+                   "the load instead of refusing (the record says so; the plan is not stored "
+                   "for reuse)")
     c.add_argument("--variant", action="append", metavar="OPTION=VALUE[;...]",
                    help="collage: options tried as a whole-partition variant of each searched "
                    "backend that takes them, in the end-to-end check (single plans) and the "
