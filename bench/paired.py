@@ -41,8 +41,8 @@ def paired_overhead(fns: dict, rooms: dict, repeats: int, passes: int = 8) -> di
     d = decide(dict(fns), {art: (1,), lib: (1,)}, rooms=rooms, accept_contended=True,
                rule=Rule(round_passes=passes, max_passes=passes), what="paired", cap_slow=False)
     a, b = d.measured.get(art) or {}, d.measured.get(lib) or {}
-    iv = interval(pass_ratios(a.get("pass_min_ms") or [], b.get("pass_min_ms") or []))
-    med = pass_ratios(a.get("pass_median_ms") or [], b.get("pass_median_ms") or [])
+    iv = interval(pass_ratios(d.pass_mins.get(art, []), d.pass_mins.get(lib, [])))
+    med = pass_ratios(d.pass_medians.get(art, []), d.pass_medians.get(lib, []))
     return {"paired_passes": iv.passes,
             "paired_interval_min": list(iv.slowdown()) if iv.passes else None,
             "paired_coverage": iv.coverage,

@@ -110,7 +110,7 @@ def predicted_vs_measured(report: dict, strategy: str) -> dict:
     measured = ((e2e.get("measured") or {}).get(label) or {}).get("median_ms") if label else None
     if label == "refined":
         kept = [t for t in ((report or {}).get("refine") or {}).get("trail") or []
-                if t.get("status") == "kept" and "proposal" in t]
+                if t.get("status") == "kept" and t.get("proposal")]
         measured = kept[-1]["proposal"].get("median_ms") if kept else None
     return {"label": label, "predicted_ms": predicted, "measured_ms": measured,
             "ratio": predicted / measured if predicted and measured else None}

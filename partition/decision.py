@@ -54,6 +54,8 @@ class Decision:
     waited_s: float = 0.0
     reasons: list = field(default_factory=list)     # what the counted contended rounds saw
     rule: Rule = RULE
+    pass_mins: dict = field(default_factory=dict)   # label -> each pass's fastest sample (s)
+    pass_medians: dict = field(default_factory=dict)
 
     def conditions(self) -> dict:
         """The decision's measuring conditions, as a phase's record (contention.combine)."""
@@ -84,17 +86,18 @@ def _gain(a, b, complexity: dict, rule: Rule) -> float:
 
 
 def _ms(values) -> list[float]:
-    return [round(v * 1e3, 4) for v in values]
+    return [round(v * 1e3, 6) for v in values]
 
 
 def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
            rule: Rule = RULE, wait_s: float = 120.0, accept_contended: bool = False,
-           what: str = "decision", measure=measure_interleaved,
+           what: str = "decision", measure=None,
            cap_slow: bool = True) -> Decision:
     """The alternative to keep among `fns` (label -> zero-argument callable), with the record.
     `complexity` orders them (lower: simpler); `rooms` as measure_interleaved's; `cap_slow`
     False measures every alternative in every pass (a pair whose interval is wanted)."""
     say = say or (lambda m: None)
+    measure = measure or measure_interleaved  # looked up per call: a test can replace it
     alive = sorted(fns, key=lambda k: complexity[k])
     mins: dict[str, list[float]] = {k: [] for k in fns}   # each pass's fastest sample (s)
     meds: dict[str, list[float]] = {k: [] for k in fns}   # each pass's median (described only)
@@ -140,7 +143,7 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
         _drop(alive, mins, complexity, rule, left)
     kept, decided, why = _verdict(alive, mins, complexity, left, passes)
     d = Decision(kept, decided, why, passes, left, contended_rounds=contended, waited_s=waited,
-                 reasons=reasons, rule=rule)
+                 reasons=reasons, rule=rule, pass_mins=mins, pass_medians=meds)
     for k in fns:
         if mins[k] and k != kept:
             d.versus[k] = interval(pass_ratios(mins[k], mins[kept])).to_dict()

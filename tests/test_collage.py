@@ -165,19 +165,20 @@ def test_a_thread_variant_that_wins_end_to_end_is_kept_saved_and_reused(transfor
     """The plumbing of a variant win: built, kept, saved under its name, reloaded from the file
     and rebuilt from the plan cache.  Measured for real; the variant's samples are then halved
     (a host where one thread is twice as fast), so which plan wins does not depend on this one."""
-    import provmap.partition.collage as collage_mod
+    import provmap.partition.decision as decision_mod
 
-    real = collage_mod.measure_artifacts
+    real = decision_mod.measure_interleaved
 
-    def one_thread_faster(arts, **kw):
-        lat = real(arts, **kw)
+    def one_thread_faster(fns, **kw):
+        lat = real(fns, **kw)
         for k, v in lat.items():
             if k.endswith("[threads=1]"):
                 v.samples_s = [x / 2 for x in v.samples_s]
                 v.pass_medians_s = [x / 2 for x in v.pass_medians_s]
+                v.pass_mins_s = [x / 2 for x in v.pass_mins_s]
         return lat
 
-    monkeypatch.setattr(collage_mod, "measure_artifacts", one_thread_faster)
+    monkeypatch.setattr(decision_mod, "measure_interleaved", one_thread_faster)
     model, view = transformer_model, transformer_view
     opts = _opts(tmp_path / "k.sqlite", e2e_single_factor=1e9)
     art = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "v.provmap",
@@ -197,7 +198,7 @@ def test_a_thread_variant_that_wins_end_to_end_is_kept_saved_and_reused(transfor
     want = ort_ref(model, feeds)["y"]
     np.testing.assert_allclose(load(tmp_path / "v.provmap").run(feeds)["y"], want, atol=1e-4, rtol=1e-3)
     # the same compile again: the kept plan comes from the cost cache, built on the variant
-    monkeypatch.setattr(collage_mod, "measure_artifacts", real)
+    monkeypatch.setattr(decision_mod, "measure_interleaved", real)
     again = compile_model(view, "collage:onnxruntime,openvino", out=tmp_path / "w.provmap",
                           collage_options=opts)
     assert again.manifest["plan_info"]["collage"]["plan_cache"]["reused"]

@@ -179,8 +179,7 @@ def test_second_level_measures_concurrent_schedules_and_explain_shows_the_number
 
     art = _branches("greedy:onnxruntime,openvino")
     report: dict = {}
-    kept = search_schedules(art, "greedy", report, repeats=6, passes=2, min_block_s=0.05,
-                            cores=2)
+    kept = search_schedules(art, "greedy", report, QUICK_RULE, cores=2)
     found = report["schedule_search"]
     assert [t["change"].split(":")[0] for t in found["trail"]] == [
         "run independent partitions at once, each backend with its own threads",

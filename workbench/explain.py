@@ -54,7 +54,7 @@ def format_schedule(s: dict) -> list[str]:
         lines.append(f"concurrent schedules measured end to end against {found['start']}: "
                      f"{len(found['trail'])} proposal(s), {found['kept']} kept")
         for t in found["trail"]:
-            if "proposal" in t:
+            if t.get("proposal") and t.get("incumbent"):
                 p, i = t["proposal"], t["incumbent"]
                 verdict = ("kept because" if t["status"] == "kept" else "rejected:")
                 lines.append(f"  [{t['status']}] {t['change']}: {verdict} {p['median_ms']:.3f} "
@@ -217,7 +217,7 @@ def explain_lines(x: dict) -> list[str]:
                      f"{r2['stopped']}")
         for t in r2["trail"]:
             m = ""
-            if "proposal" in t:
+            if t.get("proposal") and t.get("incumbent"):
                 m = (f": {t['proposal']['median_ms']:.3f} vs {t['incumbent']['median_ms']:.3f} ms "
                      f"median, {t['proposal']['min_ms']:.3f} vs {t['incumbent']['min_ms']:.3f} min")
             lines.append(f"  [{t['status']}] {t['change']}{m}")

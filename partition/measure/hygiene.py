@@ -93,8 +93,10 @@ def quiet_before_search(wait_s: float, accept: bool, say):
 
 
 #: Phases that decide which plan is kept: each measures the kept plan against the best single
-#: backend (and its variants) end to end, after the candidate prices did their part.
-DECISIVE = ("e2e", "refine")
+#: backend (and its variants) end to end, after the candidate prices did their part; and the
+#: probe before the search, whose last window is contended only when the search was accepted
+#: beside a load (every price and decision after it is then the load's).
+DECISIVE = ("before", "e2e", "refine")
 
 
 def search_conditions(phases: dict, estimator_stats: dict | None = None) -> dict:
