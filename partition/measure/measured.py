@@ -60,6 +60,7 @@ from provmap.provenance.weights import serialize
 from provmap.runtime_module.backend import Backend
 
 from .accuracy import RefCache, stale_refusal
+from .dynamic_envelope import region_dynamic
 from .quant_steps import DEFAULT_QUANT_STEPS, region_steps
 from .cache import CostCache, backend_identity
 from ..candidate import Candidate, Estimate
@@ -218,7 +219,7 @@ class MeasuredEstimator(CostEstimator):
                 return Estimate(row[0], cached=True)
         hit = self.cache.get(key, ident) or self._quarantine.get(key, ident)
         if hit is not None and hit.seconds is None and self._needs_check(name) and \
-                stale_refusal(hit.reason, bool(region_steps(view, sub))):
+                stale_refusal(hit.reason, bool(region_steps(view, sub)) or region_dynamic(sub)):
             hit = None
         if hit is not None:
             if (key, ident) not in self._prefetched:
