@@ -37,13 +37,14 @@ def _table(intro: str, header: list[str], rows: list[list]) -> list[str]:
 
 
 def _final_verdict(o: dict, p: dict) -> str:
-    """A win measured twice, else the tightened verdict (a win of one run, from results older
-    than the second run, is said as such, not as a win)."""
+    """A win the one comparison procedure decided (workbench/oracle_plan.py `_again`), else the
+    tightened verdict (a win of one run, from results older than that, is said as such)."""
     won = next((r for r in o.get("tried", []) if r["plan"] == o.get("captured_by")), None)
     if won is None:
         return verdict(p.get("tightened_share", p["headroom_share"]))
     if won.get("again"):
-        return f"**win**: {won['plan']} faster in two runs"
+        how = "decided faster" if won["again"].get("decision") else "faster in two runs"
+        return f"**win**: {won['plan']} {how}"
     return (f"{verdict(p.get('tightened_share', p['headroom_share']))}; {won['plan']} faster "
             "in one run, not measured again")
 

@@ -327,3 +327,28 @@ def test_a_kept_plan_slower_than_the_best_single_is_said_in_words():
     text = "\n".join(format_headroom(h))
     assert "slower than the best single configuration, none of the headroom captured" in text
     assert "-1046%" not in text
+
+
+def test_a_limit_plan_is_a_win_only_when_the_one_procedure_decides_it():
+    """The limit's "win" is the decision every kept plan answers to (partition/decision.py), not
+    a second run: a mixed plan of a Conv and a Relu is not 2% faster than the library alone, so
+    it is no win, and the record says why in the decision's words."""
+    from provmap.partition.compile import load_view
+    from provmap.runtime_module.artifact_build import build_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+    from provmap.runtime_module.registry import get_backend
+    from provmap.workbench.oracle_plan import _again, _decided
+
+    view = load_view(conv_relu(), "conv_relu")
+    conv, relu = view.op_nodes
+    every = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+    single = build_artifact(view, Plan("single:onnxruntime", [PartitionSpec(
+        "onnxruntime", [conv, relu])]), every)
+    mixed = build_artifact(view, Plan("mixed", [PartitionSpec("openvino", [conv]),
+                                                PartitionSpec("onnxruntime", [relu])]), every)
+    again = _again("oracle tau=0", mixed, single, repeats=4, passes=1)
+    dec = again["decision"]
+    assert dec["passes"] >= 6 and dec["kept"] in ("best single", "oracle tau=0")
+    assert again["faster"] == (dec["kept"] == "oracle tau=0" and dec["decided"]
+                               and not again["contended"])
+    assert _decided(again).startswith("a win (" if again["faster"] else "not a win (")
