@@ -60,9 +60,12 @@ def model_path(name: str, exporter: str, out_dir: Path) -> Path:
 def prepare(names: list[str], out_dir: Path | None = None, exporter: str = "dynamo",
             progress=None) -> list[str]:
     """The ONNX files of `names`, exporting the missing ones (one child process each)."""
+    from .user_variants import make, split
+
     say = progress or (lambda m: None)
     known = user_model_names()
-    bad = [n for n in names if n not in known]
+    variants = {n: split(n) for n in names}
+    bad = [n for n in names if variants[n][0] not in known]
     if bad:
         raise ProvmapError(f"--user-models: unknown model(s) {', '.join(bad)}; known: "
                            f"{', '.join(known)}")
@@ -70,7 +73,8 @@ def prepare(names: list[str], out_dir: Path | None = None, exporter: str = "dyna
         raise ProvmapError(f"--exporter {exporter!r}: one of {', '.join(EXPORTERS)}")
     out_dir = Path(out_dir or models_dir())
     paths = []
-    for n in names:
+    for full in names:
+        n, variant = variants[full]
         p = model_path(n, exporter, out_dir)
         if not p.exists():
             if not torch_available():
@@ -83,6 +87,8 @@ def prepare(names: list[str], out_dir: Path | None = None, exporter: str = "dyna
                                capture_output=True, text=True)
             if r.returncode != 0 or not p.exists():
                 raise ProvmapError(f"exporting {n} ({exporter}) failed:\n{r.stderr[-3000:]}")
+        if variant is not None:
+            p = make(str(p), variant, lambda m, full=full: say(f"[{full}] {m}"))
         paths.append(str(p))
     return paths
 

@@ -42,11 +42,12 @@ class _Reader:
         return next(self._it, None)
 
 
-def quantize(model: onnx.ModelProto, mode: str, calibration: list[dict]) -> onnx.ModelProto:
+def quantize(model: onnx.ModelProto, mode: str, calibration: list[dict],
+             per_channel: bool = False) -> onnx.ModelProto:
     """`onnxruntime.quantization` as its docs show it.  mode: dynamic (ConvInteger,
     MatMulInteger, DynamicQuantizeLinear; uint8 weights, since ORT's CPU ConvInteger takes no
     int8 ones), qdq or qoperator (quantize_static with QuantFormat.QDQ / QOperator, calibrated
-    on `calibration`)."""
+    on `calibration`, `per_channel` weights as vendors' CNN recipes set it)."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_dynamic, quantize_static)
 
@@ -58,7 +59,8 @@ def quantize(model: onnx.ModelProto, mode: str, calibration: list[dict]) -> onnx
             quantize_dynamic(src, dst, weight_type=QuantType.QUInt8)
         elif mode in ("qdq", "qoperator"):
             fmt = QuantFormat.QDQ if mode == "qdq" else QuantFormat.QOperator
-            quantize_static(src, dst, reader_cls(calibration), quant_format=fmt)
+            quantize_static(src, dst, reader_cls(calibration), quant_format=fmt,
+                            per_channel=per_channel)
         else:
             raise ValueError(f"quantize mode {mode!r}: dynamic, qdq or qoperator")
         out = onnx.load(dst)

@@ -4,6 +4,7 @@ library's own call it is timed against (OpenVINO called as provmap calls it)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -227,6 +228,53 @@ def test_user_models_without_torch_is_one_clear_error(tmp_path, monkeypatch):
     assert user_bench.prepare(["resnet50"], tmp_path) == [str(done)]
     monkeypatch.setenv("PROVMAP_CACHE", str(tmp_path / "c" / "costs.sqlite"))
     assert user_bench.models_dir() == tmp_path / "c" / "user-models"
+
+
+def test_user_models_as_vendors_ship_them_are_made_once_with_the_ort_tools(tmp_path):
+    """`--user-models NAME+qdq,NAME+qdyn,NAME+fp16`: made from the cached float export with
+    ONNX Runtime's own tools, once, beside it; each runs in ONNX Runtime; a misspelt variant is
+    one line naming the known ones."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper as nh
+
+    from provmap.bench import user_bench
+    from provmap.provenance.util.errors import ProvmapError
+
+    done = user_bench.model_path("resnet50", "dynamo", tmp_path)  # an export made earlier
+    done.parent.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    w = nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    fc = nh.from_array(rng.standard_normal((8, 4)).astype(np.float32), "fc")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["images", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+         helper.make_node("Flatten", ["p"], ["f"]), helper.make_node("MatMul", ["f", "fc"], ["y"])],
+        "tiny", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w, fc])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              done)
+    said: list = []
+    paths = user_bench.prepare(["resnet50+qdq", "resnet50+qdyn", "resnet50+fp16"], tmp_path,
+                               progress=said.append)
+    assert [os.path.basename(p) for p in paths] == ["resnet50+qdq.onnx", "resnet50+qdyn.onnx",
+                                                    "resnet50+fp16.onnx"]
+    ops = {p: {n.op_type for n in onnx.load(p).graph.node} for p in paths}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops[paths[0]]
+    assert "DynamicQuantizeLinear" in ops[paths[1]] and "Cast" in ops[paths[2]]
+    qdq = onnx.load(paths[0])
+    w_scale = next(i for i in qdq.graph.initializer if i.name.startswith("w_scale"))
+    assert nh.to_array(w_scale).size == 8  # per channel
+    x = {"images": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    for p in paths:
+        assert ort.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, x)[0].shape == (1, 4)
+    assert len(said) == 3
+    said.clear()
+    assert user_bench.prepare(["resnet50+qdq"], tmp_path, progress=said.append) == paths[:1]
+    assert not said  # made once
+    with pytest.raises(ProvmapError, match=r"unknown variant 'int4' in 'resnet50\+int4'; known: "
+                                           r"qdq, qdyn, fp16"):
+        user_bench.prepare(["resnet50+int4"], tmp_path)
 
 
 def test_a_search_beside_a_hog_is_said_in_the_gains_and_search_tables():

@@ -133,7 +133,9 @@ def add_bench_command(sub) -> None:
                    help="the models users run, exported from PyTorch with random seeded "
                    "weights into --models-dir on first use ([torch] extra): BERT-base, GPT-2 "
                    "small, ViT-B/16, ResNet-50, EfficientNet-B0, MobileNet-v3-large, a "
-                   "YOLOv8n-shaped detector; or a comma-separated subset (docs/bench.md)")
+                   "YOLOv8n-shaped detector; or a comma-separated subset, each optionally as "
+                   "vendors ship it: NAME+qdq (quantize_static QDQ per channel), NAME+qdyn "
+                   "(quantize_dynamic), NAME+fp16 (docs/bench.md)")
     b.add_argument("--models-dir", metavar="DIR", help="where --user-models' exports are kept "
                    "(default: user-models/ beside the cost cache)")
     b.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"],
