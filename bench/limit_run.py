@@ -88,8 +88,8 @@ def main(argv=None) -> int:
 
     ap = step_parser("limit_run", __doc__)
     ap.add_argument("--repeats", type=int, default=10, help="profiled runs per configuration")
-    ap.add_argument("--wholes-from", metavar="RESULTS.json",
-                    help="a provmap bench results.json (same host, same hour): each "
+    ap.add_argument("--wholes-from", metavar="RECORD.json",
+                    help="a latency record's JSON (same host, same hour): each "
                     "configuration's latency median is the whole its node times add up to")
     a = ap.parse_args(argv)
     return run_step("limit_run", a, "limits",
