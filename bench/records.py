@@ -47,7 +47,7 @@ def host_slug(cpu_model: str | None = None, flags=None, cpus: int | None = None,
     cpus = os.cpu_count() if cpus is None else cpus
     machine = (machine or platform.machine() or "cpu").lower()
     text = re.sub(r"\((r|tm)\)|@.*|\b(cpu|processor|unknown|\d+-core)\b", " ", model.lower())
-    words = re.findall(r"[a-z0-9]+", text)[:4] or [re.sub(r"[^a-z0-9]+", "-", machine)]
+    words = re.findall(r"[a-z0-9]+", text)[:4] or [re.sub(r"[^a-z0-9_]+", "-", machine)]
     isa = next((name for flag, name in _ISA if flag in flags), None)
     return "-".join([*words, *([isa] if isa else []), f"{cpus}cpu"])
 
@@ -76,7 +76,9 @@ def check_output(out: str | os.PathLike | None) -> None:
     elif given.exists() and not given.is_dir():
         raise ProvmapError(f"-o {given}: not a directory (the records' root)")
     if not given.parent.is_dir():
-        raise ProvmapError(f"-o {given}: directory {given.parent} does not exist")
+        hint = " (the default: run from the checkout, or give -o)" if out is None or \
+            str(out) == DEFAULT_ROOT else ""
+        raise ProvmapError(f"-o {given}: directory {given.parent} does not exist{hint}")
 
 
 def versions() -> dict:

@@ -406,7 +406,8 @@ def _write(out, results, steps, meta) -> None:
     """The record so far (written after every model: a corpus run lasts up to an hour)."""
     from .records import write_record
 
-    write_record("torch_corpus", out, {"meta": meta, "results": results}, markdown(results, steps, meta))
+    write_record("torch_corpus", out, {"meta": meta, "results": results},
+                 markdown(results, steps, meta))
 
 
 if __name__ == "__main__":

@@ -285,7 +285,8 @@ def _write(out, results, steps, meta) -> None:
     """The record so far (written after every model: a corpus run lasts up to an hour)."""
     from .records import write_record
 
-    write_record("user_corpus", out, {"meta": meta, "results": results}, markdown(results, steps, meta))
+    write_record("user_corpus", out, {"meta": meta, "results": results},
+                 markdown(results, steps, meta))
 
 
 def build(entry: um.Entry, out: Path, bases: dict, seed: int) -> tuple[Path, dict]:

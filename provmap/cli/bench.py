@@ -232,5 +232,6 @@ def add_bench_command(sub) -> None:
                    help="torch.onnx.export's exporter for --user-models (default dynamo)")
     b.add_argument("--readme", metavar="FILE.md", help="also put the tables into this markdown "
                    "file, between its provmap-bench markers (they live in docs/results.md)")
-    b.add_argument("--json", action="store_true", help="print the run's results (its record's JSON) to stdout")
+    b.add_argument("--json", action="store_true",
+                   help="print the run's results (its record's JSON) to stdout")
     b.set_defaults(func=cmd_bench)
