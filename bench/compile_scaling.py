@@ -10,14 +10,15 @@ the first point, so they do not flatten the fit.  Stages: import (ONNX -> Relax 
 graph view), plan (the strategy, with the backends' support checks), build (every partition
 built, kernels mapped to ONNX nodes, the map propagated), save (the artifact written).
 
-    python -m provmap.bench.compile_scaling [--chain 1000,2000,4000,10000] [--decoder 30,60,120]
-        [--strategy single:onnxruntime] [--backend-option openvino.exclude_ops=Softmax]
-        [--name compile_scaling] [-o bench/out]
+    provmap bench compile_scaling [--chain 1000,2000,4000,10000] [--decoder 30,60,120]
+        [--strategy single:onnxruntime] [--backend-option openvino.exclude_ops=Softmax] [-o OUT]
+
+Its record: OUT/compile_scaling/<host>.json and .md (records.py); a run with other options
+replaces the last one, which stays in git history.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -118,26 +119,22 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from .steps import finish, parser, say
+
+    ap = parser("compile_scaling", __doc__, output=("--out",))
     ap.add_argument("--chain", default="1000,2000,4000,10000", help="chain sizes in nodes")
     ap.add_argument("--decoder", default="30,60,120", help="decoder sizes in layers")
     ap.add_argument("--strategy", default="single:onnxruntime")
     ap.add_argument("--backend-option", action="append", default=[], metavar="B.KEY=V[,V]",
                     help="e.g. openvino.exclude_ops=Softmax: a partition per decoder layer")
-    ap.add_argument("-o", "--out", default="bench/out", help="writes NAME.json/.md there")
-    ap.add_argument("--name", help="file stem (default compile_scaling)")
     a = ap.parse_args(argv)
     opts: dict = {}
     for item in a.backend_option:
         key, _, value = item.partition("=")
         backend, _, option = key.partition(".")
         opts.setdefault(backend, {})[option] = value.split(",") if option.endswith("_ops") else value
-    res = run(_ints(a.chain), _ints(a.decoder), a.strategy,
-              progress=lambda m: print(m, file=sys.stderr, flush=True), backend_options=opts)
-    from .records import write_record
-
-    write_record(Path(a.out), a.name or "compile_scaling", res, markdown(res))
-    print(markdown(res))
+    res = run(_ints(a.chain), _ints(a.decoder), a.strategy, progress=say, backend_options=opts)
+    finish("compile_scaling", a, res, markdown)
     for name, s in res["series"].items():
         print(f"{name}: compile time grows as n^{s['fit']['total']['exponent']:.2f}")
     return 0

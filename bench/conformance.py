@@ -9,13 +9,11 @@ Cases crash native code or hang, so each (case, pipeline) runs in a worker proce
 deadline; a dead or late worker is replaced.  Workers are single-threaded (ORT, OpenVINO and TVM
 thread pools pinned to 1) so that --jobs is the number of cores used.
 
-    python3 -m provmap.bench.conformance --sample 150 --seed 0 -o bench/out/conformance.json
+    provmap bench conformance --sample 150 --seed 0 [-o OUT]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import re
@@ -26,7 +24,6 @@ import time
 from collections import defaultdict, deque
 from functools import lru_cache
 from multiprocessing import connection, get_context
-from pathlib import Path
 
 import numpy as np
 
@@ -366,13 +363,13 @@ def markdown(summary: dict, results: dict, meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.conformance",
-                                 description=__doc__.split("\n")[0])
+    from .steps import parser
+
+    ap = parser("conformance", __doc__, output=("--out",))
     for flag, typ, default in [("--pipelines", str, ",".join(PIPELINES)), ("--cases", str, None),
                                ("--sample", int, None), ("--seed", int, 0), ("--jobs", int, 2),
                                ("--timeout", float, 60.0)]:
         ap.add_argument(flag, type=typ, default=default)
-    ap.add_argument("-o", "--out", default="bench/out/conformance.json")
     a = ap.parse_args(argv)
     pipelines = a.pipelines.split(",")
     bad = sorted(set(pipelines) - set(PIPELINES))
@@ -393,16 +390,15 @@ def main(argv=None) -> int:
     results = {n: {p: flat[(n, p)] for p in pipelines} for n in names}
     import onnx
 
-    from provmap.provenance.util.atomic import write_atomic
+    from .records import write_record
 
     meta = {"onnx": onnx.__version__, "cases": len(names), "pipelines": pipelines,
             "sample": a.sample, "seed": a.seed, "regex": a.cases, "timeout": a.timeout,
             "jobs": a.jobs, "seconds": round(time.time() - t0, 1)}
     summary = summarize(results)
-    md, out = markdown(summary, results, meta), Path(a.out)
-    write_atomic(out, lambda tmp: tmp.write_text(json.dumps(
-        {"meta": meta, "summary": summary, "results": results}, indent=1)))
-    write_atomic(out.with_suffix(".md"), lambda tmp: tmp.write_text(md))
+    md = markdown(summary, results, meta)
+    write_record("conformance", a.output,
+                 {"meta": meta, "summary": summary, "results": results}, md)
     print(md)
     return 0
 

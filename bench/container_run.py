@@ -8,10 +8,10 @@ fastest way it offers (bench/suite.py's `_Direct`), and measures the pair in adj
 (`paired_overhead`): the median of per-pass ratios and the ratio of minimums, with the load
 of the window.
 
-    python -m provmap.bench.container_run --user-models resnet50,bert_base -o DIR
-    python -m provmap.bench.container_run model.onnx -o DIR
+    provmap bench container --user-models resnet50,bert_base
+    provmap bench container model.onnx -o DIR
 
-DIR gets container.json and container.md.
+Its record: OUT/container/<host>.json and .md (OUT: -o, default bench/out; records.py).
 """
 
 from __future__ import annotations

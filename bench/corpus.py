@@ -23,13 +23,11 @@ are the reference there).  The onnx package's `real` folder (downloads) and `lig
 ("excluded: N cases of random operators") rather than as wrong.  Cases run in worker processes with a
 deadline (conformance.run_many), 1 thread each, `--jobs` at a time.
 
-    python3 -m provmap.bench.corpus --sample 40 --seed 0 -o bench/out/corpus.json
+    provmap bench corpus --sample 40 --seed 0 [-o OUT]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import random
@@ -362,8 +360,9 @@ def _meta() -> dict:
 def main(argv=None) -> int:
     from provmap.provenance.shapes import parse_input_shapes
 
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.corpus",
-                                 description=__doc__.split("\n")[0])
+    from .steps import parser
+
+    ap = parser("corpus", __doc__, output=("--out",))
     ap.add_argument("--folders", default=",".join(FOLDERS),
                     help=f"comma-separated, from {','.join(FOLDERS)}")
     ap.add_argument("--backends", default="onnxruntime,openvino,tvm",
@@ -379,21 +378,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--no-plain-check", action="store_true",
                     help="do not run the plain library on the wrong cases")
-    ap.add_argument("-o", "--out", default="bench/out/corpus.json",
-                    help="the results' JSON file (its .md beside it); a directory gets "
-                    "corpus.json and corpus.md inside")
-    a = ap.parse_args(argv)
-    # checked before the run, not after it: a directory given as -o once lost an 11-minute run
-    out = Path(a.out)
-    if out.is_dir():
-        out = out / "corpus.json"
-    if out.suffix != ".json":
-        ap.error(f"-o {a.out}: expected a .json file (its .md goes beside it) or a directory")
-    for f in (out, out.with_suffix(".md")):
-        if f.exists() and not f.is_file():
-            ap.error(f"-o {a.out}: {f} exists and is not a regular file")
-    if not out.parent.is_dir():
-        ap.error(f"-o {a.out}: no such directory {out.parent}")
+    a = ap.parse_args(argv)  # -o checked here, not after the run: a bad one lost an 11-minute run
     folders, backends = a.folders.split(","), a.backends.split(",")
     for given, known, what in ((folders, FOLDERS, "folder"), (backends, BACKENDS, "backend")):
         bad = sorted(set(given) - set(known))
@@ -425,12 +410,10 @@ def main(argv=None) -> int:
             "sample": a.sample, "seed": a.seed, "regex": a.cases, "timeout": a.timeout,
             "jobs": a.jobs, "seconds": round(time.time() - t0, 1),
             "excluded": excluded_note(len(randoms)), "excluded_cases": sorted(randoms)}
-    from provmap.provenance.util.atomic import write_atomic
+    from .records import write_record
 
     md = markdown(results, table, meta)
-    write_atomic(out, lambda tmp: tmp.write_text(json.dumps(
-        {"meta": meta, "table": table, "results": results}, indent=1, default=str)))
-    write_atomic(out.with_suffix(".md"), lambda tmp: tmp.write_text(md))
+    write_record("corpus", a.output, {"meta": meta, "table": table, "results": results}, md)
     print(md)
     return 0
 

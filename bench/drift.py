@@ -1,18 +1,18 @@
 """How the ratio between two libraries moves over minutes on this machine (issue 35).
 
-    python -m provmap.bench.drift MODEL.onnx --minutes 7 -o drift.json
+    provmap bench drift MODEL.onnx --minutes 7 [-o OUT]
 
 One moment = a short interleaved A/B of `single:onnxruntime` and `single:openvino` (2 passes of
 1 s blocks, each library loaded for its own blocks, as the search's end-to-end check measures);
 moments follow one another for `--minutes`.  Why: a kept one-library plan is decided between
 libraries a few percent apart, and on this 2-core guest their *ratio* drifts, not only their
-speed; this says by how much (bench/out/user/summary_2026-11-27f.md), which is why a decision
-between them spreads its paired passes over time (partition/decision.py).
+speed; this says by how much (bench/out/drift/amd-epyc-avx512-2cpu.json: MobileNet-v3, p10-p90
+1.045-1.193 over 105 moments), which is why a decision between them spreads its paired passes
+over time (partition/decision.py).  Its record: OUT/drift/<host>.json and .md (records.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -45,16 +45,30 @@ def drift(model: str, minutes: float, say=print) -> dict:
             "ort_ahead_by_min": sum(r < 1 for r in rn), "rows": rows}
 
 
+def markdown(res: dict) -> str:
+    """The spread of the two ratios (ORT over OpenVINO; under 1: ONNX Runtime ahead)."""
+    lines = [f"# How the ONNX Runtime / OpenVINO ratio drifts: {res['model']}", "",
+             f"{res['moments']} moments, one after another (`provmap bench drift`).", "",
+             "| ratio | min | p10 | median | p90 | max | ONNX Runtime ahead |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for by in ("median", "min"):
+        q = res[f"ratio_{by}"]
+        lines.append(f"| by {by} | " + " | ".join(f"{q[k]:.3f}" for k in
+                                                 ("min", "p10", "median", "p90", "max"))
+                     + f" | {res[f'ort_ahead_by_{by}']} of {res['moments']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m provmap.bench.drift", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .records import write_record
+    from .steps import parser
+
+    ap = parser("drift", __doc__, raw=True)
     ap.add_argument("model")
     ap.add_argument("--minutes", type=float, default=7.0)
-    ap.add_argument("-o", "--output", required=True)
     a = ap.parse_args(argv)
     out = drift(a.model, a.minutes)
-    with open(a.output, "w") as f:
-        json.dump(out, f, indent=1)
+    write_record("drift", a.output, out, markdown(out))
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
     return 0
 

@@ -2,12 +2,13 @@
 exported with their dynamic axes (issue 50's done-when: every node a static map maps to a
 kernel is mapped, under the same ID, and no more nodes elided).
 
-    python -m provmap.bench.dynamic_map -o bench/out/user --models-dir DIR [MODEL ...]
+    provmap bench dynamic_map --models-dir DIR [MODEL ...] [-o OUT]
+
+Its record: OUT/dynamic_map/<host>.json and .md (OUT: default bench/out; records.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -53,20 +54,18 @@ def compare_maps(path: str, sizes: dict) -> dict:
 
 def markdown(res: dict) -> str:
     lines = [f"# Dynamic map against static map, {res['date']}", "", f"Host: {res['host']}; "
-             "`python -m provmap.bench.dynamic_map`.", "",
+             "`provmap bench dynamic_map`.", "",
              "Each model exported with its dynamic axes (bench/shape_sweep.py's USER_PROFILES), "
              "mapped without any shape and again at its opt sizes. mapped: nodes one of whose own "
              "bindings reaches a kernel; lost: mapped statically, not dynamically.", "",
              "| model | ONNX nodes | same IDs | mapped (dynamic / static) | lost | elided (dynamic / static) | map s |",
              "|---|---|---|---|---|---|---|"]
-    for name, r in res["models"].items():
-        if "error" in r:
-            lines.append(f"| {name} | failed: {r['error']} | | | | | |")
-            continue
-        lines.append(f"| {name} | {r['nodes']} | {'yes' if r['same_ids'] else '**no**'} | "
-                     f"{r['mapped_dynamic']} / {r['mapped_static']} | {r['n_lost']}"
-                     f"{' (' + ', '.join(r['lost']) + ')' if r['lost'] else ''} | "
-                     f"{r['elided_dynamic']} / {r['elided_static']} | {r['map_s']} |")
+    lines += [f"| {name} | failed: {r['error']} | | | | | |" if "error" in r else
+              f"| {name} | {r['nodes']} | {'yes' if r['same_ids'] else '**no**'} | "
+              f"{r['mapped_dynamic']} / {r['mapped_static']} | {r['n_lost']}"
+              f"{' (' + ', '.join(r['lost']) + ')' if r['lost'] else ''} | "
+              f"{r['elided_dynamic']} / {r['elided_static']} | {r['map_s']} |"
+              for name, r in res["models"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -75,15 +74,12 @@ def main(argv=None) -> int:
 
     from .records import write_record
     from .shape_sweep import USER_PROFILES, export_dynamic
+    from .steps import parser
 
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.dynamic_map",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("-o", "--output", required=True, help="directory for dynamic_map.json/.md")
+    ap = parser("dynamic_map", __doc__)
     ap.add_argument("--models-dir", required=True, help="where the dynamic exports are kept")
     ap.add_argument("models", nargs="*", help=f"default: {', '.join(USER_PROFILES)}")
     a = ap.parse_args(argv)
-    out = Path(a.output)
-    out.mkdir(parents=True, exist_ok=True)
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": _cpu_model(),
            "models": {}}
     for name in a.models or USER_PROFILES:
@@ -93,7 +89,7 @@ def main(argv=None) -> int:
         except Exception as e:  # a model that fails is a row, not the end
             res["models"][name] = {"error": str(e).splitlines()[0][:300]}
         print(name, json.dumps(res["models"][name]), file=sys.stderr, flush=True)
-    write_record(out, "dynamic_map", res, markdown(res))
+    print(write_record("dynamic_map", a.output, res, markdown(res)))
     return 0
 
 

@@ -4,13 +4,12 @@ The bench compares backends on fixed shapes (a search prices one shape), so symb
 dimensions are fixed to the spec's batch 1 (`provmap.provenance.shapes.apply_input_shapes`, what
 `--input-shape` does).  Needs the optional `[torch]` extra.
 
-    python3 -m provmap.bench.export_corpus -o /tmp/corpus            # every model, dynamo
-    provmap bench /tmp/corpus/*.onnx -o bench/out --backends onnxruntime,openvino
+    provmap bench export_corpus -o /tmp/corpus            # every model, dynamo
+    provmap bench /tmp/corpus/*.onnx --backends onnxruntime,openvino
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -42,7 +41,9 @@ def export_static(name: str, exporter: str, out_dir: Path, facts: dict | None = 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.export_corpus")
+    from .steps import parser
+
+    ap = parser("export_corpus", __doc__, output=None)
     ap.add_argument("-o", "--output", required=True, help="directory for NAME.onnx files")
     ap.add_argument("--models", default=",".join(DEFAULT))
     ap.add_argument("--exporter", default="dynamo", choices=EXPORTERS)

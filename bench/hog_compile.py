@@ -10,9 +10,9 @@ search and its wait for quiet, and records what the user gets: the exit code, wh
 was written, the last line on stderr, and the wall time.  With --accept-contended it records
 the plan measured beside the load instead.
 
-    python -m provmap.bench.hog_compile --user-models mobilenet_v3_large -o DIR
+    provmap bench hog_compile --user-models mobilenet_v3_large
 
-DIR gets hog_compile.json and hog_compile.md.
+Its record: OUT/hog_compile/<host>.json and .md (OUT: -o, default bench/out; records.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The limit of partitioning alone, without a search: `python -m provmap.bench.limit_run`.
+"""The limit of partitioning alone, without a search: `provmap bench limit`.
 
 Why a step of its own: whether a model has room for a partitioned plan is the question before
 any search, and the full bench spends most of its time (the search, the latency run of every
@@ -7,10 +7,11 @@ the whole model, builds and measures the oracle's own plans, prices a cut from t
 the limit with cuts priced (workbench/cut_price.py), the same rows `provmap bench` writes in
 its limit tables, for the user-sized models on a quiet machine in minutes per model.
 
-    python -m provmap.bench.limit_run --user-models mobilenet_v3_large,bert_base -o DIR
-    python -m provmap.bench.limit_run model.onnx -o DIR
+    provmap bench limit --user-models mobilenet_v3_large,bert_base
+    provmap bench limit model.onnx -o DIR
 
-DIR gets limits.json (one row per model, as results.json's `headroom`) and limits.md.
+Its record: OUT/limit/<host>.json (one row per model under `limits`, as the latency record's
+`headroom`) and .md (OUT: -o, default bench/out; records.py).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def markdown(res: dict) -> str:
     h = res["host"]
     lines = [f"# The limit of partitioning, {res['date']}", "",
              f"Host: {h.get('cpu_model')} ({h.get('machine')}, {h.get('cpus')} CPUs), load at "
-             f"start {res['load_at_start']}; `python -m provmap.bench.limit_run`; "
+             f"start {res['load_at_start']}; `provmap bench limit`; "
              f"{res['versions']}.", ""]
     lines += _table(
         "The unpriced limit (each fused unit on its fastest configuration, calibrated profile "
@@ -85,15 +86,15 @@ def markdown(res: dict) -> str:
 def main(argv=None) -> int:
     from .step_run import run_step, step_parser
 
-    ap = step_parser("limit_run", __doc__, "directory for limits.json/.md")
+    ap = step_parser("limit_run", __doc__)
     ap.add_argument("--repeats", type=int, default=10, help="profiled runs per configuration")
-    ap.add_argument("--wholes-from", metavar="RESULTS.json",
-                    help="a provmap bench results.json (same host, same hour): each "
+    ap.add_argument("--wholes-from", metavar="RECORD.json",
+                    help="a latency record's JSON (same host, same hour): each "
                     "configuration's latency median is the whole its node times add up to")
     a = ap.parse_args(argv)
     return run_step("limit_run", a, "limits",
                     lambda specs, say: limit_rows(specs, a.repeats, say, a.wholes_from),
-                    markdown, "limits")
+                    markdown, "limit")
 
 
 if __name__ == "__main__":

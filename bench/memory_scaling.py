@@ -16,7 +16,6 @@ linear in the weights; the ratio is what decides the largest model that fits.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -211,30 +210,24 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from .steps import finish, parser, say
+
+    ap = parser("memory_scaling", __doc__, output=("--out",))
     ap.add_argument("--sizes", default="124m,350m", help=f"of {', '.join(SIZES)}")
     ap.add_argument("--steps", default=",".join(STEPS), help=f"of {', '.join(STEPS)}")
     ap.add_argument("--models-dir", default=None,
                     help="where the decoders are written (kept for the next run)")
-    ap.add_argument("-o", "--out", default="bench/out", help="writes NAME.json/.md there")
-    ap.add_argument("--name", default="memory_scaling", help="file stem")
     args = ap.parse_args(argv)
     sizes = [s for s in args.sizes.split(",") if s]
     steps = [s for s in args.steps.split(",") if s]
     bad = [s for s in sizes if s not in SIZES] + [s for s in steps if s not in STEPS]
     if bad:
-        print(f"memory_scaling: unknown size or step {bad[0]!r}", file=sys.stderr)
-        return 2
+        ap.error(f"unknown size or step {bad[0]!r}")
     if "idle" not in steps:
         steps.insert(0, "idle")
     where = Path(args.models_dir or tempfile.mkdtemp(prefix="provmap-decoders-"))
     where.mkdir(parents=True, exist_ok=True)
-    res = run(sizes, steps, where.resolve(), progress=lambda s: print(s, file=sys.stderr))
-    from .records import write_record
-
-    write_record(Path(args.out), args.name, res, markdown(res))
-    print(markdown(res))
-    return 0
+    return finish("memory", args, run(sizes, steps, where.resolve(), progress=say), markdown)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,16 @@ wall times is the speed-up of measuring on two servers at once.  On one small ma
 servers share its cores, so the speed-up here is a floor (and the parallel prices are measured
 under that contention); on separate boards they do not share anything.
 
-    python3 -m provmap.bench.remote_scaling --model bundled:squeezenet -o bench/out/remote.json
+    provmap bench remote --model bundled:squeezenet [-o OUT]
+
+Its record: OUT/remote/<host>.json and .md (OUT: default bench/out; records.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 KEY = "provmap-bench"
 
@@ -65,17 +64,12 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.remote_scaling")
+    from .steps import finish, parser, say
+
+    ap = parser("remote_scaling", __doc__)
     ap.add_argument("--model", default="bundled:squeezenet")
-    ap.add_argument("-o", "--output", required=True, help="results .json (and .md beside it)")
     a = ap.parse_args(argv)
-    res = run(a.model, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    out = Path(a.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2))
-    out.with_suffix(".md").write_text(markdown(res))
-    print(markdown(res))
-    return 0
+    return finish("remote", a, run(a.model, progress=say), markdown)
 
 
 if __name__ == "__main__":

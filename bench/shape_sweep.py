@@ -1,7 +1,7 @@
 """Shape sweep: one artifact per strategy, compiled once for a shape profile, timed at each point
 of it; and a KV-cache decoder's decode steps against the library called directly.
 
-    python3 -m provmap.bench.shape_sweep -o bench/out/user [--kv-model FILE] [--models NAME,...]
+    provmap bench shape_sweep [--kv-model FILE] [--models NAME,...] [-o OUT]
 
 Rows per model and point: each strategy's median (interleaved, each artifact alone in the
 process while it runs: partition.measure.interleave.measure_artifacts at that point's sizes) and
@@ -15,7 +15,6 @@ their dynamic axes (bert_dynamic, gpt2_dynamic, resnet18)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -249,7 +248,7 @@ def merge(records: list[dict], note: str = "") -> dict:
 
 def markdown(res: dict) -> str:
     lines = [f"# Shape sweep, {res['date']}", "", f"Host: {res['host']}; "
-             "`python -m provmap.bench.shape_sweep`.", "",
+             "`provmap bench shape_sweep`.", "",
              "Each strategy compiled once for the model's profile, timed at min, opt and max "
              "(median ms, interleaved; '1 call': a call over 2 s, timed once; ratio to the best "
              "single-library plan at that point; err: largest |output - ONNX Runtime's on the "
@@ -277,10 +276,9 @@ def main(argv=None) -> int:
     from provmap.runtime_module.host import _cpu_model
 
     from .records import write_record
+    from .steps import parser
 
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.shape_sweep",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("-o", "--output", required=True, help="directory for shape_sweep.json/.md")
+    ap = parser("shape_sweep", __doc__)
     ap.add_argument("--models", default="", help=f"torch exports to add: {', '.join(TORCH)}")
     ap.add_argument("--kv-model", help="a KV-cache decoder for the decode row (default: the "
                                        "repository's tiny GPT-2 export)")
@@ -295,15 +293,14 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-strategies", default="single:onnxruntime,single:openvino,single:tvm",
                     help="strategies of the decode row")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
-                    help="write one record of these sweep records (runs kept apart) and exit")
+                    help="write one record of these sweep records (runs kept apart) and exit "
+                    "(e.g. this step's record and older runs of it from git history)")
     ap.add_argument("--note", default="", help="a line for the merged record (what ran beside)")
     a = ap.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    out = Path(a.output)
-    out.mkdir(parents=True, exist_ok=True)
     if a.merge:
         res = merge([json.loads(Path(p).read_text()) for p in a.merge], a.note)
-        write_record(out, "shape_sweep", res, markdown(res))
+        print(write_record("shape_sweep", a.output, res, markdown(res)))
         return 0
     models = {k: v for k, v in BUILTIN.items() if not a.only or k in a.only.split(",")}
     tmp = tempfile.TemporaryDirectory()
@@ -321,14 +318,13 @@ def main(argv=None) -> int:
         say(f"{name}:")
         res["models"][name] = sweep(str(path), dims, say, strategies=a.strategies.split(";"))
         # written after each model: a sweep of the user-sized models runs for hours
-        write_record(out, "shape_sweep", res, markdown(res))
+        write_record("shape_sweep", a.output, res, markdown(res))
     if a.decode_strategies:  # '' skips the decode row
         say("decode:")
         kv = str(a.kv_model or DATA / "gpt2_kv_decoder.onnx")
         res["kv_model"] = Path(kv).name
         res["decode"] = decode_row(kv, say, strategies=a.decode_strategies.split(","))
-    write_record(out, "shape_sweep", res, markdown(res))
-    say(f"wrote {out / 'shape_sweep.md'}")
+    say(f"wrote {write_record('shape_sweep', a.output, res, markdown(res))}")
     return 0
 
 

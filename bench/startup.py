@@ -7,12 +7,13 @@ with single:onnxruntime, and reports the median wall time of a few runs together
 backend libraries the process imported (tests/test_startup.py asserts none; time is only
 reported here).
 
-    python -m provmap.bench.startup [--runs 5] [-o bench/out]
+    provmap bench startup [--runs 5] [-o OUT]
+
+Its record: OUT/startup/<host>.json and .md (OUT: default bench/out; records.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -108,17 +109,12 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from .steps import finish, parser, say
+
+    ap = parser("startup", __doc__, output=("--out",))
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("-o", "--out", default="bench/out", help="writes startup.json/.md")
     a = ap.parse_args(argv)
-    res = run(a.runs, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "startup.json").write_text(json.dumps(res, indent=1))
-    (out / "startup.md").write_text(markdown(res))
-    print(markdown(res))
-    return 0
+    return finish("startup", a, run(a.runs, progress=say), markdown)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,15 @@
-"""The command-line frame shared by the bench's single steps (limit_run, container_run).
+"""The command-line frame shared by the bench's model steps (limit, container, hog_compile).
 
 Why one frame: each step names its models the same way (ONNX files, bundled: names, or the
 user-sized models exported once), checks its output directory before any measuring, stamps the
-same date/host/load/versions header, and writes its JSON and markdown atomically only when
-every model has been measured.  Keeping that in one place means a fix to any of it (an output
-check, a refused model) reaches every step.
+same date/host/load/versions header, and writes its record (records.py: OUT/<step>/<host>.json
+and .md) only when every model has been measured.  Keeping that in one place means a fix to
+any of it (an output check, a refused model) reaches every step.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -18,46 +17,44 @@ from pathlib import Path
 from typing import Callable
 
 
-def step_parser(prog: str, doc: str, output_help: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=f"python3 -m provmap.bench.{prog}",
-                                 description=doc.split("\n\n")[0])
+def step_parser(prog: str, doc: str, output_help: str = "") -> argparse.ArgumentParser:
+    """PROG's options (PROG: the step's module); OUTPUT_HELP is no longer used: every step's -o
+    is the records' root (kept in the signature for the steps that pass it)."""
+    from .steps import parser
+
+    ap = parser(prog, doc)
     ap.add_argument("models", nargs="*", help="ONNX files or bundled: names")
     ap.add_argument("--user-models", help="comma-separated user-sized models (exported once)")
     ap.add_argument("--models-dir", help="where the user-sized models are (or go)")
-    ap.add_argument("-o", "--output", required=True, help=output_help)
     return ap
 
 
 def header(res: dict, title: str, prog: str) -> list[str]:
     """The markdown's first lines: the title with the date, then host, load and versions."""
+    from .steps import command
+
     h = res["host"]
     return [f"# {title}, {res['date']}", "",
             f"Host: {h.get('cpu_model')} ({h.get('machine')}, {h.get('cpus')} CPUs), load at "
             f"start {res['load_at_start']}, at end {res['load_at_end']}; "
-            f"`python -m provmap.bench.{prog}`; "
+            f"`{command(prog)}`; "
             + ", ".join(f"{k} {v}" for k, v in res["versions"].items()) + ".", ""]
 
 
 def run_step(prog: str, a: argparse.Namespace, key: str, measure: Callable,
-             markdown: Callable, stem: str, check: Callable | None = None,
+             markdown: Callable, step: str, check: Callable | None = None,
              extra: dict | None = None) -> int:
-    """Resolve the models, call `measure(specs, say)` for res[key], write STEM.json/.md."""
+    """Resolve the models, call `measure(specs, say)` for res[key], write STEP's record."""
     from provmap.provenance.bundled import zoo
-    from provmap.provenance.util.atomic import write_bytes_atomic
     from provmap.provenance.util.errors import ProvmapError
     from provmap.runtime_module.host import host_info
     from provmap.runtime_module.host import _cpu_model
 
-    from .suite import versions
+    from .records import versions, write_record
     from .user_bench import prepare
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        out = Path(a.output)
-        if out.exists() and not out.is_dir():
-            raise ProvmapError(f"-o {out}: not a directory")
-        if not out.parent.is_dir():
-            raise ProvmapError(f"-o {out}: directory {out.parent} does not exist")
         if check is not None:
             check(a)
         specs = list(a.models)
@@ -75,14 +72,12 @@ def run_step(prog: str, a: argparse.Namespace, key: str, measure: Callable,
                "versions": versions(), **(extra or {})}
         res[key] = measure(specs, say)
         res["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
-        out.mkdir(exist_ok=True)
-        write_bytes_atomic(out / f"{stem}.json", json.dumps(res, indent=1, default=str).encode())
-        write_bytes_atomic(out / f"{stem}.md", markdown(res).encode())
+        written = write_record(step, a.output, res, markdown(res))
     except ProvmapError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    print(out / f"{stem}.md")
+    print(written)
     return 0

@@ -12,8 +12,9 @@ For each model, in one process:
     direct:<b> from the same run;
   * correctness: every artifact's outputs against ONNX Runtime on the original model;
   * provenance: TVM import+compile with provmap's tracking against plain TVM, interleaved.
-Then a scaling run on synthetic graphs (bench/scaling.py).  Results: DIR/results.json (keys in
-docs/bench.md), DIR/results.md (the tables docs/results.md shows) and DIR/latency.png.
+Then a scaling run on synthetic graphs (bench/scaling.py).  Results: the step's record,
+OUT/<step>/<host>.json (keys in docs/bench.md), .md (the tables docs/results.md shows) and .png
+(the chart); the step is latency, user_latency or hog_search (bench/steps.py).
 
 Bundled light models ship all-equal ConstantOfShape weights; `bundled:NAME` already gives them
 seeded random ones (provenance/bundled/zoo.py), so fast paths for constant data cannot flatter anyone;
@@ -28,7 +29,6 @@ import os
 import shutil
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from .hog import cpu_hog
 from .limits import headroom, measured_with_load, row_load
 from .output_err import model_envelope, output_err
 from .paired import confirm_gains, paired_overhead
+from .records import versions
 from provmap.partition.collage_report import predicted_vs_measured
 from provmap.partition.measure.hygiene import WAITING
 
@@ -101,20 +102,6 @@ def default_strategies(backends: list[str], search_backends: list[str]) -> list[
     greedy = "greedy:" + ",".join(fast + [b for b in backends if b not in fast])
     return (config_strategies(backends)
             + [greedy, "collage:" + ",".join(search_backends)])
-
-
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": sys.version.split()[0]}
-    for dist, key in (("provmap", "provmap"), ("apache-tvm", "tvm"),
-                      ("onnxruntime", "onnxruntime"), ("openvino", "openvino"), ("onnx", "onnx"),
-                      ("numpy", "numpy")):
-        try:
-            out[key] = version(dist)
-        except PackageNotFoundError:
-            out[key] = None
-    return out
 
 
 def _load_model(spec: str, keep_weights: bool):
@@ -413,15 +400,16 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
 
 # -- the whole run -----------------------------------------------------------------------------
 
-def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> dict:
+def run_suite(opts: SuiteOptions, out: str | os.PathLike | None, progress=None,
+              step: str = "latency") -> dict:
+    """Bench every model of `opts`; STEP's record goes under OUT (records.py), rewritten after
+    each model."""
     from provmap.runtime_module.host import host_info
     from provmap.runtime_module.host import _cpu_model
 
     from . import report, scaling
 
     say = progress or (lambda m: None)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     res = {"schema": "provmap.bench/1", "date": time.strftime("%Y-%m-%d"),
            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -442,9 +430,9 @@ def run_suite(opts: SuiteOptions, out_dir: str | os.PathLike, progress=None) -> 
                 res[k].append(m[k])
         say(f"[{m['model']}] done in {time.perf_counter() - t0:.0f} s")
         res["duration_s"] = time.perf_counter() - t_start
-        report.write_all(res, out_dir)  # after every model: a partial run is still usable
+        report.write_all(res, step, out)  # after every model: a partial run is still usable
     if opts.scaling_sizes:
         res["scaling"] = scaling.run(opts.scaling_sizes, progress=say)
     res["duration_s"] = time.perf_counter() - t_start
-    report.write_all(res, out_dir)
+    report.write_all(res, step, out)
     return res

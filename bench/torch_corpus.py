@@ -22,8 +22,8 @@ with IR at most 10: ONNX Runtime 1.32 refuses IR 11+, which onnx 1.23's helpers 
 Each step runs in its own process with a deadline (a native crash or a hang is one failed step).
 
     pip install -e '.[torch]'
-    python3 -m provmap.bench.torch_corpus -o bench/out/torch_corpus.json
-    python3 -m provmap.bench.torch_corpus --models bert,resnet18 --exporters dynamo \\
+    provmap bench torch_corpus [-o OUT]
+    provmap bench torch_corpus --models bert,resnet18 --exporters dynamo \\
         --strategies map,single:onnxruntime -o /tmp/t.json
 """
 
@@ -288,8 +288,10 @@ def _versions() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.torch_corpus", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .steps import parser
+
+    ap = parser("torch_corpus", __doc__, raw=True)
+    ap.check_output = False  # a --worker writes no record: checked below, for the run only
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--models", default=",".join(MODELS), help=f"of {','.join(MODELS)}")
     ap.add_argument("--exporters", default=",".join(EXPORTERS))
@@ -302,8 +304,6 @@ def main(argv=None) -> int:
     ap.add_argument("--no-heavy", action="store_true", help="skip collage/greedy everywhere")
     ap.add_argument("--skip-tvm", action="store_true", help="skip single:tvm everywhere")
     ap.add_argument("--out", default="/tmp/provmap-torch", help="ONNX files, artifacts, logs")
-    ap.add_argument("-o", "--output", default="bench/out/torch_corpus.json",
-                    help="JSON results (a .md table is written beside it)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per step")
     ap.add_argument("--collage-budget", type=float, default=60,
                     help="collage's measurement budget in seconds")
@@ -313,6 +313,7 @@ def main(argv=None) -> int:
     if args.worker:
         _worker(args.worker)
         return 0
+    ap.checked(args)
 
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in MODELS]
@@ -401,11 +402,12 @@ def _split_steps(s: str) -> list[str]:
     return out
 
 
-def _write(path, results, steps, meta) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
-    p.with_suffix(".md").write_text(markdown(results, steps, meta))
+def _write(out, results, steps, meta) -> None:
+    """The record so far (written after every model: a corpus run lasts up to an hour)."""
+    from .records import write_record
+
+    write_record("torch_corpus", out, {"meta": meta, "results": results},
+                 markdown(results, steps, meta))
 
 
 if __name__ == "__main__":

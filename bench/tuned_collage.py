@@ -11,12 +11,11 @@ empty cost cache and run 1's database: every candidate is built again and asks t
 1 never asked for).  The last artifact is run and compared with ONNX Runtime on the whole
 model.
 
-    python -m provmap.bench.tuned_collage --models transformer,squeezenet --trials 8
+    provmap bench tuned_collage --models transformer,squeezenet --trials 8
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -25,7 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from provmap.runtime_module.subgraph import Subgraph
 
 
 def compile_once(model: str, out: Path, cache: Path, db: Path, args) -> dict:
@@ -59,6 +57,7 @@ def check_against_ort(model: str, artifact: Path) -> float:
     from provmap.provenance.bundled import zoo
     from provmap.runtime_module.registry import get_backend
     from provmap.partition.model_source import load_view
+    from provmap.runtime_module.subgraph import Subgraph  # here: it imports TVM (3-4 s)
 
     onnx_model = zoo.resolve(f"bundled:{model}")[0]
     feed = zoo.random_inputs(onnx_model, seed=0)
@@ -71,21 +70,46 @@ def check_against_ort(model: str, artifact: Path) -> float:
                for n, w in zip(r.output_names, want))
 
 
+def markdown(res: dict) -> str:
+    """One row a run: its wall time, what it tuned and measured, and the plan it kept."""
+    lines = ["# Collage over tuned TVM, ONNX Runtime and OpenVINO (`provmap bench tuned_collage`)",
+             "", "| model | run | wall s | tuned tasks (trials) | measured | kept plan | "
+             "max abs err vs ONNX Runtime |", "|---|---|---:|---|---:|---|---|"]
+    for model, row in res["models"].items():
+        runs = [k for k in ("run1", "run2", "run3") if k in row]
+        for k in runs:
+            r, err = row[k], row.get("max_abs_err_vs_onnxruntime")
+            if "error" in r:
+                lines.append(f"| {model} | {k[3:]} | {r['wall_s']:.1f} | failed: {r['error']} "
+                             "| | | |")
+                continue
+            t = r.get("search_tuning") or {}
+            plan = ", ".join(f"{p['backend']} ({p['op_nodes']} nodes)" for p in r["partitions"])
+            lines.append(f"| {model} | {k[3:]} | {r['wall_s']} | "
+                         f"{t.get('tuned', 0)} ({t.get('trials', 0)}) | {r.get('measured')} | "
+                         f"{plan} | {f'{err:.1e}' if k == runs[-1] and err is not None else ''}"
+                         " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from .records import record_stem, write_record
+    from .steps import parser
+
+    ap = parser("tuned_collage", __doc__, output=("--out",))
     ap.add_argument("--models", default="transformer,squeezenet")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--tune-budget", type=int, default=2000)
     ap.add_argument("--max-size", type=int, default=12)
     ap.add_argument("--refine-budget", type=float, default=60.0)
-    ap.add_argument("--out", default="bench/out/tuned_collage.json")
-    ap.add_argument("--append", action="store_true", help="keep --out's other models")
+    ap.add_argument("--append", action="store_true", help="keep the record's other models")
     ap.add_argument("--fresh-cache", action="store_true",
                     help="a third run with an empty cost cache on run 1's tuning database")
     args = ap.parse_args(argv)
+    record = record_stem("tuned_collage", args.output).with_suffix(".json")
     res = {"models": {}}
-    if args.append and Path(args.out).exists():
-        res = json.loads(Path(args.out).read_text())
+    if args.append and record.exists():
+        res = {k: v for k, v in json.loads(record.read_text()).items() if k != "record"}
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="provmap-tc-") as tmp:
             tmp = Path(tmp)
@@ -104,8 +128,7 @@ def main(argv=None) -> int:
                 row["max_abs_err_vs_onnxruntime"] = check_against_ort(
                     model, tmp / f"a{runs[-1]}.provmap")
             res["models"][model] = row
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=1))
+        write_record("tuned_collage", args.output, res, markdown(res))
     print(json.dumps(res, indent=1))
     return 0
 

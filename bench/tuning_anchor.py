@@ -12,12 +12,11 @@ Then the region is built four ways with TVM (untuned, (a), (b)) plus ONNX Runtim
 all at float32 on this host's CPU, and timed in interleaved passes in one run; the report gives
 medians, minima and ratios.  Outputs are checked against ONNX Runtime first.
 
-    python -m provmap.bench.tuning_anchor --trials 32 --out bench/out/tuning_anchor.json
+    provmap bench tuning_anchor --trials 32 [-o OUT]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,16 +29,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from provmap.partition.model_source import load_view
-from provmap.provenance.bundled import zoo
-from provmap.runtime_module.backend import time_runner
-from provmap.runtime_module.backends.tvm_tuning import (TuningDatabase, make_target,
-                                                        tune_region)
-from provmap.runtime_module.registry import get_backend
-
-from provmap.runtime_module.host import host_info
-from provmap.runtime_module.backends.tvm_tuning import system_cpu
-from provmap.runtime_module.subgraph import Subgraph
+# TVM (and the libraries' backends) are imported where a region is tuned, not here: `provmap
+# bench tuning_anchor --help` or a mistyped option answers before TVM's 3-4 s import.
 
 
 def _consumers(nodes, out):
@@ -104,6 +95,8 @@ REGIONS = {"squeezenet": ("squeezenet", region_squeezenet),
 def anchor_model(view, anchor: int) -> onnx.ModelProto:
     """The anchor operator alone, with the shapes it has in the region: a Conv without its
     bias, or the MatMul; constant operands stay initializers (the same TIR workload)."""
+    from provmap.runtime_module.subgraph import Subgraph
+
     node = view.nodes[anchor]
     keep = list(node.input[:2])
     sub = Subgraph(view, [anchor])
@@ -155,11 +148,19 @@ def anchor_database(anchor_task, fused_task, record, target):
     return mem
 
 
-def _best_record(db: TuningDatabase, task, target):
+def _best_record(db, task, target):
     return db.open().query_tuning_record(task.dispatched[0], target, task.task_name)
 
 
 def run_region(name: str, trials: int, passes: int, log) -> dict:
+    from provmap.partition.model_source import load_view
+    from provmap.provenance.bundled import zoo
+    from provmap.runtime_module.backend import time_runner
+    from provmap.runtime_module.backends.tvm_tuning import (TuningDatabase, make_target,
+                                                            tune_region)
+    from provmap.runtime_module.registry import get_backend
+    from provmap.runtime_module.subgraph import Subgraph
+
     bundled, pick = REGIONS[name]
     model = zoo.resolve(f"bundled:{bundled}")[0]  # seeded random weights
     label, ops, anchor = pick(model)
@@ -272,22 +273,27 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from .records import record_stem, write_record
+    from .steps import parser
+
+    ap = parser("tuning_anchor", __doc__, output=("--out",))
     ap.add_argument("--trials", type=int, default=32)
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--regions", default=",".join(REGIONS))
-    ap.add_argument("--out", default="bench/out/tuning_anchor.json")
     ap.add_argument("--append", action="store_true",
-                    help="keep the other regions' rows of --out (same trials and passes)")
+                    help="keep the other regions' rows of the record (same trials and passes)")
     args = ap.parse_args(argv)
+    record = record_stem("tuning_anchor", args.output).with_suffix(".json")
+    from provmap.runtime_module.backends.tvm_tuning import system_cpu
+    from provmap.runtime_module.host import host_info
 
     def log(msg):
         print(f"tuning_anchor: {msg}", file=sys.stderr, flush=True)
 
     res = {"date": time.strftime("%Y-%m-%d"), "host": {**host_info(), "llvm_cpu": system_cpu()}, "trials": args.trials,
            "passes": args.passes, "regions": []}
-    if args.append and Path(args.out).exists():
-        old = json.loads(Path(args.out).read_text())
+    if args.append and record.exists():
+        old = json.loads(record.read_text())
         if (old.get("trials"), old.get("passes")) == (args.trials, args.passes):
             res["regions"] = old["regions"]
     for name in args.regions.split(","):
@@ -295,10 +301,9 @@ def main(argv=None) -> int:
         row = run_region(name, args.trials, args.passes, log)
         row["date"] = res["date"]
         res["regions"] = [r for r in res["regions"] if r["region"] != row["region"]] + [row]
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=1))
+        write_record("tuning_anchor", args.output, res, to_markdown(res))
     md = to_markdown(res)
-    Path(args.out).with_suffix(".md").write_text(md)
+    write_record("tuning_anchor", args.output, res, md)
     print(md)
     return 0
 

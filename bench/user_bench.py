@@ -19,7 +19,6 @@ default (10-100x slower on these models, `--backends` adds it back).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -125,7 +124,9 @@ def user_options(paths: list[str], **kw):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.user_bench")
+    from .steps import parser
+
+    ap = parser("user_bench", __doc__, output=None)
     ap.add_argument("--export", metavar="NAME", help="export one user-sized model (the child "
                     "process of `provmap bench --user-models`)")
     ap.add_argument("--exporter", default="dynamo", choices=EXPORTERS)

@@ -35,13 +35,12 @@ Tolerances per precision (outputs against plain ORT on the same file and feeds):
   two libraries); across a mixed plan the flips add up layer by layer (2-3 steps on the QOperator
   ResNet-18's later boundaries), so the int8 models are compared with the same 5%: 13 steps.
 
-    python3 -m provmap.bench.user_corpus -o bench/out/user_corpus.json
-    python3 -m provmap.bench.user_corpus --models bert_dyn,resnet18_fp16 -o /tmp/u.json
+    provmap bench user_corpus [-o OUT]
+    provmap bench user_corpus --models bert_dyn,resnet18_fp16 -o /tmp/u.json
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -282,11 +281,12 @@ def markdown(results: list[dict], steps: list[str], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path, results, steps, meta) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
-    p.with_suffix(".md").write_text(markdown(results, steps, meta))
+def _write(out, results, steps, meta) -> None:
+    """The record so far (written after every model: a corpus run lasts up to an hour)."""
+    from .records import write_record
+
+    write_record("user_corpus", out, {"meta": meta, "results": results},
+                 markdown(results, steps, meta))
 
 
 def build(entry: um.Entry, out: Path, bases: dict, seed: int) -> tuple[Path, dict]:
@@ -303,13 +303,12 @@ def build(entry: um.Entry, out: Path, bases: dict, seed: int) -> tuple[Path, dic
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m provmap.bench.user_corpus", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .steps import parser
+
+    ap = parser("user_corpus", __doc__, raw=True)
     ap.add_argument("--models", default=",".join(um.ENTRIES), help="of %(default)s")
     ap.add_argument("--steps", default=";".join(STEPS), help="';'-separated (default %(default)s)")
     ap.add_argument("--out", default="/tmp/provmap-user", help="ONNX files, artifacts, logs")
-    ap.add_argument("-o", "--output", default="bench/out/user_corpus.json",
-                    help="JSON results (a .md table is written beside it)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per step")
     ap.add_argument("--threads", type=int, default=1, help="threads per backend (default 1)")
     ap.add_argument("--seed", type=int, default=0)

@@ -56,13 +56,26 @@ def small_run(tmp_path_factory):
                  "collage:onnxruntime,openvino", "--repeats", "6", "--scaling-sizes", "100,300",
                  "--json")
     assert r.returncode == 0, r.stderr[-3000:]
-    return out, json.loads(r.stdout), r.stderr
+    return _stem("latency", out), json.loads(r.stdout), r.stderr
+
+
+def _stem(step, out):
+    """STEP's record under the root OUT, without suffix (bench/records.py names it)."""
+    from provmap.bench.records import record_stem
+
+    return record_stem(step, out)
 
 
 def test_bench_results_json(small_run):
     out, res, _ = small_run
-    on_disk = json.loads((out / "results.json").read_text())
+    on_disk = json.loads(out.with_suffix(".json").read_text())
     assert on_disk["rows"] == res["rows"]
+    # the record says which step, host and versions it is, whatever the step's own keys
+    from provmap.bench.records import host_slug
+
+    assert on_disk["record"]["step"] == "latency" and on_disk["record"]["host"] == host_slug()
+    assert out.name == host_slug() and out.parent.name == "latency"
+    assert on_disk["record"]["versions"]["onnxruntime"] and on_disk["record"]["written"]
     assert res["schema"] == "provmap.bench/1"
     for k in ("tvm", "onnxruntime", "openvino"):
         assert res["versions"][k]
@@ -132,18 +145,18 @@ def test_bench_artifacts_container_provenance(small_run):
 
 def test_bench_markdown_and_chart(small_run):
     out, res, _ = small_run
-    md = (out / "results.md").read_text()
-    assert md == markdown(res)
+    md = out.with_suffix(".md").read_text()
+    assert md.startswith(markdown(res)) and "Record of `provmap bench latency` on " in md
     for r in res["rows"]:
         assert f"| {r['model']} | {r['strategy']} |" in md
-    png = (out / "latency.png").read_bytes()
+    png = out.with_suffix(".png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image as mpimg
 
-    img = mpimg.imread(out / "latency.png")
+    img = mpimg.imread(out.with_suffix(".png"))
     assert img.shape[0] > 100 and img.shape[1] > 100
     assert np.std(img) > 0  # not a blank canvas
-    assert not list(out.glob(".*tmp*"))  # written atomically, no leftovers
+    assert not list(out.parent.glob(".*tmp*"))  # written atomically, no leftovers
 
 
 def test_bench_rows_record_the_load_and_the_limit(small_run):
@@ -182,7 +195,7 @@ def test_bench_rows_record_the_load_and_the_limit(small_run):
         assert h["captured"] == pytest.approx((h["best_single_ms"] - h["kept_ms"])
                                               / (h["best_single_ms"] - h["oracle_ms"]))
     assert kept["oracle_ms"] == h["oracle_ms"] and kept["headroom_captured"] == h["captured"]
-    md = (out / "results.md").read_text()
+    md = out.with_suffix(".md").read_text()
     assert "| load |" in md and "The limit: the oracle (each ONNX node, or group" in md
     assert "| verdict |" in md and ("no room (<5%)" in md or "| room " in md)
     assert f"| {h['model']} | {h['best_single']} |" in md
@@ -270,11 +283,11 @@ def test_readme_tables_between_markers(small_run, tmp_path):
     out, res, _ = small_run
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{START}\nold table\n{END}\nafter\n")
-    update_readme(readme, res, "bench/out")
+    update_readme(readme, res, "bench/out/latency/h")
     text = readme.read_text()
     assert text.startswith("# x\n\nbefore\n") and text.endswith("\nafter\n")
     assert "old table" not in text and markdown(res) in text
-    assert "(bench/out/latency.png)" in text
+    assert "(bench/out/latency/h.png)" in text and "from bench/out/latency/h.json;" in text
     readme.write_text("no markers")
     r = _provmap("bench", "bundled:transformer", "-o", str(tmp_path / "o"), "--readme",
                  str(readme))
@@ -282,22 +295,27 @@ def test_readme_tables_between_markers(small_run, tmp_path):
 
 
 def test_report_rerenders_tables_into_a_docs_file_with_links_from_its_folder(small_run, tmp_path):
-    """`python -m provmap.bench.report DIR docs/results.md` links DIR from docs/, as `provmap
-    bench --readme` does (the tables left README for docs/results.md)."""
+    """`provmap bench report RECORD.json docs/results.md` links the record from docs/, as
+    `provmap bench --readme` does (the tables left README for docs/results.md); the record's
+    JSON is left as measured, its .md and .png rendered again beside it."""
     import shutil
 
     from provmap.bench import report
 
     out, res, _ = small_run
-    (tmp_path / "bench" / "out").mkdir(parents=True)
-    shutil.copy(out / "results.json", tmp_path / "bench" / "out" / "results.json")
+    rec = tmp_path / "bench" / "out" / "latency" / "h.json"
+    rec.parent.mkdir(parents=True)
+    shutil.copy(out.with_suffix(".json"), rec)
     (tmp_path / "docs").mkdir()
     doc = tmp_path / "docs" / "results.md"
     doc.write_text(f"# results\n{report.START}\nthe previous tables\n{report.END}\n")
-    assert report.main([str(tmp_path / "bench" / "out"), str(doc)]) == 0
+    assert _provmap("bench", "report", str(rec), str(doc)).returncode == 0
     text = doc.read_text()
-    assert "](../bench/out/latency.png)" in text and "the previous tables" not in text
+    assert "](../bench/out/latency/h.png)" in text and "the previous tables" not in text
     assert markdown(res) in text
+    assert rec.read_bytes() == out.with_suffix(".json").read_bytes()
+    assert rec.with_suffix(".md").read_text() == out.with_suffix(".md").read_text()
+    assert rec.with_suffix(".png").is_file()
 
 
 def test_compile_scaling_times_every_stage_and_fits_both_series():
@@ -350,24 +368,24 @@ def test_bench_gains_from_the_same_run(small_run):
     assert g["load"] == kept["load"]
     # the limit is never above a measured single configuration of this run either
     assert g["limit_ms"] <= min(r["min_ms"] for r in singles.values())
-    md = (out / "results.md").read_text()
+    md = out.with_suffix(".md").read_text()
     assert md.index("| model | best default single | best single configuration | kept plan |"
                     " variant gain | partitioning gain |") < md.index("| model | strategy |")
 
 
 def test_the_limit_alone_in_one_command(tmp_path):
-    """`python -m provmap.bench.limit_run`: the limit rows without a search, as JSON and
-    markdown, dated with the host; bad input is one line."""
+    """`provmap bench limit`: the limit rows without a search, as the limit step's record
+    (JSON and markdown, dated with the host); bad input is one line."""
     out = tmp_path / "lim"
-    r = subprocess.run([sys.executable, "-m", "provmap.bench.limit_run", "bundled:squeezenet",
-                        "-o", str(out), "--repeats", "2"], capture_output=True, text=True,
-                       timeout=600)
+    r = _provmap("bench", "limit", "bundled:squeezenet", "-o", str(out), "--repeats", "2",
+                 timeout=600)
     assert r.returncode == 0, r.stderr
-    res = json.loads((out / "limits.json").read_text())
+    assert r.stdout.strip() == str(_stem("limit", out).with_suffix(".md"))
+    res = json.loads(_stem("limit", out).with_suffix(".json").read_text())
     (row,) = res["limits"]
     assert row["model"] == "squeezenet" and res["host"]["cpus"] and res["date"]
     assert row["oracle_ms"] <= row["best_single_ms"] + 1e-9
-    md = (out / "limits.md").read_text()
+    md = _stem("limit", out).with_suffix(".md").read_text()
     assert "| squeezenet | single:" in md and "The unpriced limit" in md
     p = (row.get("oracle_plans") or {}).get("priced")
     if p:                                          # room unpriced: priced, then tightened
@@ -393,7 +411,7 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
     out = tmp_path / "c"
     assert container_run.main([str(model), "--passes", "2", "--repeats", "4",
                                "-o", str(out)]) == 0
-    res = json.loads((out / "container.json").read_text())
+    res = json.loads(_stem("container", out).with_suffix(".json").read_text())
     assert [r["backend"] for r in res["rows"]] == ["onnxruntime", "openvino"]
     for r in res["rows"]:
         assert r["paired_passes"] == 2 and r["library_min_ms"] > 0 and r["container_min_ms"] > 0
@@ -412,12 +430,12 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
     assert container_run.within({**row, "paired_interval_min": [0.021, 0.05]}) == "no: slower"
     assert container_run.within({**row, "executor_share": 0.03}) == "no: the executor"
     assert container_run.within({**row, "library_min_ms": 0.5}) == "n/a (<1 ms)"
-    assert "| onnxruntime |" in (out / "container.md").read_text()
+    assert "| onnxruntime |" in _stem("container", out).with_suffix(".md").read_text()
     # only the pairs a shorter run left undecided; a backend it does not know is one line
     one = tmp_path / "one"
     assert container_run.main([str(model), "--passes", "1", "--repeats", "2",
                                "--backends", "openvino", "-o", str(one)]) == 0
-    res = json.loads((one / "container.json").read_text())
+    res = json.loads(_stem("container", one).with_suffix(".json").read_text())
     assert [r["backend"] for r in res["rows"]] == ["openvino"]
     assert container_run.main([str(model), "--backends", "tvm", "-o",
                                str(tmp_path / "bad")]) != 0
@@ -440,14 +458,14 @@ def test_a_users_compile_beside_a_hog_in_one_command(tmp_path, monkeypatch):
     monkeypatch.setenv("PROVMAP_CONTENTION", "act")  # the subprocess's: conftest turns it off
     out = tmp_path / "h"
     assert hog_compile.main([str(model), "--quiet-wait", "1", "-o", str(out)]) == 0
-    (row,) = json.loads((out / "hog_compile.json").read_text())["rows"]
+    (row,) = json.loads(_stem("hog_compile", out).with_suffix(".json").read_text())["rows"]
     assert row["model"] == "m" and row["seconds"] > 0 and row["accept_contended"] is False
     if row["written"]:
         assert row["exit"] == 0 and row["strategy"].startswith("collage")
     else:
         assert row["exit"] != 0 and "no artifact written" in row["last_line"]
         assert "--accept-contended" in row["last_line"]
-    assert "| m | no |" in (out / "hog_compile.md").read_text()
+    assert "| m | no |" in _stem("hog_compile", out).with_suffix(".md").read_text()
     assert hog_compile.main([str(model), "--quiet-wait", "-1", "-o", str(tmp_path / "x")]) != 0
 
 

@@ -73,16 +73,20 @@ def test_the_command_line(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown backend(s) ['tpu']" in r.stderr
     assert "Traceback" not in r.stderr
-    # -o: a directory gets corpus.json/.md inside; a bad -o is refused before the run
+    # -o: a directory is the records' root (its record: DIR/corpus/<host>.json and .md); a bad
+    # -o is refused before the run
+    from provmap.bench.records import record_stem
+
     d = tmp_path / "dir"
-    d.mkdir()
     r = subprocess.run([sys.executable, "-m", "provmap.bench.corpus", "--folders", "simple",
                         "--cases", "expand_shape_model1$", "--backends", "onnxruntime",
                         "--jobs", "1", "-o", str(d)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert (d / "corpus.json").is_file() and (d / "corpus.md").is_file()
-    for bad, why in ((tmp_path / "none" / "c.json", "no such directory"),
-                     (tmp_path / "c.txt", "expected a .json file")):
+    stem = record_stem("corpus", d)
+    assert stem.with_suffix(".json").is_file() and stem.with_suffix(".md").is_file()
+    (tmp_path / "c.txt").write_text("")
+    for bad, why in ((tmp_path / "none" / "c.json", "does not exist"),
+                     (tmp_path / "c.txt", "not a directory")):
         r = subprocess.run([sys.executable, "-m", "provmap.bench.corpus", "-o", str(bad)],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr

@@ -1,7 +1,13 @@
-"""`provmap bench`: the benchmark suite (provmap.bench) on the command line."""
+"""`provmap bench`: the benchmark suite (provmap.bench) on the command line, and its named steps.
+
+`provmap bench [MODEL ...]` is the latency step (bench/suite.py), parsed here; `provmap bench
+STEP ARGS` runs another step of bench/steps.py, whose module parses ARGS itself.  The step's
+name is read before the parser is built (`step_args`): a step's options are its module's, and
+`provmap bench corpus --sample 40` must reach the corpus step's parser, not this one's."""
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from provmap.provenance.util.errors import ProvmapError
@@ -10,7 +16,70 @@ from .json_out import print_json
 from .common import backend_list, say_progress, count, positive_int, seconds
 
 
+def step_args(words: list[str]) -> argparse.Namespace | None:
+    """The parsed command for `provmap [-v] bench STEP ARGS` when STEP is a step run by its own
+    module (None otherwise: the parser reads the line); `bench --list-steps` too, which needs
+    no output directory."""
+    from provmap.bench.steps import STEPS
+
+    i = _bench_at(words)
+    if i is None:
+        return None
+    name, rest = words[i + 1], words[i + 2:]
+    if name == "--list-steps" and not rest:
+        return argparse.Namespace(command="bench", func=_list_steps, verbose=i > 0, json=False)
+    if name not in STEPS or STEPS[name].module == "suite":
+        return None
+    return argparse.Namespace(command="bench", func=_run_step, step=name, step_argv=rest,
+                              verbose=i > 0, json=False)
+
+
+def _bench_at(words: list[str]) -> int | None:
+    """Where the word `bench` is, when it is the command and a word follows it."""
+    i = 0
+    while i < len(words) and words[i] in ("-v", "--verbose"):
+        i += 1
+    return i if words[i:i + 1] == ["bench"] and len(words) > i + 1 else None
+
+
+def suite_words(words: list[str]) -> list[str]:
+    """`bench latency ...`, `bench user_latency [NAMES] ...` and `bench hog_search [through|ends]
+    ...` as the options that select them: the three steps of `provmap bench` itself."""
+    from provmap.bench.steps import STEPS
+
+    i = _bench_at(words)
+    if i is None or words[i + 1] not in STEPS or STEPS[words[i + 1]].module != "suite":
+        return words
+    name = words[i + 1]
+    head, rest = words[:i + 1], words[i + 2:]
+    flag = STEPS[name].flag
+    if not flag or any(w == flag or w.startswith(flag + "=") for w in rest):
+        return head + rest  # the option given as well: it is the one that counts
+    takes = (lambda w: not w.startswith("-")) if flag == "--user-models" else \
+        (lambda w: w in ("through", "ends"))
+    if rest and takes(rest[0]):
+        return head + [f"{flag}={rest[0]}"] + rest[1:]
+    return head + [flag] + rest if flag == "--user-models" else head + rest + [flag]
+
+
+def _list_steps(args) -> int:
+    from provmap.bench.steps import listing
+
+    print(listing(), end="")
+    return 0
+
+
+def _run_step(args) -> int:
+    from provmap.bench.steps import run
+
+    return run(args.step, args.step_argv)
+
+
 def cmd_bench(args) -> int:
+    if args.list_steps:
+        return _list_steps(args)
+    from provmap.bench.records import DEFAULT_ROOT, check_output
+    from provmap.bench.steps import STEPS
     from provmap.bench.suite import DEFAULT_MODELS, SuiteOptions, quick_options, run_suite
 
     from provmap.partition.strategy import parse_strategy
@@ -29,8 +98,16 @@ def cmd_bench(args) -> int:
         backend_class(n)
     models = args.models or None
     for m in models or ():
+        if m in STEPS:
+            raise ProvmapError(f"{m} is a step: name it first, `provmap bench {m} ...`")
         if not m.startswith("bundled:") and not os.path.exists(m):
-            raise ProvmapError(f"{m}: no such model file (or use bundled:NAME)")
+            import difflib
+
+            near = difflib.get_close_matches(m, list(STEPS), n=1, cutoff=0.75)
+            hint = f"; or the step {near[0]}?" if near and m is models[0] else ""
+            raise ProvmapError(f"{m}: no such model file (or use bundled:NAME{hint})")
+    out = args.output or DEFAULT_ROOT
+    check_output(out)  # -o is optional: the parser's checks did not see the default
     kw = dict(models=models, strategies=strategies, backends=csv(args.backends),
               search_backends=csv(args.search_backends), cache=args.cache,
               repeats=args.repeats, keep_weights=args.keep_weights or None,
@@ -66,29 +143,44 @@ def cmd_bench(args) -> int:
         text = Path(args.readme).read_text() if os.path.exists(args.readme) else ""
         if START not in text or END not in text:  # fail now, not after the run
             raise ProvmapError(f"{args.readme}: no {START} ... {END} markers")
-    res = run_suite(opts, args.output, progress=say_progress)
+    step = ("hog_search" if args.search_beside_hog else
+            "user_latency" if args.user_models is not None else "latency")
+    res = run_suite(opts, out, progress=say_progress, step=step)
+    from provmap.bench.records import record_stem
+
+    stem = record_stem(step, out)
     if args.readme:
         from provmap.bench.report import update_readme
 
-        update_readme(args.readme, res, os.path.relpath(args.output,
-                                                        os.path.dirname(os.path.abspath(args.readme))))
+        update_readme(args.readme, res, os.path.relpath(
+            stem, os.path.dirname(os.path.abspath(args.readme))))
     if args.json:
         print_json(res)
     else:
         from provmap.bench.report import markdown
 
         print(markdown(res), end="")
-        print(f"(written to {args.output}/results.json, results.md, latency.png)")
+        print(f"(written to {stem}.json, .md and .png)")
     return 0
 
 
 def add_bench_command(sub) -> None:
-    b = sub.add_parser("bench", help="latency, search, provenance and scaling benchmarks; "
-                       "writes results.json, results.md, latency.png")
+    from provmap.bench.steps import listing
+
+    b = sub.add_parser(
+        "bench", help="the benchmarks, as named steps (latency by default); each writes its "
+        "record to bench/out/STEP/HOST.json and .md",
+        usage="provmap bench [STEP] [MODEL ...] [options]",
+        description="`provmap bench [MODEL ...]` runs the latency step (the options below); "
+        "`provmap bench STEP ...` runs another step, with its own options (`provmap bench STEP "
+        "--help`).\n\n" + listing(), formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("models", nargs="*", metavar="MODEL",
                    help="ONNX files or bundled:NAME (default: the five light models and the "
                    "transformer block)")
-    b.add_argument("-o", "--output", required=True, help="directory for the results")
+    b.add_argument("-o", "--output", metavar="OUT", help="the records' root: writes "
+                   "OUT/STEP/HOST.json, .md and .png (default bench/out, run from the "
+                   "checkout; STEP is latency, user_latency or hog_search)")
+    b.add_argument("--list-steps", action="store_true", help="list the steps and exit")
     b.add_argument("--strategies", help="';'-separated, e.g. 'single:onnxruntime;"
                    "greedy:openvino,onnxruntime;collage:onnxruntime,openvino' (default: every "
                    "configuration of each of --backends a user sets in one option: threads=1, "
@@ -142,5 +234,6 @@ def add_bench_command(sub) -> None:
                    help="torch.onnx.export's exporter for --user-models (default dynamo)")
     b.add_argument("--readme", metavar="FILE.md", help="also put the tables into this markdown "
                    "file, between its provmap-bench markers (they live in docs/results.md)")
-    b.add_argument("--json", action="store_true", help="print results.json to stdout")
+    b.add_argument("--json", action="store_true",
+                   help="print the run's results (its record's JSON) to stdout")
     b.set_defaults(func=cmd_bench)

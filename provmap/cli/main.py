@@ -51,6 +51,7 @@ def main(argv=None) -> int:
 
     interrupt.install()  # before the imports below: Ctrl-C there is one line too
     try:
+        from .bench import step_args, suite_words
         from .common import dispatch
         from .native_log import native_log_filtered
         from .parser import UsageError
@@ -58,7 +59,9 @@ def main(argv=None) -> int:
         print("provmap: interrupted", file=sys.stderr)
         return _interrupted_exit(argv)
     try:
-        args = build_parser().parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        # `provmap bench STEP ...`: the step's own module reads the rest (provmap.bench.steps)
+        args = step_args(words) or build_parser().parse_args(suite_words(words))
         interrupt.raise_if_interrupted()  # a Ctrl-C an import's callback could not raise
         if args.command != "trust":  # the rest need numpy, whose import prints a Ctrl-C
             with interrupt.deferred():
