@@ -9,14 +9,14 @@ statistics).  Why these:
 
 * *Paired passes*: on this 2-core guest the machine's speed drifts 10-70% between moments, and
   the ratio between two libraries drifts too (MobileNet-v3, ONNX Runtime / OpenVINO by median:
-  p10-p90 1.045-1.193 over 105 moments in 7 minutes, bench/out/user/drift_mobilenet_v3_2026-11-27
-  .json).  Two blocks in one pass see the same machine; ratios within passes cancel what the
-  moments share, and passes spread over the whole decision sample the drift.
+  p10-p90 1.045-1.193 over 105 moments in 7 minutes, bench/out/drift/amd-epyc-avx512-2cpu.json).
+  Two blocks in one pass see the same machine; ratios within passes cancel what the moments
+  share, and passes spread over the whole decision sample the drift.
 * *Each block's fastest sample*, not its median: noise on a shared machine only adds time.  On
-  the 28 container pairs measured in 16 paired passes (A/B and A/A, bench/out/user/container_
-  2026-11-27 ... -28h.json) the 90% interval of the per-pass ratio was 1.9% wide by the blocks'
-  minimums against 2.3% by their medians (narrower in 22 of 28); at 32 passes 2.3% against 2.7%
-  (16 of 22).
+  the 28 container pairs measured in 16 paired passes (A/B and A/A, the container step's runs of
+  2026-11-27 and -28, cited in docs/collage.md, "What keeps a plan") the 90% interval of the
+  per-pass ratio was 1.9% wide by the blocks' minimums against 2.3% by their medians (narrower
+  in 22 of 28); at 32 passes 2.3% against 2.7% (16 of 22).
 * *The sign test*, not a t interval: per-pass ratios are skewed by the odd slow pass (a step of
   +45% for both libraries at once), and the test assumes only independent passes.  With six
   passes its 90% interval is the lowest and highest ratio: "faster in every pass", the rule the
