@@ -23,9 +23,7 @@ def check_flow(fail, man) -> None:
         for j, t in enumerate(p.inputs):
             _same(fail, f"{at}.inputs[{j}]", made.get(t.name), t)
         meta = p.blob_meta or BlobMeta()
-        # every list naming what the partition reads: a name only the manifest's inputs held
-        # ("nope", with blob_meta still naming x) passed every offline command (fourteenth
-        # afternoon)
+        # every list naming what it reads: "nope" in the inputs alone passed inspect
         for field, names in (("inputs", [t.name for t in p.inputs]),
                              ("runner_inputs", p.runner_inputs),
                              ("blob_meta.input_names", meta.input_names or ())):
@@ -41,11 +39,8 @@ def check_flow(fail, man) -> None:
         for t in p.outputs:
             made.setdefault(t.name, t)
         available |= outs
-    twice = first_twice(t.name for t in man.model.outputs)
-    if twice:
+    if twice := first_twice(t.name for t in man.model.outputs):
         fail(f"model.outputs[{twice[0]}]", f"{_short(twice[1])} is listed twice")
-    # a stranger's float64 output over a float32 partition was shown by inspect as given, and
-    # an output nothing makes was refused only by `run`, without naming the field
     for i, t in enumerate(man.model.outputs):
         if t.name not in made and t.name not in consts:
             fail(f"model.outputs[{i}]", f"{_short(t.name)} is made by no partition, is no "

@@ -18,6 +18,10 @@ from provmap.provenance.model import ROLE_COMPUTE, ROLE_CONSTANT, ROLE_FOLDED, R
 from .schema_types import Count, Finite, Name, Sha256, Text
 
 
+NodeRole = Literal[ROLE_PRODUCED, ROLE_FOLDED]  # type: ignore[valid-type]
+SiteRole = Literal[ROLE_COMPUTE, ROLE_CONSTANT]  # type: ignore[valid-type]
+
+
 class OnnxNode(Struct, kw_only=True, forbid_unknown_fields=True):
     id: Text
     name: Text
@@ -61,10 +65,8 @@ class ProvenanceMap(Struct, kw_only=True):
     relax_exprs: list[RelaxExpr]
     kernels: list[Kernel]
     kernel_sites: list[KernelSite]
-    #: [onnx node id, relax expr id, role]
-    node_exprs: list[tuple[Name, Name, Literal[ROLE_PRODUCED, ROLE_FOLDED]]]  # type: ignore[valid-type]
-    #: [kernel site id, relax expr id, role]
-    site_exprs: list[tuple[Name, Name, Literal[ROLE_COMPUTE, ROLE_CONSTANT]]]  # type: ignore[valid-type]
+    node_exprs: list[tuple[Name, Name, NodeRole]]  # [onnx node id, relax expr id, role]
+    site_exprs: list[tuple[Name, Name, SiteRole]]  # [kernel site id, relax expr id, role]
     meta: dict[str, Any] = {}
 
 

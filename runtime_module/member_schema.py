@@ -1,7 +1,6 @@
-"""The artifact's other documents: map.json, the constants' .npy headers, and profile files
-(`provmap profile --json`, read back by report and overlays).  Same rule as the manifest's
-(artifact_schema): their declared types first (map_types), then what types cannot say; one
-line naming the file, member and field."""
+"""The artifact's other documents, checked as the manifest is (artifact_schema): map.json and
+profile files by their declared types (map_types) and then what types cannot relate, the
+constants' .npy headers by hand."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ def check_npy(data: bytes, where: str) -> None:
     f = io.BytesIO(data)
     try:
         version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _order, dtype = read(f)
+        shape, _order, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                else np.lib.format.read_array_header_2_0)(f)
     except Exception as e:  # numpy raises ValueError and friends for a bad header
         raise SchemaError(f"{where}: not a valid .npy array ({str(e)[:200]})") from None
     if dtype.hasobject or dtype.kind not in "biufcV":
@@ -35,23 +33,19 @@ def check_npy(data: bytes, where: str) -> None:
                           f"holds {len(data) - f.tell()} bytes of data")
 
 
-_KEYS = {"onnx_nodes": "id", "relax_exprs": "id", "kernels": "name", "kernel_sites": "id"}
-
-
 def check_map(d, where: str, manifest: dict | None = None) -> dict:
-    """map.json: its types; each record listed once; the join tables name records that exist;
-    and (with `manifest`, already checked) the map and the partitions name the same nodes and
-    kernels."""
+    """map.json: its types; each record listed once (every node twice read "132 ran on a
+    backend" of 66); the join tables name records the map holds; with `manifest` (checked),
+    the map and the partitions name the same nodes and kernels."""
     fail = partial(schema_base.fail, f"{where}: map.json")
-    v = d.get("schema_version") if isinstance(d, dict) else 1
-    if type(v) is not int or v != 1:  # 1.0 and true too
-        fail("schema_version", f"{_short(v)} is not supported (reads 1)")
+    if type(v := d.get("schema_version") if isinstance(d, dict) else 1) is not int or v != 1:
+        fail("schema_version", f"{_short(v)} is not supported (reads 1)")  # 1.0, true
     pm = convert(d, ProvenanceMap, f"{where}: map.json")
     free(d.get("meta"), "meta", fail)
     ids = {}
-    for key, f in _KEYS.items():
-        twice = first_twice(getattr(r, f) for r in getattr(pm, key))
-        if twice:  # every node twice read "132 ran on a backend" of 66
+    for key, f in (("onnx_nodes", "id"), ("relax_exprs", "id"), ("kernels", "name"),
+                   ("kernel_sites", "id")):
+        if twice := first_twice(getattr(r, f) for r in getattr(pm, key)):
             fail(f"{key}[{twice[0]}].{f}", f"{_short(twice[1])} is listed twice")
         ids[key] = {getattr(r, f) for r in getattr(pm, key)}
     for i, r in enumerate(pm.kernel_sites):
@@ -68,34 +62,28 @@ def check_map(d, where: str, manifest: dict | None = None) -> dict:
 
 
 def _check_against(fail, fail_manifest, pm, ids: dict, manifest: dict) -> None:
+    """Each side names only what the other holds: a manifest whose partitions were emptied
+    loaded, and inspect printed "0 partition(s)" beside "8 ran on a backend" (issue 36)."""
     parts = manifest["partitions"]
-    kernel_lib = {r.name: (k, r.backend) for k, r in enumerate(pm.kernels)}
+    lib = {r.name: (k, r.backend.split("[", 1)[0]) for k, r in enumerate(pm.kernels)}
     for i, p in enumerate(parts):
         for key, known in (("onnx_nodes", "onnx_nodes"), ("ops", "onnx_nodes"),
                            ("kernels", "kernels")):
-            missing = next((x for x in p[key] if x not in ids[known]), None)
-            if missing is not None:
+            if (missing := next((x for x in p[key] if x not in ids[known]), None)) is not None:
                 fail_manifest(f"partitions[{i}].{key}", f"{_short(missing)} is not in map.json")
-        # a kernel's library is its partition's (lookup printed a stranger's "openvino"
-        # kernel inside an ONNX Runtime partition as given: tenth afternoon)
-        for name in p["kernels"]:
-            k, lib = kernel_lib[name]
-            if lib.split("[", 1)[0] != p["backend"].split("[", 1)[0]:
-                fail(f"kernels[{k}].backend", f"{_short(lib)}, but its partition "
-                     f"{_short(p['id'])} runs on {_short(p['backend'])}")
-    # the coverage counts inspect and compile print are the map's own (999 of 8 was printed)
-    cov = manifest.get("coverage") or {}
+        for k, runs_on in map(lib.get, p["kernels"]):  # a kernel's library is its partition's
+            if runs_on != p["backend"].split("[", 1)[0]:
+                fail(f"kernels[{k}].backend", f"{_short(pm.kernels[k].backend)}, but its "
+                     f"partition {_short(p['id'])} runs on {_short(p['backend'])}")
+    cov = manifest.get("coverage") or {}  # the counts inspect prints (999 of 8 was printed)
     for part, total, key in (("onnx_nodes_mapped", "onnx_nodes_total", "onnx_nodes"),
                              ("kernels_mapped", "kernels_total", "kernels")):
-        n = len(ids[key])
-        if total in cov and cov[total] != n:
-            fail_manifest(f"coverage.{total}", f"{_short(cov[total])}, but map.json holds {n} {key}")
-        if part in cov and (type(cov[part]) is not int or not 0 <= cov[part] <= n):
-            fail_manifest(f"coverage.{part}", f"{_short(cov[part])} is not a count of map.json's "
-                          f"{n} {key}")
-    # ... and the other way: the map's kernels and the nodes it says run belong to partitions
-    # (a manifest whose partitions were emptied or whose onnx_nodes were cut short loaded, and
-    # inspect printed "0 partition(s)" beside "8 ran on a backend": issue 36)
+        if total in cov and cov[total] != len(ids[key]):
+            fail_manifest(f"coverage.{total}", f"{_short(cov[total])}, but map.json holds "
+                          f"{len(ids[key])} {key}")
+        if part in cov and (type(cov[part]) is not int or not 0 <= cov[part] <= len(ids[key])):
+            fail_manifest(f"coverage.{part}", f"{_short(cov[part])} is not a count of "
+                          f"map.json's {len(ids[key])} {key}")
     kernels = {k for p in parts for k in p["kernels"]}
     nodes = {n for p in parts for n in p["onnx_nodes"]}
     for i, r in enumerate(pm.kernels):
@@ -108,7 +96,8 @@ def _check_against(fail, fail_manifest, pm, ids: dict, manifest: dict) -> None:
 
 
 def check_profile(d, where: str) -> dict:
-    """A profile file: its types, and (as a whole, shown in the report) bounded depth."""
+    """A profile file (`provmap profile --json`, read back by report and overlays): its types,
+    and its depth bounded, as it is shown whole."""
     convert(d, Profile, where)
     free(d, "", partial(schema_base.fail, where))
     return d

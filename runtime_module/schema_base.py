@@ -1,7 +1,6 @@
-"""What the artifact's schemas share: the one-line refusal.  The documents are declared as
-msgspec types (manifest_types, map_types); this turns msgspec's error into provmap's line,
-naming the file, member and field (`x.provmap: manifest.json: partitions[3].backend: expected
-str, got int`), and bounds the free-form parts no type can bound."""
+"""The one line every refusal of a stranger's document is (docs/security.md): msgspec's error
+for the declared types (manifest_types, map_types) said in provmap's words, naming the file,
+member and field, and the bounds of free-form parts, which no type states."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import json
 import math
 import re
 import typing
-from contextlib import contextmanager
 
 import msgspec
 
@@ -27,26 +25,10 @@ def fail(where: str, path: str, what: str):
     raise SchemaError(f"{where}: {path.lstrip('.')}: {what}")
 
 
-@contextmanager
-def _no_gc():
-    """Parsing and converting a manifest of 100,000 partitions allocates millions of objects,
-    none in a cycle: the cyclic collector's passes over them took 1.0 s of 1.3 (measured), and
-    reference counting frees them just the same."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def parse_json(data: bytes | str, where: str):
-    """json.loads, with every failure (syntax, encoding, nesting deeper than the parser's
-    recursion limit) one line naming `where`."""
+    """json.loads; deep nesting (a RecursionError) and bad syntax are one line naming `where`."""
     try:
-        with _no_gc():
-            return json.loads(data)
+        return _quiet(json.loads, data)
     except RecursionError:
         raise SchemaError(f"{where}: refused: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as e:
@@ -54,29 +36,39 @@ def parse_json(data: bytes | str, where: str):
 
 
 def convert(doc, typ, where: str):
-    """`doc` as `typ`, strictly (no "1" or 1.0 or true for an integer: schema_version 1.0 read
-    as 1), or one SchemaError line naming `where` and the field."""
+    """`doc` as `typ`, strictly (no "1", 1.0 or true for an integer: schema_version 1.0 was
+    read as 1), or one SchemaError line naming `where` and the field."""
     try:
-        with _no_gc():
-            return msgspec.convert(doc, typ, strict=True)
+        return _quiet(msgspec.convert, doc, typ, strict=True)
     except msgspec.ValidationError as e:
         try:
             line = _explain(str(e), doc, typ)
-        except Exception:  # the translation must never hide the refusal itself
+        except Exception:  # the wording must never hide the refusal
             line = str(e).replace("`", "")
         raise SchemaError(f"{where}: {line}") from None
+
+
+def _quiet(fn, *args, **kw):
+    """`fn` with the cyclic collector paused: a manifest of 100,000 partitions is millions of
+    objects in no cycle, and the collector's passes over them took 1.0 s of 1.3 (measured)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return fn(*args, **kw)
+    finally:
+        if was:
+            gc.enable()
 
 
 _AT = re.compile(r"(.*?)(?: - at `(key` in `)?\$([^`]*)`)?", re.S)
 _STEP = re.compile(r"\.(\w+)|\[(\d+)\]|\[\.\.\.\]")
 
 
-def _explain(message: str, doc, typ) -> str:
-    """msgspec's `Expected `int` >= 0 - at `$.model.inputs[0].shape[0]``, as provmap says it:
-    the path in the manifest's own words (a dict's key where msgspec says `[...]`), and the
-    value that was refused."""
+def _explain(message: str, x, t) -> str:
+    """`Expected `int` >= 0 - at `$.model.inputs[0].shape[0]`` as `model.inputs[0].shape[0]:
+    expected int >= 0, got -5`: where msgspec says `[...]` for a dict's entry, its key."""
     what, in_key, steps = _AT.fullmatch(message).groups()
-    path, x, t = "", doc, typ
+    path = ""
     for m in _STEP.finditer(steps or ""):
         t = _arm(t, x)
         if m[1]:  # a struct's field
@@ -85,9 +77,10 @@ def _explain(message: str, doc, typ) -> str:
         elif m[2]:  # list[X]: X; tuple[A, B, C]: the i-th
             i, args = int(m[2]), typing.get_args(t)
             path, x, t = f"{path}[{i}]", x[i], args[i] if typing.get_origin(t) is tuple else args[0]
-        else:  # a dict's value: msgspec stopped at the first entry that does not convert
-            k = next(k for k, v in x.items() if not _fits(v, typing.get_args(t)[1]))
-            path, x, t = path + _key(k), x[k], typing.get_args(t)[1]
+        else:  # a dict's value: the first that does not convert stopped msgspec
+            t = typing.get_args(t)[1]
+            k = next(k for k, v in x.items() if not _fits(v, t))
+            path, x = path + _key(k), x[k]
     if in_key:
         k = next(k for k in x if not _fits(k, typing.get_args(_arm(t, x))[0]))
         path, x = path + _key(k), k
@@ -105,15 +98,14 @@ def _explain(message: str, doc, typ) -> str:
 
 
 def _arm(t, x):
-    """`t` without Annotated, and of a union the member `x` was converted as."""
+    """`t` without Annotated; of a union, the arm a dict or list `x` was converted as."""
     while typing.get_origin(t) is typing.Annotated:
         t = typing.get_args(t)[0]
-    arms = typing.get_args(t) if typing.get_origin(t) in (typing.Union, type(int | None)) else ()
-    for arm in arms:
-        arm = _arm(arm, x)
+    union = typing.get_origin(t) in (typing.Union, type(int | None))
+    for arm in map(lambda a: _arm(a, x), typing.get_args(t) if union else ()):
         base = typing.get_origin(arm) or arm
-        if isinstance(x, dict) and (base is dict or isinstance(base, type) and issubclass(
-                base, msgspec.Struct)) or isinstance(x, list) and base in (list, tuple):
+        if isinstance(x, list) and base in (list, tuple) or isinstance(x, dict) and (
+                base is dict or isinstance(base, type) and issubclass(base, msgspec.Struct)):
             return arm
     return t
 
@@ -127,17 +119,13 @@ def _fits(x, t) -> bool:
 
 
 def free(x, path: str, fail_at, depth: int = 0) -> None:
-    """Free-form JSON (plan_info, host, blob_meta: shown, never interpreted): a type cannot
-    bound its depth or its strings, so this does (a reader recursing through 1,000 levels)."""
+    """Free-form JSON (plan_info, host, blob_meta: shown, never interpreted): its depth and its
+    strings bounded, so no reader recurses through 1,000 levels."""
     if depth > MAX_DEPTH:
         fail_at(path, f"nested deeper than {MAX_DEPTH}")
-    if isinstance(x, dict):
-        for k, v in x.items():
-            free(v, path + _key(k), fail_at, depth + 1)
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            free(v, f"{path}[{i}]", fail_at, depth + 1)
-    elif isinstance(x, str) and len(x) > MAX_TEXT:
+    for k, v in x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ():
+        free(v, path + (_key(k) if isinstance(x, dict) else f"[{k}]"), fail_at, depth + 1)
+    if isinstance(x, str) and len(x) > MAX_TEXT:
         fail_at(path, f"{len(x)} characters (at most {MAX_TEXT})")
 
 
@@ -147,12 +135,10 @@ def first_twice(xs) -> tuple[int, object] | None:
     return next(((i, x) for i, x in enumerate(xs) if x in seen or seen.add(x)), None)
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_.:\-]{1,60}")
-
-
 def _key(k) -> str:
-    """A dict's key in a field path: `.key` when plain, else `[...]` quoted and cut short."""
-    return f".{k}" if isinstance(k, str) and _PLAIN.fullmatch(k) else f"[{_short(k, 40)}]"
+    """A dict's key in a field path: `.key` when plain, else quoted and cut short."""
+    plain = isinstance(k, str) and re.fullmatch(r"[A-Za-z0-9_.:\-]{1,60}", k)
+    return f".{k}" if plain else f"[{_short(k, 40)}]"
 
 
 def _short(x, n=60) -> str:

@@ -13,11 +13,12 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
+from .options import MAX_THREADS
+
 MAX_DEPTH = 32           # nesting of free-form parts (plan_info, blob_meta, host, coverage)
 MAX_NAME = 4096          # characters in one name (tensor, node, kernel, member)
 MAX_TEXT = 1 << 20       # characters in one free text (why, warnings, reasons)
 INT64_MAX = 2**63 - 1
-MAX_THREADS = 4096
 
 Name = Annotated[str, Meta(max_length=MAX_NAME)]
 NonEmptyName = Annotated[str, Meta(min_length=1, max_length=MAX_NAME)]
