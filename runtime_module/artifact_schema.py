@@ -20,12 +20,13 @@ from .manifest_flow import check_flow
 from .manifest_types import Manifest
 from .options import threads_option
 from .schema_base import (SchemaError, _key, _short, convert, first_twice, free,  # noqa: F401
-                          parse_json)
+                          parse_json, quiet_gc)
 from .trust import loads_native_code
 # The members' own documents (map.json, .npy constants, profile files): member_schema.
 from .member_schema import check_map, check_npy, check_profile  # noqa: F401
 
 
+@quiet_gc
 def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
     """Check manifest `m` of artifact `where` before any member is read.  `formats`: (format
     name, versions this provmap reads): another version is refused, never guessed at."""

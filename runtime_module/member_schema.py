@@ -9,7 +9,7 @@ from functools import partial
 
 from . import schema_base
 from .map_types import Profile, ProvenanceMap
-from .schema_base import SchemaError, _short, convert, first_twice, free
+from .schema_base import SchemaError, _short, convert, first_twice, free, quiet_gc
 
 
 def check_npy(data: bytes, where: str) -> None:
@@ -33,6 +33,7 @@ def check_npy(data: bytes, where: str) -> None:
                           f"holds {len(data) - f.tell()} bytes of data")
 
 
+@quiet_gc
 def check_map(d, where: str, manifest: dict | None = None) -> dict:
     """map.json: its types; each record listed once (every node twice read "132 ran on a
     backend" of 66); the join tables name records the map holds; with `manifest` (checked),
@@ -95,6 +96,7 @@ def _check_against(fail, fail_manifest, pm, ids: dict, manifest: dict) -> None:
             fail(f"onnx_nodes[{i}]", f"node {_short(r.id)} runs in no partition of manifest.json")
 
 
+@quiet_gc
 def check_profile(d, where: str) -> dict:
     """A profile file (`provmap profile --json`, read back by report and overlays): its types,
     and its depth bounded, as it is shown whole."""
