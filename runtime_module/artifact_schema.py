@@ -31,7 +31,7 @@ def check_manifest(m, where: str, formats: tuple[str, tuple[int, ...]]) -> dict:
     """Check manifest `m` of artifact `where` before any member is read.  `formats`: (format
     name, versions this provmap reads): another version is refused, never guessed at."""
     fmt, versions = formats
-    got = m.get("format") if isinstance(m, dict) else type(m).__name__
+    got = m.get("format") if isinstance(m, dict) else None
     if got != fmt:
         raise SchemaError(f"{where}: not a provmap artifact (format {_short(got)})")
     if type(v := m.get("format_version")) is not int or v not in versions:  # 1.0, true
