@@ -88,14 +88,19 @@ def _explain(message: str, x, t) -> str:
             k = next(k for k, v in x.items() if not _fits(v, t))
             path, x = path + _key(k), x[k]
     if in_key:
-        k = next(k for k in x if not _fits(k, typing.get_args(_arm(t, x))[0]))
+        t = typing.get_args(_arm(t, x))[0]
+        k = next(k for k in x if not _fits(k, t))
         path, x = path + _key(k), k
+    metas = [m for a in (t, *typing.get_args(t)) for m in getattr(a, "__metadata__", ())]
+    about = next((m.description for m in metas if getattr(m, "description", None)), None)
     what = what.replace("`", "")
     what = what[:1].lower() + what[1:]
     if what.startswith("object missing required field "):
         path, what = f"{path}.{what.rsplit(' ', 1)[1]}", "missing"
     elif what.startswith("invalid enum value"):
         what = f"{_short(x)} is not one of {', '.join(map(repr, typing.get_args(_arm(t, x))))}"
+    elif "matching regex" in what and about:  # what the pattern means, not the pattern
+        what = f"{_short(x)} is not {about}"
     elif what.startswith("number out of range") or isinstance(x, float) and not math.isfinite(x):
         what = f"{_short(x)} is not a finite number"
     elif ", got " not in what and not what.startswith("object"):
@@ -129,7 +134,8 @@ def free(x, path: str, fail_at, depth: int = 0) -> None:
     strings bounded, so no reader recurses through 1,000 levels."""
     if depth > MAX_DEPTH:
         fail_at(path, f"nested deeper than {MAX_DEPTH}")
-    for k, v in x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ():
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
         free(v, path + (_key(k) if isinstance(x, dict) else f"[{k}]"), fail_at, depth + 1)
     if isinstance(x, str) and len(x) > MAX_TEXT:
         fail_at(path, f"{len(x)} characters (at most {MAX_TEXT})")

@@ -25,16 +25,23 @@ NonEmptyName = Annotated[str, Meta(min_length=1, max_length=MAX_NAME)]
 Text = Annotated[str, Meta(max_length=MAX_TEXT)]
 #: a size, count or dimension: what numpy and the backends take (int64)
 Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]
-Sha256 = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$", description="SHA-256, lowercase hex")]
+Sha256 = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$",
+                              description="a SHA-256 (64 lowercase hex digits)")]
 #: a partition id names a folder of the artifact (partitions/<id>/): no separators, no dots
-PartitionId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+PartitionId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="a partition "
+                                   "id (1 to 64 letters, digits, _ or -)")]
 #: relative, inside the artifact: no leading / or \, no drive (:), no `..` segment, so a tool
 #: extracting members cannot be steered out of its directory
 _MEMBER = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*"
-MemberName = Annotated[str, Meta(max_length=MAX_NAME, pattern=_MEMBER + "$")]
-NpyMember = Annotated[str, Meta(max_length=MAX_NAME, pattern=_MEMBER + r"\.npy$")]
+_INSIDE = "(relative, no .. segment, no drive, letters, digits and _ . - / only)"
+MemberName = Annotated[str, Meta(max_length=MAX_NAME, pattern=_MEMBER + "$",
+                                 description=f"a member name inside the artifact {_INSIDE}")]
+NpyMember = Annotated[str, Meta(max_length=MAX_NAME, pattern=_MEMBER + r"\.npy$",
+                                description=f"an .npy member inside the artifact {_INSIDE}")]
 #: a dimension as TIR prints it over the profile's symbols (`past + 1`, `seq * 2 // 3`)
-DimText = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_ +\-*/%()]{1,64}$")]
+DimText = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_ +\-*/%()]{1,64}$", description="a "
+                               "dimension over the profile's symbols (at most 64 characters of "
+                               "integers, names, + - * / % and parentheses)")]
 #: Python reads NaN, Infinity and 1e400 as floats; a report's JSON.parse does not (a blank page)
 Finite = Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
 Threads = Annotated[int, Meta(ge=1, le=MAX_THREADS)]
