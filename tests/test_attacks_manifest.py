@@ -146,7 +146,8 @@ def test_an_artifact_without_outputs_is_refused(int64_artifact, tmp_path):
     manifest, files = members(art)
     manifest["model"]["outputs"] = []
     bad = repack(tmp_path / "bad.provmap", manifest, files)
-    refused(provmap("run", bad, "--random", "-o", tmp_path / "o.npz"), "model.outputs: empty")
+    refused(provmap("run", bad, "--random", "-o", tmp_path / "o.npz"),
+            "model.outputs: expected array of length >= 1, got []")
     assert not (tmp_path / "o.npz").exists()
 
 
@@ -163,7 +164,7 @@ def test_manifest_fields_no_command_shows_are_still_checked(tmp_path):
             "runner_outputs", m["partitions"][0]["runner_outputs"] * 2),
             "partitions[0].runner_outputs: 'y' is listed twice"),
         "gpu": (lambda m: m["partitions"][0].setdefault("blob_meta", {}).__setitem__(
-            "device", "GPU"), "partitions[0].blob_meta.device: 'GPU': partitions run on the CPU"),
+            "device", "GPU"), "partitions[0].blob_meta.device: 'GPU' is not one of 'CPU'"),
     }
     for key, (edit, words) in edits.items():
         m = copy.deepcopy(manifest)
