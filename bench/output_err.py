@@ -9,7 +9,7 @@ output is quantized, and marks a row the guard would have refused."""
 from __future__ import annotations
 
 from provmap.partition.measure.accuracy import compare_outputs
-from provmap.partition.measure.dynamic_envelope import envelope, has_dynamic, ort_run, with_envelope
+from provmap.partition.measure.dynamic_envelope import with_envelope
 from provmap.partition.measure.quant_steps import DEFAULT_QUANT_STEPS, grid_steps
 
 #: The accuracy guard's defaults (MeasuredEstimator): the same verdict the search would give.
@@ -20,22 +20,11 @@ def output_err(model, got: dict, ref: dict, envelope: dict | None = None) -> dic
     """The row's err keys: max abs (as before), the worst difference in quantization steps over
     quantized outputs (None: none is quantized) and whether the guard's rule accepts them.
     `envelope`: a dynamically quantized model's outputs -> one step's worth there
-    (`model_envelope`), judged as the guard judges them."""
+    (dynamic_envelope.envelope_or_none), judged as the guard judges them."""
     steps = with_envelope(grid_steps(model), envelope or {})
     v = compare_outputs(got, ref, ATOL, RTOL, steps, DEFAULT_QUANT_STEPS)
     return {"max_abs_err_vs_ort": v.err, "err_steps_vs_ort": v.quant_worst,
             "err_ok_vs_ort": not v.failure}
-
-
-def model_envelope(model, feeds: dict) -> dict:
-    """The envelope of a model with dynamic quantization on the bench's feeds, {} otherwise (or
-    when the rewrite does not run: its outputs are then judged by atol/rtol)."""
-    if not has_dynamic(model):
-        return {}
-    try:
-        return envelope(model, feeds, ort_run)
-    except Exception:
-        return {}
 
 
 def err_cell(r: dict) -> str:

@@ -39,10 +39,11 @@ from .baseline import gains, is_default, library
 from .costs import artifact_stats, provenance_cost
 from .hog import cpu_hog
 from .limits import headroom, measured_with_load, row_load
-from .output_err import model_envelope, output_err
+from .output_err import output_err
 from .paired import confirm_gains, paired_overhead
 from .records import versions
 from provmap.partition.collage_report import predicted_vs_measured
+from provmap.partition.measure.dynamic_envelope import envelope_or_none
 from provmap.partition.measure.hygiene import WAITING
 
 DEFAULT_MODELS = ["bundled:transformer", "bundled:squeezenet", "bundled:bvlc_alexnet",
@@ -343,7 +344,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
             lat[s] = lat[twin]
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-        env = model_envelope(model, feeds)  # a dynamic-int8 model's outputs, judged in steps
+        env = envelope_or_none(model, feeds)  # a dynamic-int8 model's outputs, judged in steps
         # best single = the fastest configuration of one library (bench/baseline.py), its
         # thread/spinning/hint variants included; best default = the same among the defaults
         singles = {s: statistics.median(lat[s].samples_s) for s in mods if library(s)}

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from .measure.contention import Busy, Window, acting, wait_for_quiet  # noqa: F401 (Busy: re-exported)
 from .measure.evidence import RULE, STATISTIC, Rule, cannot_gain, faster_by, interval, pass_ratios
-from .measure.interleave import measure_interleaved
+from .measure.interleave import artifact_calls, measure_interleaved
 
 
 #: The procedure's version: bumped when the steps above change without a Rule number changing
@@ -200,14 +200,6 @@ def _verdict(alive: list, mins: dict, complexity: dict, left: dict,
 def decide_artifacts(artifacts: dict, say=None, point: str = "opt", **kw) -> Decision:
     """`decide` over built artifacts, each loaded alone for its own blocks (a plan measured as
     a user runs it), on the first one's seeded random inputs at the profile's `point`."""
-    from provmap.runtime_module.module import ArtifactModule
-
-    mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}  # built here
-    feeds = next(iter(mods.values())).random_inputs(0, point)
-    try:
-        return decide({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
-                      {k: plan_complexity(a.manifest) for k, a in artifacts.items()}, say,
-                      rooms={k: (m.load_runners, m.close) for k, m in mods.items()}, **kw)
-    finally:
-        for m in mods.values():
-            m.close()
+    with artifact_calls(artifacts, point) as (fns, rooms):
+        return decide(fns, {k: plan_complexity(a.manifest) for k, a in artifacts.items()}, say,
+                      rooms=rooms, **kw)

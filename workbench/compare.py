@@ -281,14 +281,10 @@ def _envelope(model: onnx.ModelProto, inputs: dict, names: list[str]) -> dict:
     disagreement there (partition/measure/dynamic_envelope.py: the reference with every
     DynamicQuantizeLinear rounding down, then up), as the search's accuracy guard judges them;
     ONNX Runtime computes it whatever the reference, since it runs the rewrite as written."""
-    from provmap.partition.measure.dynamic_envelope import envelope, has_dynamic
+    from provmap.partition.measure.dynamic_envelope import envelope_or_none
 
-    if not has_dynamic(model):
-        return {}
-    try:
-        return envelope(model, inputs, lambda m, f: reference_run(m, f, names, "onnxruntime"))
-    except ProvmapError:
-        return {}
+    return envelope_or_none(model, inputs,
+                            lambda m, f: reference_run(m, f, names, "onnxruntime"))
 
 
 def compare_artifact(mod, model: onnx.ModelProto, inputs: dict, reference: str = "onnxruntime",

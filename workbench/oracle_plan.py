@@ -136,7 +136,7 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
     for r in won:  # once is not enough: the same two plans again, in a measuring run of its own
         say(f"headroom: the {r['plan']} plan measured faster: measuring it again")
-        r["again"] = _again(r["plan"], arts[r["plan"]], arts["best single"], repeats, passes)
+        r["again"] = _again(r["plan"], arts[r["plan"]], arts["best single"])
         if r["plan"].startswith("priced limit") and not r["again"]["faster"]:
             out["priced"]["stopped"] += " once; a second run did not confirm it"
     won = [r for r in won if r["again"]["faster"]]
@@ -144,7 +144,7 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     return out
 
 
-def _again(label: str, art, single, repeats: int, passes: int) -> dict:
+def _again(label: str, art, single) -> dict:
     """A plan that beat the best single in the limit's run, decided against it by the one
     comparison procedure every kept plan answers to (partition/decision.py: paired passes until
     one is ahead at 90% confidence, the mixed plan by the rule's minimum gain).  Why not a

@@ -107,6 +107,15 @@ def envelope(model, feeds: dict, run) -> dict[str, float]:
     return out
 
 
+def envelope_or_none(model, feeds: dict, run=None) -> dict:
+    """`envelope` where a failure to run the rewrite is no verdict: {} (those outputs are then
+    judged by atol/rtol).  The one place the guard, compare and bench ask for it."""
+    try:
+        return envelope(model, feeds, run or ort_run)
+    except Exception:
+        return {}
+
+
 def ort_run(model, feeds: dict) -> dict:
     """The envelope's reference call: ONNX Runtime on the model's bytes, all optimizations off
     (a fused kernel would take the op back from the rewrite)."""

@@ -153,24 +153,33 @@ def _room(rooms, key):
         room[1]()
 
 
-def measure_artifacts(artifacts: Mapping[str, object], one_at_a_time: bool = True,
-                      point: str = "opt", **options) -> dict[str, Latency]:
-    """`measure_interleaved` over built artifacts (Artifact objects), run on the first one's
-    seeded random inputs.  Each is loaded for its own blocks and closed after
-    (`one_at_a_time`, see the module's docstring), so a candidate is priced as it will run: alone
-    in its process.  `options` go to measure_interleaved."""
+@contextmanager
+def artifact_calls(artifacts: Mapping[str, object], point: str = "opt",
+                   one_at_a_time: bool = True):
+    """(label -> zero-argument call, label -> room or None) over built artifacts (Artifact
+    objects), each called on the first one's seeded random inputs at the profile's `point`;
+    closed on leaving.  Each is loaded for its own blocks and closed after (`one_at_a_time`,
+    see the module's docstring), so a plan is priced as it will run: alone in its process.
+    What every measurement of whole artifacts opens (measure_artifacts, partition/decision.py)."""
     from provmap.runtime_module.module import ArtifactModule
 
     # Built by this process (the search's alternatives): their native code is our own.
     mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}
-    feeds = next(iter(mods.values())).random_inputs(0, point)  # a profile's point if dynamic
-    rooms = {k: (m.load_runners, m.close) for k, m in mods.items()} if one_at_a_time else None
     try:
+        feeds = next(iter(mods.values())).random_inputs(0, point)  # a profile's point if dynamic
+        rooms = {k: (m.load_runners, m.close) for k, m in mods.items()} if one_at_a_time else None
         if rooms is None:
             for m in mods.values():
                 m.load_runners()
-        return measure_interleaved({k: (lambda m=m: m.run(feeds)) for k, m in mods.items()},
-                                   rooms=rooms, **options)
+        yield {k: (lambda m=m: m.run(feeds)) for k, m in mods.items()}, rooms
     finally:
         for m in mods.values():
             m.close()
+
+
+def measure_artifacts(artifacts: Mapping[str, object], one_at_a_time: bool = True,
+                      point: str = "opt", **options) -> dict[str, Latency]:
+    """`measure_interleaved` over built artifacts (`artifact_calls`); `options` go to
+    measure_interleaved."""
+    with artifact_calls(artifacts, point, one_at_a_time) as (fns, rooms):
+        return measure_interleaved(fns, rooms=rooms, **options)

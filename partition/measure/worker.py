@@ -19,7 +19,7 @@ from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.runtime_module.backend import Backend, BackendError
 from provmap.runtime_module.registry import backend_class, get_backend
 
-from .dynamic_envelope import envelope, ort_run, region_dynamic, with_envelope
+from .dynamic_envelope import envelope_or_none, region_dynamic, with_envelope
 from .accuracy import RefCache, compare_outputs, make_inputs, refusal
 from .quant_steps import DEFAULT_QUANT_STEPS
 from provmap.runtime_module.subgraph import Subgraph
@@ -92,10 +92,7 @@ def _envelope(sub, feed: dict, content: str, refs: RefCache) -> dict:
     hit = refs.get(content + "#envelope")
     if hit is not None:
         return {k: float(v) for k, v in hit.items()}
-    try:
-        env = envelope(sub.onnx_model(), feed, ort_run)
-    except Exception:
-        env = {}
+    env = envelope_or_none(sub.onnx_model(), feed)
     refs.put(content + "#envelope", {k: np.float64(v) for k, v in env.items()})
     return env
 
