@@ -24,7 +24,7 @@ BACKENDS = ("onnxruntime", "openvino")
 WITHIN = 0.02  # the done-when's bound on the container's overhead
 
 
-def container_rows(specs: list[str], repeats: int, passes: int, say,
+def container_rows(specs: list[str], passes: int, say,
                    backends: tuple[str, ...] = BACKENDS) -> list[dict]:
     """One row per (model, backend): single:<b> against <b> called directly, with the two
     measurements that say what a difference is made of (see `_judged`)."""
@@ -63,7 +63,7 @@ def container_rows(specs: list[str], repeats: int, passes: int, say,
                 for prefix, (fns, rooms) in pairs.items():
                     log(f"paired blocks {'/'.join(fns)}, {passes} passes")
                     res, window = measured_with_load(
-                        lambda: paired_overhead(fns, rooms, repeats, passes=passes), log)
+                        lambda: paired_overhead(fns, rooms, passes=passes), log)
                     row.update({f"{prefix}{k}": v for k, v in res.items()})
                     row[f"{prefix}load1"] = round(window.load1, 2)
                     if window.contended:
@@ -180,7 +180,6 @@ def main(argv=None) -> int:
     from .step_run import run_step, step_parser
 
     ap = step_parser("container_run", __doc__, "directory for container.json/.md")
-    ap.add_argument("--repeats", type=int, default=30, help="timed runs per side")
     ap.add_argument("--passes", type=int, default=16, help="paired blocks (16: the sign "
                     "test's interval is the 5th to 12th ratio)")
     ap.add_argument("--backends", default=",".join(BACKENDS),
@@ -190,15 +189,15 @@ def main(argv=None) -> int:
     backends = tuple(b.strip() for b in a.backends.split(",") if b.strip())
 
     def check(a):
-        if a.repeats < 1 or a.passes < 1:
-            raise ProvmapError("--repeats and --passes must be at least 1")
+        if a.passes < 1:
+            raise ProvmapError("--passes must be at least 1")
         bad = [b for b in backends if b not in BACKENDS] or ([] if backends else ["(none)"])
         if bad:
             raise ProvmapError(f"--backends: {', '.join(bad)} is not one of "
                                f"{', '.join(BACKENDS)}")
 
     def measure(specs, say):
-        return container_rows(specs, a.repeats, a.passes, say, backends)
+        return container_rows(specs, a.passes, say, backends)
 
     return run_step("container_run", a, "rows", measure, markdown, "container", check,
                     extra={"passes": a.passes})

@@ -20,7 +20,7 @@ from .baseline import library
 from .limits import measured_with_load
 
 
-def paired_overhead(fns: dict, rooms: dict, repeats: int, passes: int = 8) -> dict:
+def paired_overhead(fns: dict, rooms: dict, passes: int = 8) -> dict:
     """How much slower the first of `fns` is than the second (the container than its library,
     the kept plan than the best single), the two alone in `passes` paired blocks, measured and
     judged by the one comparison procedure (partition/decision.py, one round of `passes`): the
@@ -66,8 +66,7 @@ def _judge(interval, contended: bool) -> str | None:
     return None if interval is None else within(interval[0], interval[1], ONE_PERCENT)
 
 
-def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, repeats: int,
-                  say) -> list[dict]:
+def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, say) -> list[dict]:
     """The kept plan (the `collage` row) against the best single configuration by minimum and
     by median of `rows`, each pair measured again alone (`paired_overhead`).  `fns`/`rooms`
     are the latency run's alternatives; `same` maps a strategy to the single strategy whose
@@ -96,7 +95,7 @@ def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, repeats:
         say(f"confirm: the kept plan against {best} again, paired blocks")
         res, window = measured_with_load(
             lambda: paired_overhead({a: fns[a], b: fns[b]}, {a: rooms[a], b: rooms[b]},
-                                    repeats, passes=CONFIRM_PASSES), say)
+                                    passes=CONFIRM_PASSES), say)
         med, low = res["paired_overhead"], res["paired_overhead_min"]
         out.append({"by": by, "best": best, "same_plan": False,
                     "gain_median": None if med is None else -med,

@@ -378,9 +378,8 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                                      "direct_ms": d["median_ms"],
                                      "overhead": c["median_ms"] / d["median_ms"] - 1,
                                      **paired_overhead({k: fns[k] for k in keys},
-                                                       {k: rooms[k] for k in keys},
-                                                       opts.repeats)})
-        out["confirm"] = confirm_gains(out["rows"], fns, rooms, same, opts.repeats, log)
+                                                       {k: rooms[k] for k in keys})})
+        out["confirm"] = confirm_gains(out["rows"], fns, rooms, same, log)
         del mods, fns, direct
         if opts.headroom_repeats > 0 and any(s.startswith("collage") for s in strategies):
             kept_path = next((p for s, p in paths.items() if s.startswith("collage")), None)

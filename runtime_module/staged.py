@@ -149,6 +149,15 @@ def stage_file(src: str, name: str) -> Staged:
     return staged
 
 
+def weight_member(path: str, name: str):
+    """A weights file a library just wrote, as a blob keeps it: staged when large (never read
+    into memory), else its bytes (below STAGE_MIN a file costs more than it saves)."""
+    if os.path.getsize(path) >= STAGE_MIN:
+        return stage_file(path, name)
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _copy_range(src: int, dst: int, offset: int, size: int) -> None:
     """`size` bytes from `offset` of `src` to the end of `dst`: in the kernel where it can
     (copy_file_range, Linux), else through one reused buffer."""

@@ -35,11 +35,16 @@ class FailingBackend(OnnxRuntimeBackend):
 
 
 class HangingBackend(OnnxRuntimeBackend):
-    """Never finishes building (a compiler stuck in a loop)."""
+    """Never finishes building (a compiler stuck in a loop), after writing a scratch file as
+    the libraries do."""
 
     name = "hanging"
 
     def build(self, sub):
+        import tempfile
+
+        with open(os.path.join(tempfile.mkdtemp(prefix="provmap-hang-"), "x"), "wb") as f:
+            f.write(b"scratch")
         time.sleep(3600)
 
 

@@ -409,8 +409,7 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
     model = tmp_path / "m.onnx"
     onnx.save(conv_relu(), model)
     out = tmp_path / "c"
-    assert container_run.main([str(model), "--passes", "2", "--repeats", "4",
-                               "-o", str(out)]) == 0
+    assert container_run.main([str(model), "--passes", "2", "-o", str(out)]) == 0
     res = json.loads(_stem("container", out).with_suffix(".json").read_text())
     assert [r["backend"] for r in res["rows"]] == ["onnxruntime", "openvino"]
     for r in res["rows"]:
@@ -433,7 +432,7 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
     assert "| onnxruntime |" in _stem("container", out).with_suffix(".md").read_text()
     # only the pairs a shorter run left undecided; a backend it does not know is one line
     one = tmp_path / "one"
-    assert container_run.main([str(model), "--passes", "1", "--repeats", "2",
+    assert container_run.main([str(model), "--passes", "1",
                                "--backends", "openvino", "-o", str(one)]) == 0
     res = json.loads(_stem("container", one).with_suffix(".json").read_text())
     assert [r["backend"] for r in res["rows"]] == ["openvino"]

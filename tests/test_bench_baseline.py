@@ -140,7 +140,7 @@ def test_confirm_measures_each_distinct_best_once_and_never_a_plan_against_itsel
     rooms = {k: room(k) for k in keys}
     rows = [_row("single:onnxruntime", 6.0, 5.0), _row("single:openvino", 6.5, 5.5),
             _row("collage:onnxruntime,openvino", 6.2, 5.2, kept="collage")]
-    got = confirm_gains(rows, fns, rooms, {}, repeats=2, say=lambda m: None)
+    got = confirm_gains(rows, fns, rooms, {}, say=lambda m: None)
     assert [(c["by"], c["best"]) for c in got] == [("min", "single:onnxruntime"),
                                                    ("median", "single:onnxruntime")]
     assert got[0]["passes"] == 16 and isinstance(got[0]["gain_min"], float)
@@ -153,7 +153,7 @@ def test_confirm_measures_each_distinct_best_once_and_never_a_plan_against_itsel
     # the kept plan is the best configuration's very plan: gain 0, nothing measured
     opened.clear()
     got = confirm_gains(rows, fns, rooms, {"collage:onnxruntime,openvino": "single:onnxruntime"},
-                        repeats=2, say=lambda m: None)
+                        say=lambda m: None)
     assert all(c["same_plan"] and c["gain_min"] == 0.0 for c in got) and not opened
     assert all(c["one_percent_min"] == "within" for c in got)
 

@@ -76,6 +76,10 @@ def test_a_mixed_plan_not_worth_its_partitions_leaves_the_simpler_plan():
     assert "not 2% faster than the simpler single:a: -1.0% (interval" in d.left["collage"]
     # one line, and it names the plan kept first: no message contradicts it
     assert said == [f"end-to-end check: {d.why}"] and d.why.startswith("single:a kept")
+    # wholly slower: said so, not as a gain it lacks
+    d = decide({"collage": None, "single:a": None}, {"collage": MIXED, "single:a": SIMPLE},
+               measure=scripted({"collage": noisy(1.3), "single:a": noisy(1.0)}))
+    assert d.left["collage"].startswith("slower than the simpler single:a: +30.0%")
 
 
 def test_equally_simple_plans_within_the_drift_run_out_of_passes_and_keep_the_lower_median():

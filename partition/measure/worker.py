@@ -269,11 +269,18 @@ class _SessionChild:
     in it and spent seconds importing (numpy, tvm, torch through tvm_ffi) before it could
     ignore SIGINT, so it printed a 50-line traceback under the CLI's one line (issue 36).  In
     its own session no terminal signal reaches it at all; the parent stops it (and it ends on
-    its own when the pipe closes: the parent is gone)."""
+    its own when the pipe closes: the parent is gone).
+
+    Its temporary files live under a directory the parent made (TMPDIR): a worker killed for
+    a candidate's timeout never runs its exit handlers, and its staged weights and libraries'
+    scratch directories stayed in /tmp, one set per kill.  The parent removes the directory
+    once the worker is reaped."""
 
     def __init__(self, conn):
+        import os
         import subprocess
         import sys
+        import tempfile
         import weakref
 
         code = ("import sys, json; sys.path[:] = json.loads(sys.argv[2]); "
@@ -281,11 +288,12 @@ class _SessionChild:
                 "from provmap.partition.measure.worker import _worker_main; "
                 "_worker_main(Connection(int(sys.argv[1])))")
         fd = conn.fileno()
+        self.tmp = tempfile.mkdtemp(prefix="provmap-worker-")
         self._p = subprocess.Popen([sys.executable, "-c", code, str(fd), json.dumps(sys.path)],
                                    pass_fds=[fd], start_new_session=True,
-                                   stdin=subprocess.DEVNULL)
+                                   stdin=subprocess.DEVNULL, env=dict(os.environ, TMPDIR=self.tmp))
         self.pid = self._p.pid
-        weakref.finalize(self, _kill, self._p)  # at exit too, as multiprocessing's daemons
+        weakref.finalize(self, _kill, self._p, self.tmp)  # at exit too, as multiprocessing's
 
     @property
     def exitcode(self):
@@ -303,16 +311,20 @@ class _SessionChild:
             pass
 
     def kill(self) -> None:
-        _kill(self._p)
+        _kill(self._p, self.tmp)
 
 
-def _kill(popen) -> None:
+def _kill(popen, tmp: str) -> None:
+    import shutil
+
     if popen.poll() is None:
         try:
             popen.kill()
             popen.wait(5)
         except Exception:  # noqa: BLE001 - gone already, or exiting: nothing left to do
             pass
+    if popen.poll() is not None:  # reaped: nothing writes there any more
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class WorkerDied(Exception):

@@ -39,6 +39,7 @@ import numpy as np
 from provmap.provenance.util.errors import first_line
 from provmap.provenance.weights import release
 
+from .. import staged
 from ..options import Option, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
@@ -48,7 +49,7 @@ from .ov_int64 import RangeGuard, int64_notes
 from .ov_refusals import refuse_wrong_numbers
 from .ov_query import RegionFailed, query_in_segments
 from .ov_core import (_EXTERNAL_MIN_BYTES, _ConversionFailed, _get_core, _ov,  # noqa: F401
-                      _read_onnx, ov_error, read_blob_ir, read_ir, weights_member)
+                      _read_onnx, ov_error, read_blob_ir, read_ir)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -242,7 +243,7 @@ class OpenVINOBackend(Backend):
                 del compiled, model
                 with open(xml_path, "rb") as f:
                     xml = f.read()
-                weights = weights_member(os.path.join(tmp, "model.bin"))
+                weights = staged.weight_member(os.path.join(tmp, "model.bin"), "model.bin")
         except _ConversionFailed as e:
             raise BackendError(f"OpenVINO {self.version()}: ONNX frontend cannot convert "
                                f"subgraph {sub.key[:12]}: {ov_error(e.__cause__)}") from None

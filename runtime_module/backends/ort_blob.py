@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import weakref
 
-from ..staged import Staged, stage_file
+from ..staged import Staged, weight_member
 
 #: Weights from which an ONNX Runtime partition is stored as model.onnx + model.data: at this
 #: size the weights are kept on disk (runtime_module.staged) and ORT reads them from the file,
@@ -31,11 +31,11 @@ DATA = "model.data"
 
 def read_split(model_path: str) -> dict:
     """The two files `onnx_external.external_data_file` wrote, as blob files: the graph as
-    bytes, the weights moved into a staged file (runtime_module.staged)."""
+    bytes, the weights as staged.weight_member keeps them."""
     with open(model_path, "rb") as f:
         graph = f.read()
-    return {"model.onnx": graph, DATA: stage_file(os.path.join(os.path.dirname(model_path), DATA),
-                                                  DATA)}
+    return {"model.onnx": graph, DATA: weight_member(os.path.join(os.path.dirname(model_path),
+                                                                   DATA), DATA)}
 
 
 def session_source(files: dict) -> tuple[bytes | str, str | None]:

@@ -114,12 +114,3 @@ def read_blob_ir(blob: Blob):
         return read_ir(xml_path, weights.path), None
     finally:
         os.unlink(xml_path)
-
-
-def weights_member(path: str):
-    """A built IR's `model.bin` as the blob keeps it: large weights moved into a staged file
-    (runtime_module.staged: never read into memory), small ones as bytes."""
-    if os.path.getsize(path) >= staged.STAGE_MIN:
-        return staged.stage_file(path, "model.bin")
-    with open(path, "rb") as f:
-        return f.read()
