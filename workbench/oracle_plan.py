@@ -138,7 +138,8 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
         say(f"headroom: the {r['plan']} plan measured faster: measuring it again")
         r["again"] = _again(r["plan"], arts[r["plan"]], arts["best single"])
         if r["plan"].startswith("priced limit") and not r["again"]["faster"]:
-            out["priced"]["stopped"] += " once; a second run did not confirm it"
+            out["priced"]["stopped"] += (" once; the comparison procedure kept the best single "
+                                         "configuration")
     won = [r for r in won if r["again"]["faster"]]
     out["captured_by"] = min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None
     return out
