@@ -27,16 +27,20 @@ def _spread(xs: list[float]) -> dict:
 def drift(model: str, minutes: float, say=print) -> dict:
     import provmap
     from provmap.partition.measure.interleave import measure_artifacts
+    from provmap.partition.measure.parallelism import Gauge
 
     arts = {s: provmap.compile(model, strategy=s)
             for s in ("single:onnxruntime", "single:openvino")}
     rows, t0 = [], time.time()
     while not rows or time.time() - t0 < minutes * 60:  # at least one moment
-        lat = measure_artifacts(arts, repeats=8, passes=2, min_block_s=1.0, never_cap=tuple(arts))
+        gauge = Gauge()  # one probe per block: did a CPU run slow through this moment?
+        lat = measure_artifacts(arts, repeats=8, passes=2, min_block_s=1.0, never_cap=tuple(arts),
+                                between=gauge.probe)
         o, v = (statistics.median(lat[k].samples_s) * 1e3 for k in arts)
         mo, mv = (min(lat[k].samples_s) * 1e3 for k in arts)
         rows.append({"t_s": round(time.time() - t0, 1), "ort_median": o, "ov_median": v,
-                     "ort_min": mo, "ov_min": mv, "ratio_median": o / v, "ratio_min": mo / mv})
+                     "ort_min": mo, "ov_min": mv, "ratio_median": o / v, "ratio_min": mo / mv,
+                     "uneven_probes": gauge.uneven(), "probes": len(gauge.ratios)})
         say(f"{time.strftime('%H:%M:%S')} ort {o:.3f}/{mo:.3f} ov {v:.3f}/{mv:.3f} ms "
             f"ort/ov median {o / v:.3f} min {mo / mv:.3f}")
     rm, rn = [r["ratio_median"] for r in rows], [r["ratio_min"] for r in rows]

@@ -43,6 +43,8 @@ STEPS: dict[str, Step] = {
     "hog_compile": Step("hog_compile", "a user's `provmap compile --strategy collage` beside a "
                         "load that outlasts it"),
     "drift": Step("drift", "how the ONNX Runtime / OpenVINO ratio moves over minutes"),
+    "parallelism": Step("parallelism", "how often one CPU runs slower than another (the "
+                        "parallelism gauge's calibration)"),
     "shape_sweep": Step("shape_sweep", "one artifact per strategy timed across a shape "
                         "profile, and a KV-cache decoder's decode steps"),
     "dynamic_map": Step("dynamic_map", "`provmap map` without a shape against a static map"),

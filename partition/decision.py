@@ -15,10 +15,13 @@ evidence keeps a plan (docs/collage.md, "What keeps a plan"):
 3. Rounds go on until one alternative is left ("decided") or `Rule.max_passes` passes are
    spent ("undecided"): then the simplest left is kept (fewer partitions, then the library's
    default over a variant), and among equally simple ones the lower median of pass minimums.
-4. A round measured while another process holds a CPU is not evidence (a two-thread library
-   loses a core a one-thread variant never had): the procedure waits for quiet, bounded, and
-   measures that round again; a load that outlasts the wait ends the decision with `Busy`
-   (one line, no artifact), unless the caller accepts contended rounds, which the record says.
+4. A round measured while another process holds a CPU, or while one CPU runs slower than the
+   other (a neighbour on its physical core, which no process list shows: the parallelism gauge
+   probed between blocks, partition/measure/parallelism.py), is not evidence (a two-thread
+   library loses a core a one-thread variant never had): the procedure waits for quiet,
+   bounded, and measures that round again; a load that outlasts the wait ends the decision
+   with `Busy` (one line, no artifact), unless the caller accepts contended rounds, which the
+   record says.
 
 Why sequential: most decisions are clear after one round (a mixed plan 30% slower, a library
 2x slower); only alternatives within the machine's drift of each other need more passes, and
@@ -31,14 +34,16 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from .measure.contention import Busy, Window, acting, wait_for_quiet  # noqa: F401 (Busy: re-exported)
+from .measure.contention import Busy, Window, acting, wait_for_quiet, with_gauge  # noqa: F401
+from .measure.parallelism import Gauge
 from .measure.evidence import RULE, STATISTIC, Rule, cannot_gain, faster_by, interval, pass_ratios
 from .measure.interleave import artifact_calls, measure_interleaved
 
 
 #: The procedure's version: bumped when the steps above change without a Rule number changing
 #: (a stored plan kept by another procedure is searched again, partition/plan_cache.py).
-PROCEDURE = 1
+#: 2: the parallelism gauge judges rounds too.
+PROCEDURE = 2
 
 
 @dataclass
@@ -56,11 +61,13 @@ class Decision:
     rule: Rule = RULE
     pass_mins: dict = field(default_factory=dict)   # label -> each pass's fastest sample (s)
     pass_medians: dict = field(default_factory=dict)
+    parallelism: list = field(default_factory=list)  # each round's gauge (contended or not)
 
     def conditions(self) -> dict:
         """The decision's measuring conditions, as a phase's record (contention.combine)."""
         return {"contended": bool(self.contended_rounds), "reasons": list(self.reasons),
-                "rounds_contended": self.contended_rounds, "waited_s": round(self.waited_s, 1)}
+                "rounds_contended": self.contended_rounds, "waited_s": round(self.waited_s, 1),
+                "parallelism": list(self.parallelism)}
 
     def to_dict(self) -> dict:
         return {"kept": self.kept, "decided": self.decided, "why": self.why,
@@ -103,14 +110,16 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
     meds: dict[str, list[float]] = {k: [] for k in fns}   # each pass's median (described only)
     samples: dict[str, list[float]] = {k: [] for k in fns}
     left: dict[str, str] = {}
-    passes, contended, waited, first, reasons = 0, 0, 0.0, True, []
+    passes, contended, waited, first, reasons, gauges = 0, 0, 0.0, True, [], []
     while len(alive) > 1 and passes < rule.max_passes:
         n = min(rule.round_passes, rule.max_passes - passes)
-        w = Window()
+        w, gauge = Window(), Gauge()
         lat = measure({k: fns[k] for k in alive}, repeats=n, passes=n, min_block_s=rule.block_s,
                       rooms={k: rooms[k] for k in alive if k in rooms} if rooms else None,
-                      never_cap=() if first and cap_slow else tuple(alive), alternate=True)
-        cond = w.stop()
+                      never_cap=() if first and cap_slow else tuple(alive), alternate=True,
+                      between=gauge.probe)
+        cond = with_gauge(w.stop(), gauge)
+        gauges.append(gauge.to_dict())
         if cond.contended and acting() and not accept_contended:
             if waited >= wait_s:
                 raise Busy(f"{what}: the machine stayed busy ({'; '.join(cond.reasons)}) "
@@ -143,7 +152,8 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
         _drop(alive, mins, complexity, rule, left)
     kept, decided, why = _verdict(alive, mins, complexity, left, passes)
     d = Decision(kept, decided, why, passes, left, contended_rounds=contended, waited_s=waited,
-                 reasons=reasons, rule=rule, pass_mins=mins, pass_medians=meds)
+                 reasons=reasons, rule=rule, pass_mins=mins, pass_medians=meds,
+                 parallelism=gauges)
     for k in fns:
         if mins[k] and k != kept:
             d.versus[k] = interval(pass_ratios(mins[k], mins[kept])).to_dict()

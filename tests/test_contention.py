@@ -144,3 +144,53 @@ def test_a_hog_stops_soon_after_its_owner_is_killed_past_its_finally():
     if alive:
         os.kill(hog, sig.SIGKILL)
     assert not alive
+
+
+# The parallelism gauge (partition/measure/parallelism.py): a CPU shared with a neighbour.
+
+from provmap.partition.measure import parallelism as par  # noqa: E402
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+def test_the_gauge_times_each_usable_cpu_and_restores_the_affinity():
+    mine = os.sched_getaffinity(0)
+    times = par.cpu_times()
+    assert set(times) == mine and all(t > 0 for t in times.values())
+    assert os.sched_getaffinity(0) == mine
+    os.sched_setaffinity(0, {min(mine)})
+    try:
+        assert par.cpu_times() == {}  # one CPU: nothing to compare
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+def test_a_window_is_contended_when_one_cpu_is_slow_in_most_probes():
+    even, slow = {0: 2.5e-3, 1: 2.55e-3}, {0: 2.5e-3, 1: 4.3e-3}
+    g = par.Gauge(probe_fn=lambda: slow)
+    for _ in range(3):
+        g.probe()
+    assert g.reason() is None  # too few probes to judge
+    for _ in range(5):
+        g.probe()
+    assert "1.7x slower" in g.reason() and "8 of 8 probes" in g.reason()
+    bursts = par.Gauge(probe_fn=iter([slow, slow] + [even] * 8).__next__)
+    for _ in range(10):
+        bursts.probe()
+    assert bursts.reason() is None  # a burst, as a quiet guest has
+    assert bursts.to_dict() == {"probes": 10, "uneven": 2, "max_ratio": 1.72}
+
+
+def test_waiting_for_quiet_waits_out_an_uneven_cpu(monkeypatch):
+    even, slow = {0: 2.5e-3, 1: 2.55e-3}, {0: 2.5e-3, 1: 4.3e-3}
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return slow if len(calls) <= 8 else even
+    monkeypatch.setattr(par, "cpu_times", probe)
+    monkeypatch.setattr(c, "Window", lambda: type("W", (), {"stop": lambda self: c.Conditions()})())
+    got = c.wait_for_quiet(max_wait_s=5.0, probe_s=0.8)
+    assert not got.contended and len(calls) > 8 and got.parallelism["uneven"] == 0
+    monkeypatch.setattr(par, "cpu_times", lambda: slow)
+    got = c.wait_for_quiet(max_wait_s=0.0, probe_s=0.8)
+    assert got.contended and "slower than another" in got.line(), got.to_dict()

@@ -156,3 +156,30 @@ def test_plan_complexity_orders_partitions_then_variants_then_schedules():
     assert plan_complexity(one) < plan_complexity(var) < plan_complexity(two)
     assert plan_complexity(two) == (2, 0, 1)
     assert evidence.RULE.key() == Rule().key() and "min_gain=0.02" in Rule().key()
+
+
+def test_a_round_while_one_cpu_runs_slow_is_measured_again(monkeypatch):
+    """The parallelism gauge, probed between blocks, judges a round as the counters do."""
+    from provmap.partition.measure.parallelism import Gauge
+
+    uneven = iter([True, False, False, False])
+    rounds: list = []
+
+    def gauge():
+        bad = next(uneven)
+        rounds.append(bad)
+        return Gauge(probe_fn=lambda: {0: 2.5e-3, 1: (4.3e-3 if bad else 2.5e-3)})
+    monkeypatch.setattr(decision, "Gauge", gauge)
+    monkeypatch.setattr(decision, "wait_for_quiet", lambda *a, **k: Conditions(contended=False))
+    inner = scripted({"collage": noisy(0.7), "single:a": noisy(1.0)})
+
+    def measure(fns, passes, **kw):
+        for _ in range(passes * len(fns)):
+            kw["between"]()  # one probe per block, as measure_interleaved does
+        return inner(fns, passes, **kw)
+    said: list = []
+    d = decide({"collage": None, "single:a": None}, {"collage": MIXED, "single:a": SIMPLE},
+               said.append, measure=measure, what="end-to-end check")
+    assert rounds[:2] == [True, False] and d.kept == "collage" and d.passes == 6
+    assert any("slower than another" in s and "not evidence" in s for s in said)
+    assert d.conditions()["parallelism"][0]["uneven"] == 12

@@ -22,7 +22,10 @@ one-minute mean (a hog started 2 s ago hardly shows in it, one that stopped a mi
 does) and counts our own threads (a search's own thread pools raise it), so it is recorded, and
 judges only a window too short for the counters.  The spread of the samples taken in the
 window, (p90 - min) / median, is the third signal: it catches what the counters cannot see
-(frequency changes, a hypervisor's neighbours that do not show as steal).
+(frequency changes, a hypervisor's neighbours that do not show as steal).  The fourth is the
+parallelism gauge (partition/measure/parallelism.py): each CPU's speed on one loop, probed
+between measuring blocks and in `wait_for_quiet`, for a CPU whose physical core a neighbour
+shares -- it runs ~1.7x slower and nothing above shows it.
 
 `PROVMAP_CONTENTION=ignore` keeps the detection and the record but turns off what the callers
 do about it (re-measuring, pausing, refusing to cache): for a machine that is always busy and
@@ -48,6 +51,7 @@ STEAL_MAX_SHARE = 0.05
 LOAD_OVER_CORES = 1.0
 SPREAD_MAX = 0.75
 MIN_WINDOW_S = 0.2
+GAUGE_EVERY_S = 0.1
 
 try:
     _TCK = os.sysconf("SC_CLK_TCK")
@@ -170,9 +174,12 @@ class Conditions:
     known: bool = False
     contended: bool = False
     reasons: list[str] = field(default_factory=list)
+    parallelism: dict | None = None  # the gauge's probes, where it ran
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        if d["parallelism"] is None:
+            del d["parallelism"]  # only windows the gauge probed carry it
         for k in ("seconds", "load1", "others_cores", "ours_cores", "steal_share", "spread"):
             if d[k] is not None:
                 d[k] = round(d[k], 3)
@@ -268,14 +275,31 @@ class RecentWindow(Window):
 
 def wait_for_quiet(max_wait_s: float = 10.0, probe_s: float = 0.5) -> Conditions:
     """Pause until a `probe_s` window shows no contention, or `max_wait_s` has passed; returns
-    the last probe's conditions.  A measurement that was contended is repeated after this."""
+    the last probe's conditions.  A measurement that was contended is repeated after this.
+    The window is judged by the counters and by the parallelism gauge, probed every
+    `GAUGE_EVERY_S` in it (a CPU shared with a neighbour shows in neither /proc nor load)."""
+    from .parallelism import Gauge
+
     deadline = time.monotonic() + max_wait_s
     while True:
-        w = Window()
-        time.sleep(probe_s)
-        c = w.stop()
+        w, gauge = Window(), Gauge()
+        end = time.monotonic() + probe_s
+        while time.monotonic() < end:
+            gauge.probe()
+            time.sleep(max(0.0, min(GAUGE_EVERY_S, end - time.monotonic())))
+        c = with_gauge(w.stop(), gauge)
         if not c.contended or time.monotonic() + probe_s > deadline:
             return c
+
+
+def with_gauge(c: Conditions, gauge) -> Conditions:
+    """`c` with the parallelism gauge's verdict added (partition/measure/parallelism.py)."""
+    why = gauge.reason()
+    c.parallelism = gauge.to_dict()
+    if why:
+        c.reasons.append(why)
+        c.contended = True
+    return c
 
 
 def combine(parts: dict[str, Conditions | dict]) -> dict:

@@ -68,7 +68,8 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
                         slow_factor: float = 10.0, slow_budget_s: float = 10.0,
                         never_cap: tuple = (), min_sample_s: float = 1e-3,
                         progress=None, rooms: Mapping[str, tuple] | None = None,
-                        alternate: bool = False) -> dict[str, Latency]:
+                        alternate: bool = False,
+                        between: Callable[[], object] | None = None) -> dict[str, Latency]:
     """Latency of each zero-argument callable.
 
     Each gets 1 + `warmup` calls, then `passes` rounds of one block each (at least repeats/passes
@@ -80,6 +81,8 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
 
     `rooms` maps a key to (open, close): open() before each of that alternative's warm-ups and
     blocks, close() after (see the module's docstring); keys without a room stay loaded.
+    `between` is called in each block's settle, when nothing measured runs (the parallelism
+    gauge's probe, partition/measure/parallelism.py).
     """
     out = {k: Latency() for k in fns}
     for k, f in fns.items():
@@ -123,6 +126,8 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int = 
             calls = range(n)
             with _room(rooms, k):
                 time.sleep(settle_s)
+                if between is not None:
+                    between()
                 for _ in range(1 if rooms is None or k not in rooms else max(1, warmup)):
                     f()  # re-warm after the previous block (a fresh room: its first calls)
                 block = []

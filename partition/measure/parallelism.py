@@ -1,0 +1,105 @@
+"""How many CPUs the moment gives: each CPU's speed on one fixed loop, probed between blocks.
+
+Why: a cloud guest's CPU shares a physical core with another guest's hyperthread, and while that
+neighbour is busy ours runs ~1.7x slower -- with nothing in /proc to show it (no steal, no other
+process, the load average unchanged), so `contention.Window` cannot see it.  A two-thread library
+then waits for its slow thread and a one-thread configuration does not, so a decision between
+them measures the moment, not the libraries.  Measured on the 2-core AMD EPYC guest:
+
+* quiet, 2026-11-29 08:05: a 100k-iteration Python loop took 2.5 ms on both CPUs, with bursts of
+  0.2-0.6 s where one CPU took 4.0-4.5 ms (sometimes both);
+* EfficientNet-B0's end-to-end check, 2026-11-29 ~05:40 (bench/out/user_latency @ 430ca7d): both
+  libraries' two-thread plans ran 1.30x and 1.44x their bench time through 24 passes while their
+  one-thread configurations ran 0.95-0.98x; the check kept OpenVINO 4.5-11.4% faster, and the
+  bench's own paired re-run at a quiet moment found ONNX Runtime 2.0-5.4% faster.
+
+The probe pins this thread to each usable CPU in turn and times the loop a few times (its
+fastest run: noise only adds time), ~20 ms in all; the measuring loop calls it in each block's
+settle, when nothing of ours runs.  A probe is *uneven* when the slowest CPU took `SLOW_RATIO`
+times the fastest one's time; a window is contended when more than `UNEVEN_SHARE_MAX` of its
+probes (at least `MIN_PROBES`) were uneven.  The thresholds: see `SLOW_RATIO`'s comment.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+#: A CPU this much slower than the fastest on the same loop is shared with someone: a shared
+#: core measured 1.6-1.8x; run-to-run noise of the loop's fastest of three is within 1.05x.
+SLOW_RATIO = 1.3
+#: The share of uneven probes over which a window is contended.  Quiet, bursts make a few
+#: probes uneven (calibration in docs/collage.md, "Contention"); EfficientNet-B0's 1.3-1.44x
+#: slowdown of two-thread plans needs one slow CPU about half the time.
+UNEVEN_SHARE_MAX = 0.3
+MIN_PROBES = 6
+_LOOP = 100_000
+
+
+def _loop() -> float:
+    t = time.perf_counter()
+    s = 0
+    for i in range(_LOOP):
+        s += i
+    return time.perf_counter() - t
+
+
+def cpu_times(runs: int = 3) -> dict[int, float]:
+    """Each usable CPU's fastest of `runs` timings of the loop (s); {} where the thread cannot be
+    pinned (not Linux) or only one CPU is usable.  The thread's affinity is restored after."""
+    try:
+        mine = os.sched_getaffinity(0)
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return {}
+    if len(mine) < 2:
+        return {}
+    out: dict[int, float] = {}
+    try:
+        for cpu in sorted(mine):
+            os.sched_setaffinity(0, {cpu})
+            out[cpu] = min(_loop() for _ in range(runs))
+    except OSError:  # pragma: no cover - a CPU taken away meanwhile
+        return {}
+    finally:
+        try:
+            os.sched_setaffinity(0, mine)
+        except OSError:  # pragma: no cover
+            pass
+    return out
+
+
+def unevenness(times: dict[int, float]) -> float:
+    """The slowest CPU's time over the fastest's (1.0 for fewer than two)."""
+    if len(times) < 2 or min(times.values()) <= 0:
+        return 1.0
+    return max(times.values()) / min(times.values())
+
+
+@dataclass
+class Gauge:
+    """Probes over one measuring window; `probe` is what the measuring loop calls."""
+
+    ratios: list[float] = field(default_factory=list)
+    probe_fn: object = None  # a test's stand-in for cpu_times
+
+    def probe(self) -> None:
+        times = (self.probe_fn or cpu_times)()
+        if times:
+            self.ratios.append(unevenness(times))
+
+    def uneven(self) -> int:
+        return sum(r >= SLOW_RATIO for r in self.ratios)
+
+    def reason(self) -> str | None:
+        """Why the window is contended, or None (too few probes, or few uneven)."""
+        n, k = len(self.ratios), self.uneven()
+        if n < MIN_PROBES or k <= UNEVEN_SHARE_MAX * n:
+            return None
+        worst = sorted(self.ratios)[-max(1, k // 2)]
+        return (f"one CPU ran {worst:.1f}x slower than another in {k} of {n} probes (a "
+                "neighbour on its physical core: no process or steal shows it)")
+
+    def to_dict(self) -> dict:
+        return {"probes": len(self.ratios), "uneven": self.uneven(),
+                "max_ratio": round(max(self.ratios), 3) if self.ratios else None}
