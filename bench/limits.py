@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import os
 
-from provmap.partition.measure.contention import SPREAD_MAX, Window
+from provmap.partition.measure.contention import SPREAD_MAX, Window, with_gauge
 
 
-def measured_with_load(measure, say):
-    """`measure()` in a window: (its result, the window's Conditions); says so if contended."""
+def measured_with_load(measure, say, gauge=None):
+    """`measure()` in a window: (its result, the window's Conditions); says so if contended.
+    `gauge`: the parallelism gauge `measure` probes between its blocks, judged with the window."""
     w = Window()
     out = measure()
-    cond = w.stop()
+    cond = w.stop() if gauge is None else with_gauge(w.stop(), gauge)
     if cond.contended:
         say(cond.line("latency run") + "; its rows are marked noisy")
     return out, cond
@@ -37,7 +38,8 @@ def row_load(cond, summary: dict) -> dict:
     if (summary.get("spread") or 0) > SPREAD_MAX:
         why.append(f"samples spread {summary['spread']:.2f}")
     return {"load": {"load1": round(cond.load1, 2), "others_cores": round(cond.others_cores, 2),
-                     "steal_share": round(cond.steal_share, 3), "cores": cond.cores},
+                     "steal_share": round(cond.steal_share, 3), "cores": cond.cores,
+                     **({"parallelism": cond.parallelism} if cond.parallelism else {})},
             "noisy": bool(why), "noisy_why": "; ".join(why)}
 
 

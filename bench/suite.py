@@ -332,13 +332,16 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
                 rooms[f"direct:{b}"] = (d.open, d.close)
         log(f"latency: {len(fns)} alternatives, interleaved blocks, each loaded alone")
         from provmap.partition.measure.interleave import measure_interleaved
+        from provmap.partition.measure.parallelism import Gauge
 
         # partial, not a lambda: pyflakes reads a lambda naming `fns` as a use after the `del`
         # below (it ran at once: never a NameError, but a false alarm hides real ones).  The
         # window is not named `load`, which is the artifact loader above.
+        gauge = Gauge()
         lat, window = measured_with_load(partial(
             measure_interleaved, fns, repeats=opts.repeats, passes=opts.passes,
-            min_block_s=0.5 if opts.quick else 1.0, progress=log, rooms=rooms), log)
+            min_block_s=0.5 if opts.quick else 1.0, progress=log, rooms=rooms,
+            between=gauge.probe), log, gauge)
         for s, twin in same.items():
             log(f"{s} kept the very plan of {twin}: measured once, reported for both")
             lat[s] = lat[twin]

@@ -175,8 +175,8 @@ def _drop(alive: list, mins: dict, complexity: dict, rule: Rule, left: dict) -> 
             iv = interval(pass_ratios(mins[y], mins[x]))
             g = _gain(y, x, complexity, rule)
             if complexity[x] <= complexity[y] and cannot_gain(iv, g):
-                out[y] = (f"slower than {x}: {iv.text()}" if g == 0 else  # wholly slower
-                          f"slower than the simpler {x}: {iv.text()}" if iv.low > 1.0 else
+                simpler = "the simpler " if g else ""  # g == 0: as complex as x
+                out[y] = (f"slower than {simpler}{x}: {iv.text()}" if iv.low > 1.0 else
                           f"not {g:.0%} faster than the simpler {x}: {iv.text()}")
                 break
             back = interval(pass_ratios(mins[x], mins[y]))
