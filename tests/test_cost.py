@@ -319,14 +319,15 @@ def test_a_crash_in_prepare_costs_only_its_time(tmp_path, view):
         assert s["worker_crashes"] == 1
 
 
-def test_timeout_kills_worker_and_is_not_cached(tmp_path, view, monkeypatch):
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_timeout_kills_worker_and_is_not_cached(tmp_path, view, monkeypatch, start_method):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # this process's, and the worker's
     monkeypatch.setenv("TMPDIR", str(scratch))
     backends = {"hanging": cb.HangingBackend(), "onnxruntime": get_backend("onnxruntime")}
     with MeasuredEstimator(backends, CostCache(tmp_path / "c.sqlite"), repeats=3, min_time_s=0.0,
-                           timeout_s=3) as est:
+                           timeout_s=3, start_method=start_method) as est:
         e = est.estimate(view, _all(view, "hanging"))
         assert not e.valid and e.reason.startswith("timed out after 3 s")
         assert list(scratch.glob("**/provmap-hang-*")) == []  # its scratch files went with it

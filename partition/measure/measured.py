@@ -67,7 +67,8 @@ from ..candidate import Candidate, Estimate
 from .cost import CostEstimator
 from .hygiene import measure_candidate, retry_helps
 from .tuning import TuningTally, backends_tune
-from .worker import Worker, WorkerDied, backend_spec, measure_once, resolve_backend
+from .worker import backend_spec, measure_once, resolve_backend
+from .worker_process import Worker, WorkerDied
 from provmap.runtime_module.subgraph import Subgraph
 
 

@@ -30,7 +30,7 @@ import time
 from provmap.provenance.util.errors import ProvmapError, first_line
 
 from .tracker_address import TrackerAddress  # noqa: F401  (re-exported)
-from .worker import WorkerDied
+from .worker_process import WorkerDied
 
 FUNC_MEASURE = "provmap.rpc.measure"
 FUNC_IDENTITY = "provmap.rpc.identity"
