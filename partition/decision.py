@@ -121,9 +121,13 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
         cond = with_gauge(w.stop(), gauge)
         gauges.append(gauge.to_dict())
         if cond.contended and acting() and not accept_contended:
+            # the round's own time counts against the wait: a load the 1 s probe misses (a CPU
+            # slow in bursts) would otherwise have its rounds measured again without end
+            waited += cond.seconds
             if waited >= wait_s:
                 raise Busy(f"{what}: the machine stayed busy ({'; '.join(cond.reasons)}) "
-                           f"through {waited:.0f} s of waiting for quiet; no plan is kept on "
+                           f"through {waited:.0f} s of waiting for quiet and measuring again; "
+                           "no plan is kept on "
                            "measurements a load skews (run again on a quiet machine, wait "
                            "longer with --quiet-wait SECONDS, or accept it with "
                            "--accept-contended)")

@@ -183,3 +183,26 @@ def test_a_round_while_one_cpu_runs_slow_is_measured_again(monkeypatch):
     assert rounds[:2] == [True, False] and d.kept == "collage" and d.passes == 6
     assert any("slower than another" in s and "not evidence" in s for s in said)
     assert d.conditions()["parallelism"][0]["uneven"] == 12
+
+
+def test_a_cpu_slow_through_every_round_ends_within_the_wait(monkeypatch):
+    """The 1 s probe between rounds can miss what a round's probes see (a CPU slow in bursts):
+    the rounds' own time counts against the wait, so it ends with the one line, not never."""
+    from provmap.partition.measure.parallelism import Gauge
+
+    monkeypatch.setattr(decision, "Gauge", lambda: Gauge(probe_fn=lambda: {0: 2.5e-3, 1: 4.3e-3}))
+    monkeypatch.setattr(decision, "Window", lambda: type("W", (), {
+        "stop": lambda self: Conditions(seconds=30.0)})())
+    monkeypatch.setattr(decision, "wait_for_quiet", lambda *a, **k: Conditions(contended=False))
+    inner = scripted({"collage": noisy(0.7), "single:a": noisy(1.0)})
+    rounds: list = []
+
+    def measure(fns, passes, **kw):
+        rounds.append(1)
+        for _ in range(passes * len(fns)):
+            kw["between"]()
+        return inner(fns, passes, **kw)
+    with pytest.raises(Busy) as e:
+        decide({"collage": None, "single:a": None}, {"collage": MIXED, "single:a": SIMPLE},
+               measure=measure, wait_s=100, what="end-to-end check")
+    assert len(rounds) == 4 and "slower than another" in str(e.value)
