@@ -42,7 +42,8 @@ from .measure.interleave import artifact_calls, measure_interleaved
 
 #: The procedure's version: bumped when the steps above change without a Rule number changing
 #: (a stored plan kept by another procedure is searched again, partition/plan_cache.py).
-#: 2: the parallelism gauge judges rounds too.
+#: 2: the parallelism gauge judges rounds too, and the end-to-end check measures a library
+#: whose whole model the accuracy guard refused (partition/collage.py, _alternatives).
 PROCEDURE = 2
 
 

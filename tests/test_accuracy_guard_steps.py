@@ -225,3 +225,22 @@ def test_a_dynamically_quantized_output_is_judged_in_its_rounding_envelope(tmp_p
         e = est.estimate(view, _whole(view))
     assert e.valid and e.seconds > 0, e.reason
     assert e.max_abs_err is not None and e.max_abs_err <= env["y"] * (1 + STEP_EPSILON)
+
+
+def test_a_library_refused_for_accuracy_is_still_measured_whole_end_to_end(tmp_path):
+    """A library alone is the user's own baseline: OpenVINO's whole model, two steps off and so
+    refused as a candidate, is still one of the end-to-end check's alternatives, with why.
+    Left out, a ViT-B/16 and a detector in QDQ kept mixed plans 35-64% slower than OpenVINO
+    alone and no closer to ONNX Runtime (issue 51, 2026-11-29)."""
+    from provmap.partition.collage import CollageOptions
+    from provmap.partition.compile import compile_model
+    from quick_rule import QUICK_RULE
+
+    view = load_view(qdq_model(3, 0.05), "qdq")
+    art = compile_model(view, "collage:onnxruntime,openvino", collage_options=CollageOptions(
+        max_depth=2, max_size=2, cache_path=str(tmp_path / "k.sqlite"), rule=QUICK_RULE,
+        refine_budget_s=0.0, in_context=False, e2e_variants=()))
+    info = art.manifest["plan_info"]["collage"]
+    assert info["estimated_ms"]["single:openvino"] is None  # refused as a candidate
+    assert "single:openvino" in info["e2e"]["measured"] or "single:openvino" in \
+        (info.get("e2e_same_as_collage") or []), info["e2e"]
