@@ -125,7 +125,10 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
     cold = opts.cache is None
     co = dict(cache_path=cache, max_size=opts.max_size, max_depth=opts.max_depth,
               measure_budget_s=opts.search_budget_s, refine_budget_s=opts.refine_budget_s,
-              measure_on=opts.measure_on, accept_contended=True)  # beside a load: tabled
+              measure_on=opts.measure_on,
+              # as a user's compile decides (a contended round measured again), waiting longer
+              # for quiet, unattended; beside the hog the contended rounds are what is tabled
+              accept_contended=bool(opts.hog_search), quiet_wait_s=600.0)
     t0 = time.perf_counter()
     with (cpu_hog(3600.0) if opts.hog_search else contextlib.nullcontext()) as hog:
         if opts.hog_search:

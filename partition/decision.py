@@ -135,7 +135,7 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
             say(f"{what}: {'; '.join(cond.reasons)}: that round is not evidence; waiting up "
                 f"to {wait_s - waited:.0f} s for quiet, then measuring it again")
             t0 = time.monotonic()
-            probe = wait_for_quiet(wait_s - waited, probe_s=1.0)
+            probe = wait_for_quiet(wait_s - waited, probe_s=2.0)  # long enough for the gauge
             waited += time.monotonic() - t0
             if probe.contended:
                 waited = wait_s  # the next contended round raises

@@ -17,7 +17,8 @@ The probe pins this thread to each usable CPU in turn and times the loop a few t
 fastest run: noise only adds time), ~20 ms in all; the measuring loop calls it in each block's
 settle, when nothing of ours runs.  A probe is *uneven* when the slowest CPU took `SLOW_RATIO`
 times the fastest one's time; a window is contended when more than `UNEVEN_SHARE_MAX` of its
-probes (at least `MIN_PROBES`) were uneven.  The thresholds: see `SLOW_RATIO`'s comment.
+probes (at least `MIN_PROBES`) were uneven.  The thresholds: see their comments, and the
+calibration, `provmap bench parallelism` (bench/out/parallelism/).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ SLOW_RATIO = 1.3
 #: probes uneven (calibration in docs/collage.md, "Contention"); EfficientNet-B0's 1.3-1.44x
 #: slowdown of two-thread plans needs one slow CPU about half the time.
 UNEVEN_SHARE_MAX = 0.3
-MIN_PROBES = 6
+#: Fewer probes than this are not judged: a burst of 0.2-0.6 s fills a 1 s window (the probe
+#: before a search), and a quiet moment would read as contended.  A decision's round (a block
+#: per alternative per pass, 6 passes) and the wait between rounds (2 s) have more.
+MIN_PROBES = 10
 _LOOP = 100_000
 
 
