@@ -224,6 +224,13 @@ def _checks_end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptio
     return opts.e2e_check
 
 
+def _uncoalesced(first: FirstLevel):
+    """The shortest path's own plan, each partition a candidate built and measured, when it
+    differs from the coalesced one; else None."""
+    plan = first.dp.plan
+    return plan if plan.signature() != first.plan.signature() else None
+
+
 def _whole(res) -> dict:
     """backend -> the Estimate of its whole-model candidate (they cover node 0, so the search
     priced every one of them)."""
@@ -305,6 +312,16 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
             built[label] = build_artifact(space.view, p, space.every, blobs=blobs)
         except ProvmapError as e:
             report.e2e_failed = {**(report.e2e_failed or {}), label: str(e)}
+    if "collage" not in built and (fallback := _uncoalesced(first)) is not None:
+        # coalescing joins neighbouring candidates on one library into a partition nobody built
+        # (OpenVINO 2026.4 failed to compile one of ViT-B/16 QDQ's: its AddTransformation)
+        say(f"the searched plan failed to build ({report.e2e_failed['collage']}); measuring the "
+            "plan of its measured candidates instead")
+        try:
+            built["collage"] = build_artifact(space.view, fallback, space.every, blobs=blobs)
+            alternatives["collage"] = fallback
+        except ProvmapError as e:
+            report.e2e_failed["collage (uncoalesced)"] = str(e)
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report.e2e_failed['collage']}")
     d = decide_artifacts(built, say, rule=opts.rule, wait_s=opts.quiet_wait_s,
@@ -398,7 +415,7 @@ def _search(view, backends, space, opts, say, progress, t0) -> CollageResult:
     if before is not None:
         first.phases["before"] = before
     if not _checks_end_to_end(space, first, opts, say):
-        return CollageResult(first.plan, first.report)
+        return CollageResult(first.plan, first.report, fallback=_uncoalesced(first))
     e2e = end_to_end(space, first, opts, say)
     kept = second_level(space, first, e2e, opts, say)
     report = first.report

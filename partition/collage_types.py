@@ -29,6 +29,9 @@ class CollageResult:
     artifact: object | None = None
     backends: dict | None = None    # every backend the plan may name (variants included)
     strategy: str | None = None
+    #: Built when `plan` fails to (no end-to-end check built it): the plan of the measured
+    #: candidates themselves, before coalescing joined neighbours no library built together.
+    fallback: Plan | None = None
 
 
 @dataclass

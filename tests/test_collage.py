@@ -234,3 +234,26 @@ def test_cli_collage_json_summary(tmp_path):
     assert s["search"]["level"] in ("first", "second") or s["search"]["level"].startswith(
         "end-to-end")
     assert bool(ref["kept"]) == (s["search"]["level"] == "second"), ref
+
+
+def test_a_kept_plan_that_fails_to_build_falls_back_to_its_measured_candidates(
+        transformer_view):
+    """Coalescing joins neighbouring candidates on one library into a partition nobody built;
+    OpenVINO 2026.4 failed to compile one of ViT-B/16 QDQ's, and a compile without the
+    end-to-end check ended there.  The plan of the measured candidates is built instead."""
+    from provmap.partition.collage_report import CollageReport
+    from provmap.partition.collage_types import CollageResult
+    from provmap.partition.compile import _collage_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+    from provmap.runtime_module.registry import get_backend
+
+    view = transformer_view
+    bad = Plan("collage", [PartitionSpec("nosuch", list(view.op_nodes))])
+    good = Plan("collage", [PartitionSpec("onnxruntime", list(view.op_nodes))])
+    said: list = []
+    art = _collage_artifact(view, CollageResult(bad, CollageReport(), fallback=good),
+                            {"onnxruntime": get_backend("onnxruntime")}, said.append)
+    assert [p["backend"] for p in art.manifest["partitions"]] == ["onnxruntime"]
+    assert any("failed to build" in s and "measured candidates" in s for s in said)
+    with pytest.raises(ProvmapError):  # nothing to fall back to: the error as before
+        _collage_artifact(view, CollageResult(bad, CollageReport()), {}, said.append)
