@@ -162,7 +162,10 @@ def test_bench_markdown_and_chart(small_run):
 def test_bench_rows_record_the_load_and_the_limit(small_run):
     out, res, _ = small_run
     for r in res["rows"]:  # every row: the latency run's load, and whether it is noisy
-        assert set(r["load"]) == {"load1", "others_cores", "steal_share", "cores"}
+        assert set(r["load"]) - {"parallelism"} == {"load1", "others_cores", "steal_share",
+                                                       "cores"}
+        gauge = r["load"].get("parallelism")  # the gauge's probes, where it could pin a CPU
+        assert gauge is None or gauge["probes"] >= gauge["uneven"] >= 0
         assert r["load"]["cores"] >= 1 and r["load"]["others_cores"] >= 0
         assert isinstance(r["noisy"], bool) and (r["noisy"] == bool(r["noisy_why"]))
     (h,) = res["headroom"]
