@@ -19,9 +19,10 @@ import time
 
 
 def _spread(xs: list[float]) -> dict:
-    s = sorted(xs)
-    return {"min": s[0], "p10": s[len(s) // 10], "median": statistics.median(s),
-            "p90": s[9 * len(s) // 10], "max": s[-1]}
+    from provmap.runtime_module.backend import percentile
+
+    return {"min": min(xs), "p10": percentile(xs, .1), "median": statistics.median(xs),
+            "p90": percentile(xs, .9), "max": max(xs)}
 
 
 def drift(model: str, minutes: float, say=print) -> dict:

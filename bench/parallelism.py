@@ -43,21 +43,22 @@ def windows(probes: list, window_s: float) -> list[dict]:
 
 def summary(probes: list, window_s: float) -> dict:
     from provmap.partition.measure import parallelism as par
+    from provmap.runtime_module.backend import percentile
 
-    ratios = sorted(r for _, r in probes)
+    ratios = [r for _, r in probes]
     res = {"probes": len(probes), "every_s": EVERY_S, "slow_ratio": par.SLOW_RATIO,
            "uneven_share_max": par.UNEVEN_SHARE_MAX,
            "uneven_share": round(sum(r >= par.SLOW_RATIO for r in ratios) / len(ratios), 4),
-           "ratio": {q: round(ratios[int(p * (len(ratios) - 1))], 3)
+           "ratio": {q: round(percentile(ratios, p), 3)
                      for q, p in (("p50", .5), ("p90", .9), ("p99", .99), ("max", 1.0))}}
     for w in sorted({1.0, window_s}):
         ws = windows(probes, w)
-        shares = sorted(x["uneven"] / x["probes"] for x in ws)
+        shares = [x["uneven"] / x["probes"] for x in ws]
         res[f"windows_{w:g}s"] = {
             "windows": len(ws), "contended": sum(x["contended"] for x in ws),
-            "share_p50": round(shares[len(shares) // 2], 3),
-            "share_p90": round(shares[int(0.9 * (len(shares) - 1))], 3),
-            "share_max": round(shares[-1], 3)}
+            "share_p50": round(percentile(shares, .5), 3),
+            "share_p90": round(percentile(shares, .9), 3),
+            "share_max": round(max(shares), 3)}
     return res
 
 

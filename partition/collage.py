@@ -37,6 +37,7 @@ from .constraints import check, filter_candidates, parse_constraints
 from .decision import decide_artifacts
 from .defaults import DEFAULT_SEARCH_BUDGET_S  # noqa: F401  (re-exported: the CLI reads it here)
 from .generate import generate
+from .measure.accuracy import is_accuracy_refusal
 from .measure.boundary import calibrate_boundary, calibrate_switches, crossing_s, switch_s
 from .measure.cache import CacheLocked, CostCache, host_fingerprint
 from .measure.hygiene import Window, quiet_before_search, search_conditions, store_plan
@@ -231,6 +232,22 @@ def _uncoalesced(first: FirstLevel):
     return plan if plan.signature() != first.plan.signature() else None
 
 
+def build_or_candidates(build, plan: Plan, fallback: Plan | None, say):
+    """(artifact, the plan built, why the kept one failed or None): `plan`, else the plan of
+    its measured candidates.  Coalescing joins neighbouring candidates on one library into a
+    partition nobody built, and a library can fail to compile it (OpenVINO 2026.4 on one of
+    ViT-B/16 QDQ's: its AddTransformation); each candidate of `fallback` was built and
+    measured.  Without a fallback the error is the caller's."""
+    try:
+        return build(plan), plan, None
+    except ProvmapError as e:
+        if fallback is None:
+            raise
+        say(f"the kept plan failed to build ({e}); building the plan of its measured "
+            "candidates instead")
+        return build(fallback), fallback, str(e)
+
+
 def _whole(res) -> dict:
     """backend -> the Estimate of its whole-model candidate (they cover node 0, so the search
     priced every one of them)."""
@@ -265,7 +282,7 @@ def _alternatives(space: SearchSpace, first: FirstLevel, opts: CollageOptions) -
         # closer.  So a whole model refused only for accuracy is measured too (a crash or
         # build failure stays out: it would run in this process).
         for b, e in sorted(_whole(first.dp).items()):
-            if not e.valid and e.reason.startswith("accuracy guard") \
+            if not e.valid and is_accuracy_refusal(e.reason) \
                     and f"single:{b}" not in alternatives:
                 alternatives[f"single:{b}"] = Plan(f"single:{b}", [PartitionSpec(
                     b, list(view.op_nodes), why=f"single:{b} (end-to-end check: the library "
@@ -306,22 +323,23 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
     alternatives = _alternatives(space, first, opts)
     built = {}
     blobs: dict = {}  # partitions built once, shared with the second level
+
+    def build(plan):
+        return build_artifact(space.view, plan, space.every, blobs=blobs)
+
     for label, p in alternatives.items():
         say(f"building {label} for the end-to-end check")
         try:
-            built[label] = build_artifact(space.view, p, space.every, blobs=blobs)
+            if label != "collage":
+                built[label] = build(p)
+                continue
+            fallback = None if first.cyclic else _uncoalesced(first)
+            built[label], alternatives[label], failed = build_or_candidates(build, p, fallback,
+                                                                            say)
+            if failed:
+                report.e2e_failed = {**(report.e2e_failed or {}), "collage (coalesced)": failed}
         except ProvmapError as e:
             report.e2e_failed = {**(report.e2e_failed or {}), label: str(e)}
-    if "collage" not in built and (fallback := _uncoalesced(first)) is not None:
-        # coalescing joins neighbouring candidates on one library into a partition nobody built
-        # (OpenVINO 2026.4 failed to compile one of ViT-B/16 QDQ's: its AddTransformation)
-        say(f"the searched plan failed to build ({report.e2e_failed['collage']}); measuring the "
-            "plan of its measured candidates instead")
-        try:
-            built["collage"] = build_artifact(space.view, fallback, space.every, blobs=blobs)
-            alternatives["collage"] = fallback
-        except ProvmapError as e:
-            report.e2e_failed["collage (uncoalesced)"] = str(e)
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report.e2e_failed['collage']}")
     d = decide_artifacts(built, say, rule=opts.rule, wait_s=opts.quiet_wait_s,

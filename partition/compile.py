@@ -53,18 +53,13 @@ def _collage_artifact(view: GraphView, res, backends: dict, progress) -> Artifac
     report = res.report.to_json()
     res.plan.info["collage"] = report
     if res.artifact is None:
-        plan = res.plan
-        try:
-            built = build_artifact(view, plan, res.backends or backends, progress=progress)
-        except ProvmapError as e:
-            if res.fallback is None:
-                raise
-            if progress:
-                progress(f"collage: the kept plan failed to build ({e}); building the plan of "
-                         "its measured candidates instead")
-            plan = res.fallback
-            plan.info = {**res.plan.info, **(plan.info or {}), "coalesced_build_failed": str(e)}
-            built = build_artifact(view, plan, res.backends or backends, progress=progress)
+        from .collage import build_or_candidates
+
+        built, plan, failed = build_or_candidates(
+            lambda p: build_artifact(view, p, res.backends or backends, progress=progress),
+            res.plan, res.fallback, lambda m: progress and progress(f"collage: {m}"))
+        if failed:
+            plan.info = {**res.plan.info, **(plan.info or {}), "coalesced_build_failed": failed}
         return with_schedule(built, plan.info.get("schedule"))
     art = res.artifact
     art.manifest["plan_info"] = {**(art.manifest.get("plan_info") or {}), "collage": report}

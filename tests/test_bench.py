@@ -487,19 +487,60 @@ def test_memory_scaling_reports_peak_over_weights_and_fits_the_growth():
     assert "(2.4x w; anon 0.2x)" in text and "(2.1x w; anon 0.1x)" in text
 
 
-def test_memory_scaling_puts_a_loaded_artifact_beside_the_librarys_own_session():
-    """The 1.3x line of issue 51: `run_ort` over `ort_session` in peak RSS and time, flagged
-    past it."""
+def test_memory_scaling_judges_a_loaded_artifact_against_the_librarys_own_session_in_passes(
+        monkeypatch):
+    """The 1.3x line of issue 51: `run_ort` over `ort_session` in peak RSS and time, in paired
+    passes whose order alternates, judged on the interval of the per-pass ratio (one pairing
+    once read x1.31 where five read x1.05); a failing step ends the passes with its error."""
     from provmap.bench import memory_scaling as ms
+
+    calls = []
+    times = {"own": iter([2.0, 2.1, 1.9, 2.0, 2.2, 2.0]),
+             "ours": iter([2.2, 2.2, 2.0, 2.3, 2.3, 2.1]), "slow": iter([3.0] * 6)}
+
+    def fake(argv, cwd):
+        calls.append(argv[0])
+        if argv[0] == "bad":
+            return {"s": 1.0, "peak_mb": 10, "rc": 1, "error": "no such artifact"}
+        return {"s": next(times[argv[0]]), "peak_mb": 1200 if argv[0] != "own" else 1000,
+                "rc": 0}
+
+    monkeypatch.setattr(ms, "measure", fake)
+    ok = ms.paired(["ours"], ["own"], ".", 6)
+    assert calls[:4] == ["ours", "own", "own", "ours"]  # the order alternates
+    assert ok["verdict"] == "within" and ok["memory"]["median"] == pytest.approx(1.2)
+    assert 1.0 < ok["time"]["low"] <= ok["time"]["median"] <= ok["time"]["high"] < 1.3
+    times["own"] = iter([2.0] * 7)
+    slow = ms.paired(["slow"], ["own"], ".", 6)
+    assert slow["verdict"] == "slower"
+    failed = ms.paired(["bad"], ["own"], ".", 6)
+    assert failed == {"error": "no such artifact", "passes": 0}
 
     def step(s, mb):
         return {"s": s, "peak_mb": mb, "peak_anon_mb": mb, "rc": 0}
 
-    points = [{"model": "a", "params": 1, "weight_bytes": 2 ** 30, "idle": step(1.0, 100),
-               "ort_session": step(2.0, 1000), "run_ort": step(2.2, 1200)},
-              {"model": "b", "params": 1, "weight_bytes": 2 ** 31, "idle": step(1.0, 100),
-               "ort_session": step(2.0, 1000), "run_ort": step(3.0, 1100)}]
+    points = [{"model": n, "params": 1, "weight_bytes": 2 ** 30, "idle": step(1.0, 100),
+               "ort_session": step(2.0, 1000), "run_ort": step(2.2, 1200),
+               "paired": {"run_ort": r}} for n, r in (("a", ok), ("b", slow), ("c", failed))]
     text = ms.markdown({"date": "d", "host": "h", "steps": ["idle", "ort_session", "run_ort"],
                         "points": points, "fit": {}})
-    assert "| a | memory x1.20, time x1.10 |" in text
-    assert "| b | memory x1.10, time x1.50 **over** |" in text
+    t = ok["time"]
+    assert (f"| a | memory x1.20, time x{t['median']:.2f} [{t['low']:.2f}, {t['high']:.2f}], "
+            "6 passes: within |") in text
+    assert "| b | memory x1.20, time x1.50 [1.50, 1.50], 6 passes: **slower** |" in text
+    assert "| c | failed after 0 passes: no such artifact |" in text
+
+def test_parallelism_summary_judges_windows_by_the_gauges_own_rule():
+    """`provmap bench parallelism`: probes every 0.1 s; a 10 s window where half the probes
+    found one CPU 1.5x slower is contended by the gauge's rule, an even one is not, and the
+    percentiles are the one helper's (runtime_module.backend.percentile)."""
+    from provmap.bench import parallelism as bp
+
+    even = [(i * 0.1, 1.05) for i in range(100)]
+    uneven = [(10 + i * 0.1, 1.5 if i % 2 else 1.05) for i in range(100)]
+    res = bp.summary(even + uneven, 10.0)
+    assert res["probes"] == 200 and res["uneven_share"] == 0.25
+    assert res["ratio"]["p50"] == 1.05 and res["ratio"]["max"] == 1.5
+    tens = res["windows_10s"]
+    assert tens["windows"] == 2 and tens["contended"] == 1 and tens["share_max"] == 0.5
+    assert "| 10" in bp.markdown(res) or "10 s" in bp.markdown(res)

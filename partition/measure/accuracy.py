@@ -93,6 +93,17 @@ def compare_outputs(outs: dict, refs: dict, atol: float, rtol: float, steps: dic
     return Verdict(worst, failure, failed_steps, quant_worst)
 
 
+#: the kind of every accuracy refusal (`refusal`): what the rest of provmap tests for
+REFUSAL_KIND = "accuracy guard:"
+
+
+def is_accuracy_refusal(reason: str) -> bool:
+    """A candidate refused because its outputs were too far from the reference's, not because
+    it crashed or failed to build: such a library alone is still the user's own baseline
+    (partition/collage.py), and such a cached verdict may be stale (`stale_refusal`)."""
+    return reason.startswith(REFUSAL_KIND)
+
+
 def refusal(v: Verdict, settings: dict, ref_name: str, quantized: bool) -> str:
     """Why a candidate is refused for accuracy, as explain and the search's counts read it
     (the text before the first ':' is the kind).  A quantized output says its worst difference
@@ -102,10 +113,10 @@ def refusal(v: Verdict, settings: dict, ref_name: str, quantized: bool) -> str:
     n = settings.get("quant_steps", DEFAULT_QUANT_STEPS)
     if v.steps is not None:
         k = f"{v.steps:.3g}"
-        return (f"accuracy guard: {k} quantization step{'' if k == '1' else 's'} apart > "
+        return (f"{REFUSAL_KIND} {k} quantization step{'' if k == '1' else 's'} apart > "
                 f"quant-steps {n} vs {ref_name} ({v.failure}; max abs err {v.err:.3g})")
     q = f"; quant-steps {n}" if quantized else ""
-    return (f"accuracy guard: max abs err {v.err:.3g} > tol (atol {settings['atol']:g}, rtol "
+    return (f"{REFUSAL_KIND} max abs err {v.err:.3g} > tol (atol {settings['atol']:g}, rtol "
             f"{settings['rtol']:g}{q}) vs {ref_name} ({v.failure})")
 
 
@@ -113,7 +124,7 @@ def stale_refusal(reason: str, quantized: bool) -> bool:
     """A cached accuracy refusal of a region with quantized outputs, decided before they were
     judged in steps: measured again rather than trusted (it left OpenVINO out of a QDQ
     ResNet-50's search for good)."""
-    return quantized and reason.startswith("accuracy guard:") and "quant" not in reason
+    return quantized and is_accuracy_refusal(reason) and "quant" not in reason
 
 
 class RefCache:

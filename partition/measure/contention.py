@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, field
 
 from provmap.provenance.util.errors import ProvmapError
 
+from .parallelism import Gauge
+
 OTHERS_MAX_CORES = 0.3
 STEAL_MAX_SHARE = 0.05
 LOAD_OVER_CORES = 1.0
@@ -278,8 +280,6 @@ def wait_for_quiet(max_wait_s: float = 10.0, probe_s: float = 0.5) -> Conditions
     the last probe's conditions.  A measurement that was contended is repeated after this.
     The window is judged by the counters and by the parallelism gauge, probed every
     `GAUGE_EVERY_S` in it (a CPU shared with a neighbour shows in neither /proc nor load)."""
-    from .parallelism import Gauge
-
     deadline = time.monotonic() + max_wait_s
     while True:
         w, gauge = Window(), Gauge()
