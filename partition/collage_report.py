@@ -46,6 +46,7 @@ class CollageReport:
     e2e_same_as_collage: list | None = None
     e2e_same: dict | None = None
     e2e_failed: dict | None = None
+    e2e_accuracy: dict | None = None        # distances; mixes refused (measure/plan_accuracy)
     e2e: dict | None = None                 # measured, winner, why, decision (+ note)
     level: str | None = None                # which level found the kept plan
     # -- the second level and after ------------------------------------------------------------

@@ -53,7 +53,7 @@ def _collage_artifact(view: GraphView, res, backends: dict, progress) -> Artifac
     report = res.report.to_json()
     res.plan.info["collage"] = report
     if res.artifact is None:
-        from .collage import build_or_candidates
+        from .end_to_end import build_or_candidates
 
         built, plan, failed = build_or_candidates(
             lambda p: build_artifact(view, p, res.backends or backends, progress=progress),

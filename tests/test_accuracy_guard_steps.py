@@ -244,3 +244,36 @@ def test_a_library_refused_for_accuracy_is_still_measured_whole_end_to_end(tmp_p
     assert info["estimated_ms"]["single:openvino"] is None  # refused as a candidate
     assert "single:openvino" in info["e2e"]["measured"] or "single:openvino" in \
         (info.get("e2e_same_as_collage") or []), info["e2e"]
+    acc = info["e2e_accuracy"]  # every plan measured whole was judged against ONNX Runtime
+    assert acc["reference"] == "onnxruntime" and "single:openvino" in acc["distances"]
+    ov = acc["distances"]["single:openvino"]
+    assert ov["steps"] and ov["distance"] >= 1  # in steps, on the check's own seeded inputs
+    bound = max(d["distance"] for d in acc["distances"].values())
+    for label in info["e2e"]["measured"]:  # a mix kept measured is no further than alone
+        assert acc["distances"][label]["distance"] <= bound
+
+
+def test_a_mixed_plan_further_than_its_libraries_alone_is_refused():
+    """The detector in QDQ: a mixed plan 91 steps from ONNX Runtime where OpenVINO alone is 86
+    (2026-11-29) is refused; one at 80 is not; one the guard's tolerance accepts never is; a
+    mix with a library not measured alone is not judged; a library alone never is."""
+    from types import SimpleNamespace
+
+    from provmap.partition.measure.plan_accuracy import further_than_alone
+
+    def art(*backends):
+        return SimpleNamespace(manifest={"partitions": [{"backend": b} for b in backends]})
+
+    def far(d, ok=False):
+        return {"distance": d, "steps": True, "ok": ok, "err": d * 0.1}
+
+    built = {"single:onnxruntime": art("onnxruntime"), "single:openvino": art("openvino"),
+             "single:openvino[threads=1]": art("openvino[threads=1]"),
+             "collage": art("onnxruntime", "openvino"), "greedy": art("openvino", "onnxruntime"),
+             "near": art("onnxruntime", "openvino[threads=1]"), "tvm mix": art("tvm", "openvino")}
+    dist = {"single:onnxruntime": far(0, True), "single:openvino": far(86),
+            "single:openvino[threads=1]": far(88), "collage": far(91), "greedy": far(80),
+            "near": far(120, ok=True), "tvm mix": far(500)}
+    refused = further_than_alone(built, dist)
+    assert list(refused) == ["collage"]
+    assert "91 quantization steps" in refused["collage"] and "at most 86" in refused["collage"]

@@ -138,7 +138,7 @@ def explain_artifact(manifest: dict) -> dict:
                            "measured_min_ms": {k: v.get("min_ms")
                                                for k, v in (e2e.get("measured") or {}).items()},
                            "same_as_collage": rep.e2e_same_as_collage,
-                           "decision": e2e.get("decision")},
+                           "decision": e2e.get("decision"), "accuracy": rep.e2e_accuracy},
             "second_level": rep.refine,
             "in_context": rep.in_context,
             "measured_on": rep.measured_on,
@@ -210,6 +210,7 @@ def explain_lines(x: dict) -> list[str]:
         lines.append(f"  kept {e['winner']}: {e['why']}")
         if e.get("note"):
             lines.append(f"  {e['note']}")
+        lines += _accuracy_lines(e.get("accuracy"))
     r2 = x.get("second_level")
     if r2:
         lines.append(f"second level (end-to-end measured changes to {r2['start']}): "
@@ -244,6 +245,25 @@ def explain_lines(x: dict) -> list[str]:
     if pm and pm.get("label"):
         lines.append(_predicted_line(pm))
     return lines + _measuring_section(x)
+
+
+def _accuracy_lines(acc: dict | None) -> list[str]:
+    """How far each plan measured whole was from the reference (partition/measure/
+    plan_accuracy.py), and the mixes refused for being further than their libraries alone."""
+    if not acc:
+        return []
+    if acc.get("skipped"):
+        return [f"  outputs not compared end to end: {acc['skipped']}"]
+
+    def far(d):
+        if d["distance"] is None:
+            return "no comparable output"
+        return f"{d['distance']:.3g} step(s)" if d["steps"] else f"max abs {d['distance']:.3g}"
+
+    lines = [f"  outputs against {acc['reference']} on the check's inputs: " + ", ".join(
+        f"{k} {far(d)}" for k, d in acc["distances"].items())]
+    lines += [f"  {k} refused: {why}" for k, why in (acc.get("refused") or {}).items()]
+    return lines
 
 
 def _predicted_line(pm: dict) -> str:
