@@ -231,6 +231,14 @@ def markdown(res: dict) -> str:
         + (" Gains and ratios re-derived from this run's own rows against the best single "
            "configuration (the run predates that baseline; its limit table keeps the best "
            "default backend)." if res.get("gains_derived") else "")]
+    if len(res.get("runs") or ()) > 1:  # `provmap bench report --merge`
+        lines += ["", f"One record of {len(res['runs'])} runs of this step on this host, with "
+                  "the same versions, each a subset of models (a long run split so one model's "
+                  "failure loses no other's): " + "; ".join(
+                      f"{', '.join(Path(m).stem for m in run['models'])} started "
+                      f"{run['started']}, "
+                      f"{_f((run['duration_s'] or 0) / 60, '{:.1f}')} min" for run in res["runs"])
+                  + "."]
     lines += gains_table(res)
     rows = []
     for r in res["rows"]:
@@ -412,6 +420,37 @@ def update_readme(readme: str | os.PathLike, res: dict, record: str) -> None:
     write_bytes_atomic(path, (head + body + tail).encode())
 
 
+#: a latency record's per-model lists: a merged record holds each run's
+_PER_MODEL = ("rows", "search", "artifacts", "container", "headroom", "gains", "provenance")
+
+
+def merge(records: list[dict], names: list[str]) -> dict:
+    """One latency record from runs of the same step on one host with the same versions, each
+    a subset of models (a long run split so one model's failure loses no other's): the
+    per-model lists joined, each run's start, duration and models kept under `runs`.  Runs
+    that differ in host or versions are no one record: refused, naming the file."""
+    from provmap.provenance.util.errors import ProvmapError
+
+    first = records[0]
+    for r, name in zip(records[1:], names[1:]):
+        for k in ("host", "versions"):
+            a, b = (first.get("record") or {}).get(k), (r.get("record") or {}).get(k)
+            if a != b:
+                raise ProvmapError(f"{name}: record.{k} {b!r} differs from {names[0]}'s {a!r}: "
+                                   "not one record")
+    out = {k: v for k, v in first.items() if k not in _PER_MODEL}
+    for k in _PER_MODEL:
+        parts = [r.get(k) for r in records if r.get(k) is not None]
+        out[k] = [x for p in parts for x in p] if parts else first.get(k)
+    out["options"] = {**first["options"], "models": [m for r in records
+                                                     for m in r["options"]["models"]]}
+    out["runs"] = [run for r in records for run in (r.get("runs") or [{
+        "started": r.get("started"), "duration_s": r.get("duration_s"),
+        "models": r["options"]["models"]}])]
+    out["duration_s"] = sum(run["duration_s"] or 0 for run in out["runs"])
+    return out
+
+
 def main(argv=None) -> int:
     """`provmap bench report RECORD.json [FILE.md]`: re-render a latency record's tables (its .md
     and .png beside it; the JSON is left as it was measured) and FILE.md's, e.g.
@@ -423,9 +462,15 @@ def main(argv=None) -> int:
     ap = parser("report", main.__doc__, output=None)
     ap.add_argument("record", help="a latency record's .json (or a directory with results.json)")
     ap.add_argument("readme", nargs="?", help="a markdown file with provmap-bench markers")
+    ap.add_argument("--merge", nargs="+", metavar="RECORD", default=None,
+                    help="first write RECORD (the positional one) as one record of these runs "
+                         "of the same step and host, each a subset of models")
     a = ap.parse_args(argv)
     src = Path(a.record)
     src = src / "results.json" if src.is_dir() else src
+    if a.merge:
+        res = merge([json.loads(Path(m).read_text()) for m in a.merge], a.merge)
+        write_bytes_atomic(src, json.dumps(res, indent=1, default=str).encode())
     res = json.loads(src.read_text())
     text = markdown(res) + (footer(res["record"]) if "record" in res else "")
     write_bytes_atomic(src.with_suffix(".md"), text.encode())

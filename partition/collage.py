@@ -239,7 +239,8 @@ def second_level(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, opts: Col
                  dp_plan=None if first.cyclic else first.plan, cuts=space.cuts,
                  budget_s=opts.refine_budget_s, rule=opts.rule, blobs=e2e.blobs,
                  wait_s=opts.quiet_wait_s, accept_contended=opts.accept_contended,
-                 progress=say, suggestions=suggestions_from(first.dp.estimates))
+                 progress=say, suggestions=suggestions_from(first.dp.estimates),
+                 accuracy=e2e.accuracy)
     first.phases["refine"] = ref.conditions
     n_kept = sum(1 for t in ref.trail if t.get("status") == "kept")
     first.report.refine = {"start": e2e.winner, "budget_s": opts.refine_budget_s,

@@ -78,6 +78,7 @@ class EndToEnd:
     blobs: dict                     # partitions built once, shared with the second level
     built: dict = field(default_factory=dict)  # label -> artifact, every alternative measured
     plans: dict = field(default_factory=dict)  # label -> plan, of those alternatives
+    accuracy: object = None         # measure/plan_accuracy.PlanAccuracy, or None (no reference)
 
 
 @dataclass

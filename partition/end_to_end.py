@@ -18,7 +18,7 @@ from provmap.runtime_module.plan import Plan, PartitionSpec, order_plan
 from .collage_types import CollageOptions, EndToEnd, FirstLevel, SearchSpace
 from .decision import decide_artifacts
 from .measure.accuracy import is_accuracy_refusal
-from .measure.plan_accuracy import REFERENCE, distances, further_than_alone, to_json
+from .measure.plan_accuracy import PlanAccuracy
 from .strategies import greedy as greedy_plan
 
 
@@ -139,7 +139,7 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
             report.e2e_failed = {**(report.e2e_failed or {}), label: str(e)}
     if "collage" not in built:
         raise ProvmapError(f"collage: the chosen plan failed to build: {report.e2e_failed['collage']}")
-    _refuse_further_mixes(space, built, report, say)
+    judge = _refuse_further_mixes(space, built, report, say)
     d = decide_artifacts(built, say, rule=opts.rule, wait_s=opts.quiet_wait_s,
                          accept_contended=opts.accept_contended, what="end-to-end check")
     phases["e2e"] = d.conditions()
@@ -158,23 +158,24 @@ def end_to_end(space: SearchSpace, first: FirstLevel, opts: CollageOptions, say)
                               "measurement (isolated costs do not add up)")
     report.level = "first" if winner == "collage" else f"end-to-end check ({winner})"
     return EndToEnd(winner, chosen_plan, built[winner], blobs, built,
-                    {k: order_plan(space.view, alternatives[k]) for k in built})
+                    {k: order_plan(space.view, alternatives[k]) for k in built}, judge)
 
 
-def _refuse_further_mixes(space: SearchSpace, built: dict, report, say) -> None:
+def _refuse_further_mixes(space: SearchSpace, built: dict, report, say):
     """Drop from `built` each mixed plan further from the reference than the libraries it mixes
     are alone (measure/plan_accuracy.py); a library alone is never dropped.  The distances are
-    recorded whenever two plans are measured: explain says how far each is from the reference."""
+    recorded whenever two plans are measured: explain says how far each is from the reference.
+    Returns the judge, for the second level's proposals (None: no reference)."""
     if len(built) < 2:
-        return
+        return None
     try:
-        dist = distances(built, space.view.model)
+        judge = PlanAccuracy(built, space.view.model)
     except Exception as e:  # noqa: BLE001 - no reference, no verdict: the plans stay measured
         report.e2e_accuracy = {"skipped": f"{type(e).__name__}: {e}"[:500]}
-        return
-    refused = further_than_alone(built, dist)
-    report.e2e_accuracy = {"reference": REFERENCE, "distances": to_json(dist),
-                           "refused": refused}
+        return None
+    refused = judge.refusals(built)
+    report.e2e_accuracy = judge.to_json(refused)
     for label, why in refused.items():
         say(f"{label} refused for the end-to-end check: {why}")
         del built[label]
+    return judge

@@ -244,13 +244,15 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
            dp_plan: Plan | None = None, cuts: frozenset = frozenset(),
            budget_s: float | None = 60.0, rule: Rule = RULE, wait_s: float = 120.0,
            accept_contended: bool = False, blobs: dict | None = None, progress=None,
-           suggestions: list | None = None) -> RefineResult:
+           suggestions: list | None = None, accuracy=None) -> RefineResult:
     """Improve `plan` (already built as `artifact`) by end-to-end measured local changes.
 
     Returns the kept plan, its artifact, and the trail: one entry per proposal considered, with
     what it changed, the measured medians and minimums of incumbent and proposal, and whether
     it was kept and why.  Each proposal is decided against the incumbent by the one
-    comparison procedure (partition/decision.py)."""
+    comparison procedure (partition/decision.py); `accuracy` (measure/plan_accuracy.py) refuses
+    first a mix further from the reference than its libraries alone, as the end-to-end check
+    does."""
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
     blobs = {} if blobs is None else blobs
@@ -282,6 +284,12 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
             except ProvmapError as e:
                 entry.update(status="build failed", reason=str(e))
                 trail.append(entry)
+                continue
+            why = accuracy.refusal(art) if accuracy is not None else None
+            if why:
+                entry.update(status="refused for accuracy", reason=why)
+                trail.append(entry)
+                say(f"refine: refused for accuracy: {why}")
                 continue
             d = decide_artifacts({"incumbent": inc_art, "proposal": art}, rule=rule,
                                  wait_s=wait_s, accept_contended=accept_contended,

@@ -257,23 +257,16 @@ def test_a_mixed_plan_further_than_its_libraries_alone_is_refused():
     """The detector in QDQ: a mixed plan 91 steps from ONNX Runtime where OpenVINO alone is 86
     (2026-11-29) is refused; one at 80 is not; one the guard's tolerance accepts never is; a
     mix with a library not measured alone is not judged; a library alone never is."""
-    from types import SimpleNamespace
-
     from provmap.partition.measure.plan_accuracy import further_than_alone
-
-    def art(*backends):
-        return SimpleNamespace(manifest={"partitions": [{"backend": b} for b in backends]})
 
     def far(d, ok=False):
         return {"distance": d, "steps": True, "ok": ok, "err": d * 0.1}
 
-    built = {"single:onnxruntime": art("onnxruntime"), "single:openvino": art("openvino"),
-             "single:openvino[threads=1]": art("openvino[threads=1]"),
-             "collage": art("onnxruntime", "openvino"), "greedy": art("openvino", "onnxruntime"),
-             "near": art("onnxruntime", "openvino[threads=1]"), "tvm mix": art("tvm", "openvino")}
-    dist = {"single:onnxruntime": far(0, True), "single:openvino": far(86),
-            "single:openvino[threads=1]": far(88), "collage": far(91), "greedy": far(80),
-            "near": far(120, ok=True), "tvm mix": far(500)}
-    refused = further_than_alone(built, dist)
-    assert list(refused) == ["collage"]
-    assert "91 quantization steps" in refused["collage"] and "at most 86" in refused["collage"]
+    alone = {"onnxruntime": 0.0, "openvino": 86.0}
+    mix = frozenset({"onnxruntime", "openvino"})
+    why = further_than_alone(mix, far(91), alone)
+    assert "91 quantization steps" in why and "at most 86" in why
+    assert further_than_alone(mix, far(80), alone) is None
+    assert further_than_alone(mix, far(120, ok=True), alone) is None
+    assert further_than_alone(frozenset({"tvm", "openvino"}), far(500), alone) is None
+    assert further_than_alone(frozenset({"openvino"}), far(500), alone) is None

@@ -544,3 +544,26 @@ def test_parallelism_summary_judges_windows_by_the_gauges_own_rule():
     tens = res["windows_10s"]
     assert tens["windows"] == 2 and tens["contended"] == 1 and tens["share_max"] == 0.5
     assert "| 10" in bp.markdown(res) or "10 s" in bp.markdown(res)
+
+
+def test_bench_report_merges_runs_of_one_step_and_host_into_one_record():
+    """A long latency run split by model is still one record (README cites one): the rows
+    joined, each run's start, duration and models kept; runs with other versions refused."""
+    from provmap.bench.report import merge
+    from provmap.provenance.util.errors import ProvmapError
+
+    def run(model, started, openvino="2026.4.1"):
+        rec = {"host": "h", "versions": {"openvino": openvino}}
+        return {"record": rec, "started": started, "duration_s": 600.0,
+                "options": {"models": [f"/m/{model}.onnx"], "repeats": 30},
+                "rows": [{"model": model}], "search": [{"model": model}], "gains": [],
+                "headroom": None}
+
+    m = merge([run("a", "t1"), run("b", "t2")], ["a.json", "b.json"])
+    assert [r["model"] for r in m["rows"]] == ["a", "b"] and m["duration_s"] == 1200.0
+    assert [r["started"] for r in m["runs"]] == ["t1", "t2"] and m["options"]["repeats"] == 30
+    assert m["options"]["models"] == ["/m/a.onnx", "/m/b.onnx"] and m["headroom"] is None
+    again = merge([m, run("c", "t3")], ["m.json", "c.json"])  # a merged record merges on
+    assert [r["started"] for r in again["runs"]] == ["t1", "t2", "t3"]
+    with pytest.raises(ProvmapError, match="c.json: record.versions"):
+        merge([m, run("c", "t3", openvino="2025.1")], ["m.json", "c.json"])

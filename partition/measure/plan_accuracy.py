@@ -34,63 +34,91 @@ def libraries(manifest: dict) -> frozenset:
     return frozenset(parse_variant(p["backend"])[0] for p in manifest["partitions"])
 
 
-def distances(built: dict, model, point: str = "opt") -> dict[str, dict]:
-    """label -> {"distance", "steps" (bool), "ok" (the guard's tolerance), "err"}: each built
-    artifact's outputs on the same seeded inputs against ONNX Runtime's on the whole model."""
+def _outputs(art, point: str, feeds=None):
+    """(outputs, feeds) of a built artifact on seeded inputs (its own, unless given)."""
     from provmap.runtime_module.module import ArtifactModule
 
-    outs, feeds = {}, None
-    for label, art in built.items():
-        mod = ArtifactModule(art, trust=True)  # built by this process
-        try:
-            feeds = feeds if feeds is not None else mod.random_inputs(0, point)
-            outs[label] = mod.run(feeds)
-        finally:
-            mod.close()
-    ref_label = next((k for k, a in built.items()
-                      if len(a.manifest["partitions"]) == 1
-                      and a.manifest["partitions"][0]["backend"] == REFERENCE), None)
-    ref = outs[ref_label] if ref_label else ort_run(model, feeds)
-    steps = with_envelope(grid_steps(model), envelope_or_none(model, feeds))
-    res = {}
-    for label, got in outs.items():
-        v = compare_outputs(got, ref, ATOL, RTOL, steps, DEFAULT_QUANT_STEPS)
+    mod = ArtifactModule(art, trust=True)  # built by this process
+    try:
+        feeds = feeds if feeds is not None else mod.random_inputs(0, point)
+        return mod.run(feeds), feeds
+    finally:
+        mod.close()
+
+
+class PlanAccuracy:
+    """The reference's outputs on one set of seeded inputs, and each library's distance alone:
+    what judges every plan measured whole, the end-to-end check's (partition/end_to_end.py)
+    and the second level's proposals (partition/refine.py) alike."""
+
+    def __init__(self, built: dict, model, point: str = "opt"):
+        self.point, self.model = point, model
+        outs, feeds = {}, None
+        for label, art in built.items():
+            outs[label], feeds = _outputs(art, point, feeds)
+        self.feeds = feeds
+        ref_label = next((k for k, a in built.items() if _alone(a.manifest) == REFERENCE), None)
+        self.ref = outs[ref_label] if ref_label else ort_run(model, feeds)
+        self.steps = with_envelope(grid_steps(model), envelope_or_none(model, feeds))
+        self.distances = {k: self._distance(o) for k, o in outs.items()}
+        self.alone: dict[str, float] = {REFERENCE: 0.0}  # a library's nearest whole model
+        for label, art in built.items():
+            lib = _alone(art.manifest)
+            if lib is not None:
+                self.alone[lib] = min(self.alone.get(lib, math.inf),
+                                      self.distances[label]["distance"])
+
+    def _distance(self, got: dict) -> dict:
+        v = compare_outputs(got, self.ref, ATOL, RTOL, self.steps, DEFAULT_QUANT_STEPS)
         d = v.quant_worst if v.quant_worst is not None else v.err
-        res[label] = {"distance": d, "steps": v.quant_worst is not None, "ok": not v.failure,
-                      "err": v.err}
-    return res
+        return {"distance": d, "steps": v.quant_worst is not None, "ok": not v.failure,
+                "err": v.err}
 
-
-def to_json(dist: dict) -> dict:
-    """The distances as a report keeps them: rounded, and a NaN or infinite one (an output
-    missing, NaN where the reference has none) as None, which a manifest can hold."""
-    def num(x):
-        return round(float(x), 6) if math.isfinite(x) else None
-
-    return {k: {**v, "distance": num(v["distance"]), "err": num(v["err"])}
-            for k, v in dist.items()}
-
-
-def further_than_alone(built: dict, dist: dict) -> dict[str, str]:
-    """label -> why, for each plan mixing libraries that the guard's tolerance refuses and that
-    sits further from the reference than every library it mixes does alone.  A library alone
-    is the nearest of its whole-model plans built here (its variants included); the reference
-    library alone is at distance 0.  A mix with a library not measured alone is not judged."""
-    alone: dict[str, float] = {REFERENCE: 0.0}
-    for label, art in built.items():
+    def refusal(self, art, dist: dict | None = None) -> str | None:
+        """Why the plan of `art` is refused (`further_than_alone`), or None; its outputs are
+        computed only for a mix this judge can bound."""
         libs = libraries(art.manifest)
-        if len(art.manifest["partitions"]) == 1 and label in dist:
-            (lib,) = libs
-            alone[lib] = min(alone.get(lib, float("inf")), dist[label]["distance"])
-    out = {}
-    for label, art in built.items():
-        libs, d = libraries(art.manifest), dist.get(label)
-        if len(libs) < 2 or d is None or d["ok"] or not libs <= set(alone):
-            continue
-        bound = max(alone[lib] for lib in libs)
-        if d["distance"] > bound:
-            unit = " quantization steps" if d["steps"] else ""
-            out[label] = (f"{d['distance']:.3g}{unit} from {REFERENCE} at the outputs, further "
-                          f"than any library it mixes alone ({', '.join(sorted(libs))}: at most "
-                          f"{bound:.3g})")
-    return out
+        if len(libs) < 2 or not libs <= set(self.alone):
+            return None
+        return further_than_alone(libs, dist or self._distance(
+            _outputs(art, self.point, self.feeds)[0]), self.alone)
+
+    def refusals(self, built: dict) -> dict[str, str]:
+        """label -> why, over the plans this judge was made from."""
+        out = {}
+        for label, art in built.items():
+            why = self.refusal(art, self.distances[label])
+            if why:
+                out[label] = why
+        return out
+
+    def to_json(self, refused: dict) -> dict:
+        """What the report keeps: rounded, and a NaN or infinite distance (an output missing,
+        NaN where the reference has none) as None, which a manifest can hold."""
+        def num(x):
+            return round(float(x), 6) if math.isfinite(x) else None
+
+        return {"reference": REFERENCE, "refused": refused,
+                "distances": {k: {**v, "distance": num(v["distance"]), "err": num(v["err"])}
+                              for k, v in self.distances.items()}}
+
+
+def further_than_alone(libs: frozenset, d: dict, alone: dict) -> str | None:
+    """The rule: a plan on `libs` at distance `d` is refused when it mixes libraries, the
+    guard's tolerance refuses its outputs, and it is further from the reference than every
+    library it mixes is alone (`alone`: library -> its distance).  A mix with a library not
+    measured alone is not judged."""
+    if len(libs) < 2 or d["ok"] or not libs <= set(alone):
+        return None
+    bound = max(alone[lib] for lib in libs)
+    if d["distance"] <= bound:
+        return None
+    unit = " quantization steps" if d["steps"] else ""
+    return (f"{d['distance']:.3g}{unit} from {REFERENCE} at the outputs, further than any "
+            f"library it mixes alone ({', '.join(sorted(libs))}: at most {bound:.3g})")
+
+
+def _alone(manifest: dict) -> str | None:
+    """The library of a one-library plan, else None."""
+    libs = libraries(manifest)
+    return next(iter(libs)) if len(libs) == 1 else None
