@@ -226,7 +226,8 @@ def markdown(res: dict) -> str:
         + f"{h.get('cpus')} CPUs "
         f"({h.get('platform')}); TVM {v.get('tvm')}, ONNX Runtime {v.get('onnxruntime')}, "
         f"OpenVINO {v.get('openvino')}, Python {v.get('python')}; "
-        f"run took {_f((res.get('duration_s') or 0) / 60, '{:.1f}')} min"
+        + ("runs took" if len(res.get("runs") or ()) > 1 else "run took")
+        + f" {_f((res.get('duration_s') or 0) / 60, '{:.1f}')} min"
         + (" (--quick)" if res["options"].get("quick") else "") + "."
         + (" Gains and ratios re-derived from this run's own rows against the best single "
            "configuration (the run predates that baseline; its limit table keeps the best "
