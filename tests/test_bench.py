@@ -549,7 +549,7 @@ def test_parallelism_summary_judges_windows_by_the_gauges_own_rule():
 def test_bench_report_merges_runs_of_one_step_and_host_into_one_record():
     """A long latency run split by model is still one record (README cites one): the rows
     joined, each run's start, duration and models kept; runs with other versions refused."""
-    from provmap.bench.report import merge
+    from provmap.bench.record_docs import merge
     from provmap.provenance.util.errors import ProvmapError
 
     def run(model, started, openvino="2026.4.1"):
