@@ -8,12 +8,9 @@ output is quantized, and marks a row the guard would have refused."""
 
 from __future__ import annotations
 
-from provmap.partition.measure.accuracy import compare_outputs
+from provmap.partition.measure.accuracy import ATOL, RTOL, compare_outputs
 from provmap.partition.measure.dynamic_envelope import with_envelope
 from provmap.partition.measure.quant_steps import DEFAULT_QUANT_STEPS, grid_steps
-
-#: The accuracy guard's defaults (MeasuredEstimator): the same verdict the search would give.
-ATOL, RTOL = 1e-4, 1e-3
 
 
 def output_err(model, got: dict, ref: dict, envelope: dict | None = None) -> dict:

@@ -86,24 +86,18 @@ def points_report(kept, alternatives: dict, profile, repeats: int = 10,
 
 def _agreement(arts: dict, point: str, steps: dict | None) -> dict:
     """{alternative: {"err", "ok"}}: the kept artifact's outputs against each alternative's on
-    the point's seeded inputs, by the accuracy guard's rule (atol 1e-4, rtol 1e-3, quantized
-    outputs in steps)."""
-    from provmap.runtime_module.module import ArtifactModule
-
-    from .measure.accuracy import compare_outputs
+    the point's seeded inputs, by the accuracy guard's rule (its ATOL/RTOL, quantized outputs in
+    steps)."""
+    from .measure.accuracy import ATOL, RTOL, compare_outputs
+    from .measure.plan_accuracy import outputs as run_outputs
 
     outs, feeds = {}, None
     for k, art in arts.items():
-        mod = ArtifactModule(art, trust=True)  # built by this process
-        try:
-            feeds = feeds if feeds is not None else mod.random_inputs(0, point)
-            outs[k] = mod.run(feeds)
-        finally:
-            mod.close()
+        outs[k], feeds = run_outputs(art, point, feeds)
     res = {}
     for k, ref in outs.items():
         if k != "kept":
-            v = compare_outputs(outs["kept"], ref, atol=1e-4, rtol=1e-3, steps=steps)
+            v = compare_outputs(outs["kept"], ref, ATOL, RTOL, steps)
             res[k] = {"err": v.err, "ok": not v.failure}
     return res
 

@@ -247,7 +247,9 @@ def test_a_library_refused_for_accuracy_is_still_measured_whole_end_to_end(tmp_p
     acc = info["e2e_accuracy"]  # every plan measured whole was judged against ONNX Runtime
     assert acc["reference"] == "onnxruntime" and "single:openvino" in acc["distances"]
     ov = acc["distances"]["single:openvino"]
-    assert ov["steps"] and ov["distance"] >= 1  # in steps, on the check's own seeded inputs
+    # in steps, on the check's own seeded inputs: one step or more, float rounding aside (an AVX2
+    # host's OpenVINO gave 0.999999)
+    assert ov["steps"] and ov["distance"] >= 1 - STEP_EPSILON
     bound = max(d["distance"] for d in acc["distances"].values())
     for label in info["e2e"]["measured"]:  # a mix kept measured is no further than alone
         assert acc["distances"][label]["distance"] <= bound

@@ -19,6 +19,12 @@ import numpy as np
 
 from .quant_steps import DEFAULT_QUANT_STEPS, in_steps, step_unit, steps_bound
 
+#: the guard's float tolerances, the one home for every caller that judges outputs as the search
+#: does (MeasuredEstimator's defaults, the plan judge, a profile's agreement, bench's err column):
+#: onnx's runner uses rtol 1e-3 too; atol 1e-4 since a float32 sum over thousands of terms
+#: legitimately differs at 1e-5 between libraries' reduction orders
+ATOL, RTOL = 1e-4, 1e-3
+
 
 def make_inputs(specs, key: str) -> dict[str, np.ndarray]:
     """Deterministic inputs for a region: standard normal floats, zero ints/bools, seeded by key."""

@@ -59,7 +59,7 @@ from provmap.provenance.util.errors import ProvmapError, first_line
 from provmap.provenance.weights import serialize
 from provmap.runtime_module.backend import Backend
 
-from .accuracy import RefCache, stale_refusal
+from .accuracy import ATOL, RTOL, RefCache, stale_refusal
 from .dynamic_envelope import region_dynamic
 from .quant_steps import DEFAULT_QUANT_STEPS, region_steps
 from .cache import CostCache, backend_identity
@@ -99,7 +99,7 @@ class MeasuredEstimator(CostEstimator):
 
     def __init__(self, backends: Mapping[str, Backend], cache: CostCache | None = None,
                  warmup: int = 2, repeats: int = 10, min_time_s: float = 0.05,
-                 max_time_s: float | None = 0.5, check_accuracy: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
+                 max_time_s: float | None = 0.5, check_accuracy: bool = True, atol: float = ATOL, rtol: float = RTOL,
                  quant_steps: int = DEFAULT_QUANT_STEPS,
                  reference: str | Backend | None = "onnxruntime", isolate: bool = True,
                  progress: Callable[[int, int, float], None] | None = None,

@@ -20,12 +20,10 @@ import math
 
 from provmap.runtime_module.registry import parse_variant
 
-from .accuracy import compare_outputs
+from .accuracy import ATOL, RTOL, compare_outputs
 from .dynamic_envelope import envelope_or_none, ort_run, with_envelope
 from .quant_steps import DEFAULT_QUANT_STEPS, grid_steps
 
-#: the guard's defaults (MeasuredEstimator): the same tolerance the search gave each region
-ATOL, RTOL = 1e-4, 1e-3
 REFERENCE = "onnxruntime"
 
 
@@ -34,7 +32,7 @@ def libraries(manifest: dict) -> frozenset:
     return frozenset(parse_variant(p["backend"])[0] for p in manifest["partitions"])
 
 
-def _outputs(art, point: str, feeds=None):
+def outputs(art, point: str, feeds=None):
     """(outputs, feeds) of a built artifact on seeded inputs (its own, unless given)."""
     from provmap.runtime_module.module import ArtifactModule
 
@@ -55,7 +53,7 @@ class PlanAccuracy:
         self.point, self.model = point, model
         outs, feeds = {}, None
         for label, art in built.items():
-            outs[label], feeds = _outputs(art, point, feeds)
+            outs[label], feeds = outputs(art, point, feeds)
         self.feeds = feeds
         ref_label = next((k for k, a in built.items() if _alone(a.manifest) == REFERENCE), None)
         self.ref = outs[ref_label] if ref_label else ort_run(model, feeds)
@@ -81,7 +79,7 @@ class PlanAccuracy:
         if len(libs) < 2 or not libs <= set(self.alone):
             return None
         return further_than_alone(libs, dist or self._distance(
-            _outputs(art, self.point, self.feeds)[0]), self.alone)
+            outputs(art, self.point, self.feeds)[0]), self.alone)
 
     def refusals(self, built: dict) -> dict[str, str]:
         """label -> why, over the plans this judge was made from."""
