@@ -49,7 +49,7 @@ from .refine import refine, suggestions_from, supported_fn
 from .region_alternatives import region_alternatives
 from .schedule_search import search_schedules
 from .search import coalesce, search
-from .variants import e2e_variants
+from .variants import DEFAULT_VARIANTS, e2e_variants, model_variants
 
 
 def search_space(view: GraphView, backends: dict[str, Backend], opts: CollageOptions,
@@ -79,7 +79,9 @@ def search_space(view: GraphView, backends: dict[str, Backend], opts: CollageOpt
         say(f"{e}; searching without it (nothing is read from or saved to it this time)")
         cache = CostCache(":memory:", host=host)
     # Constraints name backends; a variant of a pinned or forbidden one is not tried.
-    variants = (e2e_variants(backends, opts.e2e_variants)
+    specs = (opts.e2e_variants if opts.e2e_variants is not None
+             else DEFAULT_VARIANTS + model_variants(backends, view.model))
+    variants = (e2e_variants(backends, specs)
                 if opts.e2e_check and pool is None and not cons else {})
     # --research (reuse_plan=False) skips the stored plan but still stores what it keeps.
     plan_keys = plan_cache_keys(view, backends, opts) if opts.e2e_check and pool is None else None

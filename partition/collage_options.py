@@ -30,8 +30,10 @@ class CollageOptions:
     rule: Rule = RULE
     # Options tried as whole-partition variants of each searched backend, in the end-to-end
     # check (single plans) and the second level (moves), not priced by the first level; see
-    # e2e_variants.  (): none.
-    e2e_variants: tuple = ("threads=1",)
+    # e2e_variants.  (): none.  None: DEFAULT_VARIANTS plus the settings each searched library
+    # suggests for this model (Backend.model_variants: ORT's disable_quant_qdq=1 where a
+    # constant is dequantized), since a user of that library would set them.
+    e2e_variants: tuple | None = None
     isolate: bool = True
     measure_budget_s: float | None = DEFAULT_SEARCH_BUDGET_S  # MeasuredEstimator.budget_s
     refine_budget_s: float | None = 60.0  # second level (partition/refine.py); 0: off, None: no

@@ -9,6 +9,10 @@ from provmap.runtime_module.registry import (available_backends, get_backend, op
                                              parse_variant, with_options)
 
 
+#: tried on every model: a thread count is the option a user of either library sets first
+DEFAULT_VARIANTS = ("threads=1",)
+
+
 def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Backend]]:
     """{variant name: (searched backend it derives from, backend)} for each spec ("threads=1",
     "performance_hint=THROUGHPUT;threads=2") and each searched backend that takes those options
@@ -35,6 +39,13 @@ def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Ba
             rest = {k: v for k, v in be.options().items() if k not in own and k not in extra}
             out[vname] = (name, get_backend(vname, **rest))
     return out
+
+
+def model_variants(backends: dict[str, Backend], model) -> tuple[str, ...]:
+    """The variant specs the searched libraries suggest for `model` (Backend.model_variants),
+    each once, in the backends' order."""
+    specs = [spec for be in backends.values() for spec in be.model_variants(model)]
+    return tuple(dict.fromkeys(specs))
 
 
 def variant_options(spec: str, known, searched: bool = True) -> dict:

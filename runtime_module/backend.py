@@ -237,6 +237,13 @@ class Backend(ABC):
         return None
 
     @classmethod
+    def model_variants(cls, model) -> list[str]:
+        """Option settings ("OPTION=VALUE") worth trying as whole-model variants on `model`
+        because of what it holds, beside the ones tried on every model (a thread count): a
+        user of this library would set them for such a model.  None by default."""
+        return []
+
+    @classmethod
     def host_problem(cls, options: dict) -> str | None:
         """None when this machine can honour `options` as given, else why not (e.g. a
         precision the CPU lacks, which a library would replace without a word)."""

@@ -87,3 +87,61 @@ def test_supports_function_ops_via_their_body(backend):
     (y,) = backend.load(blob)([x])
     np.testing.assert_allclose(y, x * np.clip(x / 6 + 0.5, 0, 1), rtol=1e-6, atol=1e-6)
     assert_covered(sub, blob, "ort-node")
+
+
+def _tied_weight_model(quantized: bool = True):
+    """GPT-2's LM head after quantize_dynamic, small: the embedding table is int8 (shared with a
+    Gather), and the head dequantizes its Transpose, a constant subexpression."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    w = rng.integers(-100, 100, (6, 4)).astype(np.int8)
+    inits = [nh.from_array(w if quantized else w.astype(np.float32), "wte"),
+             nh.from_array(np.array(0.05, np.float32), "scale"),
+             nh.from_array(np.array(0, np.int8), "zp")]
+    nodes = [helper.make_node("Transpose", ["wte"], ["wte_t"], perm=[1, 0])]
+    if quantized:
+        nodes.append(helper.make_node("DequantizeLinear", ["wte_t", "scale", "zp"], ["head"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["wte_t"], ["head"]))
+    nodes.append(helper.make_node("MatMul", ["x", "head"], ["y"]))
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 8, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 8, 6])], inits)
+    return onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_disable_quant_qdq_is_suggested_where_a_constant_is_dequantized_and_folds_it():
+    """A model that dequantizes a constant (through a Transpose) gets ORT's
+    disable_quant_qdq=1 suggested as a whole-model variant, for Collage's end-to-end check and
+    bench's baseline alike; a float model does not.  With it the DequantizeLinear is folded at
+    load (a plain MatMul on constant weights runs; without it ORT 1.32 keeps the Dequantize or
+    fuses it into MatMulNBits, by shape, which may quantize the activations too: 0.2% off
+    here) and the outputs are the float computation's."""
+    from onnx import numpy_helper as nh
+
+    from provmap.bench.baseline import config_strategies
+    from provmap.partition.variants import e2e_variants, model_variants
+
+    model = _tied_weight_model()
+    assert OnnxRuntimeBackend.model_variants(model) == ["disable_quant_qdq=1"]
+    assert OnnxRuntimeBackend.model_variants(_tied_weight_model(quantized=False)) == []
+    searched = {"onnxruntime": get_backend("onnxruntime"), "openvino": get_backend("openvino")}
+    specs = ("threads=1",) + model_variants(searched, model)
+    assert "onnxruntime[disable_quant_qdq=1]" in e2e_variants(searched, specs)
+    assert "openvino[disable_quant_qdq=1]" not in e2e_variants(searched, specs)
+    assert "single:onnxruntime[disable_quant_qdq=1]" in config_strategies(
+        ["onnxruntime", "openvino"], model=model)
+    assert not any("disable_quant_qdq" in s for s in config_strategies(
+        ["onnxruntime"], model=_tied_weight_model(quantized=False)))
+
+    view = GraphView(import_onnx(model))
+    sub = Subgraph(view, view.op_nodes)
+    x = np.random.default_rng(1).standard_normal((1, 8, 4)).astype(np.float32)
+    be = get_backend("onnxruntime[disable_quant_qdq=1]")
+    blob = be.build(sub)
+    assert {k.op for k in blob.kernels} == {"MatMul"}, blob.kernels
+    w = nh.to_array(next(t for t in model.graph.initializer if t.name == "wte"))
+    np.testing.assert_allclose(be.load(blob)([x])[0], x @ (w.T.astype(np.float32) * 0.05),
+                               rtol=1e-5, atol=1e-5)

@@ -366,7 +366,9 @@ def add_artifact_commands(sub) -> None:
     c.add_argument("--variant", action="append", metavar="OPTION=VALUE[;...]",
                    help="collage: options tried as a whole-partition variant of each searched "
                    "backend that takes them, in the end-to-end check (single plans) and the "
-                   "second level (moves); repeatable (default: threads=1)")
+                   "second level (moves); repeatable (default: threads=1, plus what a searched "
+                   "library suggests for the model, e.g. ONNX Runtime's disable_quant_qdq=1 where "
+                   "a constant is dequantized)")
     c.add_argument("--no-variants", action="store_true",
                    help="collage: try no backend variants end to end")
     c.add_argument("--measure-on", metavar="tracker:HOST:PORT/KEY",

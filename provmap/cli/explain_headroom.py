@@ -25,9 +25,8 @@ def headroom_backends(text: str | None) -> dict:
     """{name: Backend} from `--backends` as the user typed it (variants and their options
     included, exactly those), or, without it, compile's default search backends and the
     one-thread variants its search tries end to end.  Never from the artifact (module doc)."""
-    from provmap.partition.collage_types import CollageOptions
     from provmap.partition.defaults import DEFAULT_COLLAGE_BACKENDS
-    from provmap.partition.variants import e2e_variants
+    from provmap.partition.variants import DEFAULT_VARIANTS, e2e_variants
     from provmap.runtime_module.backend import BackendError
     from provmap.runtime_module.registry import get_backend, split_outside_brackets, variant_name
 
@@ -39,7 +38,7 @@ def headroom_backends(text: str | None) -> dict:
         raise ProvmapError(f"--backends: {e}") from None
     if not text:
         backends.update({n: be for n, (_, be) in
-                         e2e_variants(backends, CollageOptions.e2e_variants).items()})
+                         e2e_variants(backends, DEFAULT_VARIANTS).items()})
     return backends
 
 
