@@ -31,11 +31,11 @@ def _spell(backend: str, options: dict) -> str:
     return "single:" + with_options(backend, **options)
 
 
-def config_strategies(backends: list[str], cross: bool = True, model=None) -> list[str]:
+def config_strategies(backends: list[str], cross: bool = True, view=None) -> list[str]:
     """`single:<b>` and its configurations for each backend, the default first:
     onnxruntime -> single:onnxruntime, [threads=1], [allow_spinning=0],
     [threads=1;allow_spinning=0] (with `cross`), then each setting the library suggests for
-    `model` alone (Backend.model_variants: [disable_quant_qdq=1] where a constant is
+    `view`'s model alone (Backend.model_variants: [disable_quant_qdq=1] where a constant is
     dequantized), as Collage tries them.  A backend with no axes gives its default only."""
     from provmap.runtime_module.registry import options_class, parse_variant
 
@@ -48,9 +48,9 @@ def config_strategies(backends: list[str], cross: bool = True, model=None) -> li
             for a in axes:
                 merged.update(a)
             combos.append(merged)
-        if model is not None:
+        if view is not None:
             combos += [parse_variant(f"v[{spec}]")[1]
-                       for spec in options_class(b).model_variants(model)]
+                       for spec in options_class(b).model_variants(view)]
         out += [_spell(b, c) for c in combos]
     return list(dict.fromkeys(out))
 

@@ -48,13 +48,13 @@ def headroom(view, opts, rows: list[dict], say, repeats: int = 10,
     """The model's limit row: the bound over `opts.search_backends` and their end-to-end
     variants, the best single and the kept plan (`kept_artifact`, a path or artifact) as the
     same profiling runs measured them, and the captured share from those numbers alone."""
-    from provmap.partition.variants import DEFAULT_VARIANTS, e2e_variants, model_variants
+    from provmap.partition.variants import default_specs, e2e_variants
     from provmap.runtime_module.registry import get_backend
     from provmap.workbench.headroom import node_oracle
 
     searched = {b: get_backend(b) for b in opts.search_backends}
-    specs = DEFAULT_VARIANTS + model_variants(searched, view.model)  # as the search tries
-    every = {**searched, **{v: be for v, (_o, be) in e2e_variants(searched, specs).items()}}
+    every = {**searched, **{v: be for v, (_o, be) in
+                            e2e_variants(searched, default_specs(searched, view)).items()}}
     kept = next((r for r in rows if r["strategy"].startswith("collage")), None)
     twin = (kept or {}).get("same_plan_as") or ""
     kept_is = twin[len("single:"):] if twin.startswith("single:") else None

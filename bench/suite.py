@@ -92,7 +92,7 @@ def quick_options(**kw) -> SuiteOptions:
     return SuiteOptions(**base)
 
 
-def default_strategies(backends: list[str], search_backends: list[str], model=None) -> list[str]:
+def default_strategies(backends: list[str], search_backends: list[str], view=None) -> list[str]:
     """Every configuration of each backend a user sets in one option (bench/baseline.py:
     threads, spinning, performance hint), greedy, collage.  Best single is the fastest of these
     configurations, not of the defaults alone: a collage "win" that one session option gives
@@ -101,7 +101,7 @@ def default_strategies(backends: list[str], search_backends: list[str], model=No
 
     fast = [b for b in ("onnxruntime", "openvino") if b in backends]
     greedy = "greedy:" + ",".join(fast + [b for b in backends if b not in fast])
-    return (config_strategies(backends, model=model)
+    return (config_strategies(backends, view=view)
             + [greedy, "collage:" + ",".join(search_backends)])
 
 
@@ -297,7 +297,7 @@ def bench_model(spec: str, opts: SuiteOptions, say) -> dict:
     log = lambda m: say(f"[{name}] {m}")  # noqa: E731
     view = load_view(model, name)
     strategies = opts.strategies or default_strategies(opts.backends, opts.search_backends,
-                                                       view.model)
+                                                       view)
     out: dict = {"model": name, "op_nodes": len(view.op_nodes), "rows": [], "artifacts": [],
                  "search": None, "provenance": None, "container": [], "headroom": None,
                  "gains": None}

@@ -49,7 +49,7 @@ from .refine import refine, suggestions_from, supported_fn
 from .region_alternatives import region_alternatives
 from .schedule_search import search_schedules
 from .search import coalesce, search
-from .variants import DEFAULT_VARIANTS, e2e_variants, model_variants
+from .variants import default_specs, e2e_variants
 
 
 def search_space(view: GraphView, backends: dict[str, Backend], opts: CollageOptions,
@@ -80,7 +80,7 @@ def search_space(view: GraphView, backends: dict[str, Backend], opts: CollageOpt
         cache = CostCache(":memory:", host=host)
     # Constraints name backends; a variant of a pinned or forbidden one is not tried.
     specs = (opts.e2e_variants if opts.e2e_variants is not None
-             else DEFAULT_VARIANTS + model_variants(backends, view.model))
+             else default_specs(backends, view))
     variants = (e2e_variants(backends, specs)
                 if opts.e2e_check and pool is None and not cons else {})
     # --research (reuse_plan=False) skips the stored plan but still stores what it keeps.

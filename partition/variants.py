@@ -41,11 +41,11 @@ def e2e_variants(backends: dict[str, Backend], specs) -> dict[str, tuple[str, Ba
     return out
 
 
-def model_variants(backends: dict[str, Backend], model) -> tuple[str, ...]:
-    """The variant specs the searched libraries suggest for `model` (Backend.model_variants),
-    each once, in the backends' order."""
-    specs = [spec for be in backends.values() for spec in be.model_variants(model)]
-    return tuple(dict.fromkeys(specs))
+def default_specs(backends: dict[str, Backend], view) -> tuple[str, ...]:
+    """What the search tries on `view`'s model when the user names no variant: DEFAULT_VARIANTS
+    and the settings the searched libraries suggest for it (Backend.model_variants), each once."""
+    specs = [spec for be in backends.values() for spec in be.model_variants(view)]
+    return tuple(dict.fromkeys(DEFAULT_VARIANTS + tuple(specs)))
 
 
 def variant_options(spec: str, known, searched: bool = True) -> dict:

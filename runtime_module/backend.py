@@ -237,8 +237,8 @@ class Backend(ABC):
         return None
 
     @classmethod
-    def model_variants(cls, model) -> list[str]:
-        """Option settings ("OPTION=VALUE") worth trying as whole-model variants on `model`
+    def model_variants(cls, view: "GraphView") -> list[str]:
+        """Option settings ("OPTION=VALUE") worth trying as whole-model variants on the model
         because of what it holds, beside the ones tried on every model (a thread count): a
         user of this library would set them for such a model.  None by default."""
         return []

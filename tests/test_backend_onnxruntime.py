@@ -122,21 +122,24 @@ def test_disable_quant_qdq_is_suggested_where_a_constant_is_dequantized_and_fold
     from onnx import numpy_helper as nh
 
     from provmap.bench.baseline import config_strategies
-    from provmap.partition.variants import e2e_variants, model_variants
+    from provmap.partition.variants import default_specs, e2e_variants
 
     model = _tied_weight_model()
-    assert OnnxRuntimeBackend.model_variants(model) == ["disable_quant_qdq=1"]
-    assert OnnxRuntimeBackend.model_variants(_tied_weight_model(quantized=False)) == []
+    view = GraphView(import_onnx(model))
+    plain = GraphView(import_onnx(_tied_weight_model(quantized=False)))
+    assert OnnxRuntimeBackend.model_variants(view) == ["disable_quant_qdq=1"]
+    assert OnnxRuntimeBackend.model_variants(plain) == []
     searched = {"onnxruntime": get_backend("onnxruntime"), "openvino": get_backend("openvino")}
-    specs = ("threads=1",) + model_variants(searched, model)
+    specs = default_specs(searched, view)
+    assert specs == ("threads=1", "disable_quant_qdq=1")
     assert "onnxruntime[disable_quant_qdq=1]" in e2e_variants(searched, specs)
     assert "openvino[disable_quant_qdq=1]" not in e2e_variants(searched, specs)
+    assert default_specs(searched, plain) == ("threads=1",)
     assert "single:onnxruntime[disable_quant_qdq=1]" in config_strategies(
-        ["onnxruntime", "openvino"], model=model)
+        ["onnxruntime", "openvino"], view=view)
     assert not any("disable_quant_qdq" in s for s in config_strategies(
-        ["onnxruntime"], model=_tied_weight_model(quantized=False)))
+        ["onnxruntime"], view=plain))
 
-    view = GraphView(import_onnx(model))
     sub = Subgraph(view, view.op_nodes)
     x = np.random.default_rng(1).standard_normal((1, 8, 4)).astype(np.float32)
     be = get_backend("onnxruntime[disable_quant_qdq=1]")

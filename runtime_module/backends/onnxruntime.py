@@ -102,25 +102,17 @@ class OnnxRuntimeBackend(Backend):
     )
 
     @classmethod
-    def model_variants(cls, model) -> list[str]:
-        """`disable_quant_qdq=1` for a model that dequantizes a constant.  Why: ORT keeps such a
-        DequantizeLinear for its QDQ fusions and runs it on every call when none takes it.
-        quantize_dynamic on GPT-2 small quantizes the embedding shared with the LM head, which
-        then dequantized 50257x768 weights per call into an unpacked MatMul: 39 + 108 ms of
-        295 (2026-11-29, AVX2 EPYC); with the option the Dequantize is folded and the model
-        runs 20-25% faster, by the one session option a user of ORT would set."""
-        # an initializer a graph input overrides is no constant (IR < 4 defaults)
-        consts = {t.name for t in model.graph.initializer} - {i.name for i in model.graph.input}
-        grew = True
-        while grew:  # what constants alone compute (the Transpose of a tied weight), any order
-            grew = False
-            for n in model.graph.node:
-                if n.output and n.output[0] not in consts and all(
-                        i in consts for i in n.input if i) and "Random" not in n.op_type:
-                    consts.update(n.output)
-                    grew = True
-        if any(n.op_type == "DequantizeLinear" and n.input and n.input[0] in consts
-               for n in model.graph.node):
+    def model_variants(cls, view: "GraphView") -> list[str]:
+        """`disable_quant_qdq=1` for a model that dequantizes a constant: a DequantizeLinear
+        the view counts as a helper node, one that reads no run-time tensor (provenance/fold
+        never folds it).  Why: ORT keeps such a DequantizeLinear for its QDQ fusions and runs
+        it on every call when none takes it.  quantize_dynamic on GPT-2 small quantizes the
+        embedding shared with the LM head, which then dequantized 50257x768 weights per call
+        into an unpacked MatMul: 39 + 108 ms of 295 (2026-11-29, AVX2 EPYC); with the option
+        the Dequantize is folded and the model runs 20-25% faster, by the one session option a
+        user of ORT would set."""
+        if any(n.op_type == "DequantizeLinear" and not view.is_op(i)
+               for i, n in enumerate(view.nodes)):
             return ["disable_quant_qdq=1"]
         return []
 
