@@ -100,10 +100,13 @@ def _ms(values) -> list[float]:
 def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
            rule: Rule = RULE, wait_s: float = 120.0, accept_contended: bool = False,
            what: str = "decision", measure=None,
-           cap_slow: bool = True) -> Decision:
+           cap_slow: bool = True, until: float | None = None) -> Decision:
     """The alternative to keep among `fns` (label -> zero-argument callable), with the record.
     `complexity` orders them (lower: simpler); `rooms` as measure_interleaved's; `cap_slow`
-    False measures every alternative in every pass (a pair whose interval is wanted)."""
+    False measures every alternative in every pass (a pair whose interval is wanted); `until`
+    (time.monotonic) starts no round after it but the first, and what is left undecided then
+    keeps the simplest, as when the passes run out (a phase with a budget: the second level
+    went on 60 s past its 120 s finishing a decision it had started)."""
     say = say or (lambda m: None)
     measure = measure or measure_interleaved  # looked up per call: a test can replace it
     alive = sorted(fns, key=lambda k: complexity[k])
@@ -112,7 +115,8 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
     samples: dict[str, list[float]] = {k: [] for k in fns}
     left: dict[str, str] = {}
     passes, contended, waited, first, reasons, gauges = 0, 0, 0.0, True, [], []
-    while len(alive) > 1 and passes < rule.max_passes:
+    while len(alive) > 1 and passes < rule.max_passes and not (
+            passes and until is not None and time.monotonic() >= until):
         n = min(rule.round_passes, rule.max_passes - passes)
         w, gauge = Window(), Gauge()
         lat = measure({k: fns[k] for k in alive}, repeats=n, passes=n, min_block_s=rule.block_s,
@@ -155,7 +159,8 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
         passes += n
         first = False
         _drop(alive, mins, complexity, rule, left)
-    kept, decided, why = _verdict(alive, mins, complexity, left, passes)
+    kept, decided, why = _verdict(alive, mins, complexity, left, passes,
+                                  "" if passes >= rule.max_passes else ", out of time")
     d = Decision(kept, decided, why, passes, left, contended_rounds=contended, waited_s=waited,
                  reasons=reasons, rule=rule, pass_mins=mins, pass_medians=meds,
                  parallelism=gauges)
@@ -195,7 +200,7 @@ def _drop(alive: list, mins: dict, complexity: dict, rule: Rule, left: dict) -> 
 
 
 def _verdict(alive: list, mins: dict, complexity: dict, left: dict,
-             passes: int) -> tuple[str, bool, str]:
+             passes: int, short: str = "") -> tuple[str, bool, str]:
     if len(alive) == 1:
         kept = alive[0]
         gone = "; ".join(f"{k} {why}" for k, why in left.items())
@@ -209,7 +214,7 @@ def _verdict(alive: list, mins: dict, complexity: dict, left: dict,
                     for k in rest)
     how = ("the simpler plan stays" if len(simple) == 1 else
            "the lower median of pass minimums among equally simple plans")
-    return kept, False, (f"{kept} kept, undecided after {passes} passes against "
+    return kept, False, (f"{kept} kept, undecided after {passes} passes{short} against "
                          f"{', '.join(rest)} ({ivs}): {how}")
 
 

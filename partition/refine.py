@@ -254,7 +254,7 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
     a winning mix further from the reference than its libraries alone, as the end-to-end check
     does."""
     say = progress or (lambda msg: None)
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     blobs = {} if blobs is None else blobs
     trail: list[dict] = []
     inc_plan, inc_art, inc_label = plan, artifact, label
@@ -269,12 +269,12 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
             break
         accepted = False
         for n, pr in enumerate(proposals):
-            if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+            if budget_s is not None and time.monotonic() - t0 >= budget_s:
                 stopped = f"budget of {budget_s:.0f} s spent"
                 trail.extend({"kind": rest.kind, "change": rest.what,
                               "status": "not tried (budget)"} for rest in proposals[n:])
                 return RefineResult(inc_plan, inc_art, inc_label, trail,
-                                    time.perf_counter() - t0, stopped, _conditions(conds))
+                                    time.monotonic() - t0, stopped, _conditions(conds))
             tried.add(pr.plan.signature())
             entry = {"kind": pr.kind, "change": pr.what,
                      "partitions": len(pr.plan.partitions)}
@@ -287,7 +287,8 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
                 continue
             d = decide_artifacts({"incumbent": inc_art, "proposal": art}, rule=rule,
                                  wait_s=wait_s, accept_contended=accept_contended,
-                                 what="second level")
+                                 what="second level", until=None if budget_s is None else
+                                 t0 + budget_s)
             ok, why = d.kept == "proposal", d.why
             # judged only once it won: most proposals lose on time, and this runs the plan
             refused = ok and accuracy is not None and accuracy.refusal(art)
@@ -310,7 +311,7 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
             break
     if stopped == "no proposal won" and any(t.get("status") == "kept" for t in trail):
         stopped = "no further proposal won"
-    return RefineResult(inc_plan, inc_art, inc_label, trail, time.perf_counter() - t0, stopped,
+    return RefineResult(inc_plan, inc_art, inc_label, trail, time.monotonic() - t0, stopped,
                         _conditions(conds))
 
 

@@ -94,6 +94,20 @@ def test_equally_simple_plans_within_the_drift_run_out_of_passes_and_keep_the_lo
     assert "lower median of pass minimums" in d.why
 
 
+def test_past_its_deadline_a_decision_starts_no_further_round():
+    """A phase's budget binds the decision it has begun (the second level ran 180 s of 120)."""
+    import time
+
+    a = itertools.cycle([1.00, 1.03])
+    b = itertools.cycle([1.02, 1.00])
+    calls: list = []
+    d = decide({"single:a": None, "single:b": None}, {"single:a": SIMPLE, "single:b": SIMPLE},
+               measure=scripted({"single:a": a, "single:b": b}, calls),
+               until=time.monotonic() - 1)
+    assert len(calls) == 1 and d.passes == Rule().round_passes and not d.decided
+    assert "undecided after 6 passes, out of time" in d.why
+
+
 def test_undecided_between_a_variant_and_the_default_keeps_the_default():
     a = itertools.cycle([1.00, 1.03])
     v = itertools.cycle([0.99, 1.04])
