@@ -281,3 +281,24 @@ def se_gate_dynamic() -> onnx.ModelProto:
          helper.make_node("Sigmoid", ["g"], ["s"], name="gate"),
          helper.make_node("Mul", ["s", "c"], ["y"], name="excite")],
         [_t("x", ["batch", 3, "height", "width"])], [_t("y", ["batch", 4, "h", "w"])], [w])
+
+
+def tied_weight_model(quantized: bool = True):
+    """GPT-2's LM head after quantize_dynamic, small: the embedding table is int8 (shared with a
+    Gather), and the head dequantizes its Transpose, a constant subexpression."""
+    nh = numpy_helper
+    rng = np.random.default_rng(0)
+    w = rng.integers(-100, 100, (6, 4)).astype(np.int8)
+    inits = [nh.from_array(w if quantized else w.astype(np.float32), "wte"),
+             nh.from_array(np.array(0.05, np.float32), "scale"),
+             nh.from_array(np.array(0, np.int8), "zp")]
+    nodes = [helper.make_node("Transpose", ["wte"], ["wte_t"], perm=[1, 0])]
+    if quantized:
+        nodes.append(helper.make_node("DequantizeLinear", ["wte_t", "scale", "zp"], ["head"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["wte_t"], ["head"]))
+    nodes.append(helper.make_node("MatMul", ["x", "head"], ["y"]))
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 8, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 8, 6])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

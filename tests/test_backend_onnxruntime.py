@@ -14,6 +14,7 @@ from provmap.runtime_module.backends.onnxruntime import OnnxRuntimeBackend
 from provmap.runtime_module.registry import get_backend
 from provmap.runtime_module.graph_view import GraphView
 from backend_cases import assert_covered, bundled_model
+from small_models import tied_weight_model
 from unsupported_models import ERF_DOUBLE_NODE, erf_double_model, maxunpool_model
 from provmap.runtime_module.subgraph import Subgraph
 
@@ -89,29 +90,6 @@ def test_supports_function_ops_via_their_body(backend):
     assert_covered(sub, blob, "ort-node")
 
 
-def _tied_weight_model(quantized: bool = True):
-    """GPT-2's LM head after quantize_dynamic, small: the embedding table is int8 (shared with a
-    Gather), and the head dequantizes its Transpose, a constant subexpression."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper as nh
-
-    rng = np.random.default_rng(0)
-    w = rng.integers(-100, 100, (6, 4)).astype(np.int8)
-    inits = [nh.from_array(w if quantized else w.astype(np.float32), "wte"),
-             nh.from_array(np.array(0.05, np.float32), "scale"),
-             nh.from_array(np.array(0, np.int8), "zp")]
-    nodes = [helper.make_node("Transpose", ["wte"], ["wte_t"], perm=[1, 0])]
-    if quantized:
-        nodes.append(helper.make_node("DequantizeLinear", ["wte_t", "scale", "zp"], ["head"]))
-    else:
-        nodes.append(helper.make_node("Identity", ["wte_t"], ["head"]))
-    nodes.append(helper.make_node("MatMul", ["x", "head"], ["y"]))
-    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 8, 4])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 8, 6])], inits)
-    return onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_disable_quant_qdq_is_suggested_where_a_constant_is_dequantized_and_folds_it():
     """A model that dequantizes a constant (through a Transpose) gets ORT's
     disable_quant_qdq=1 suggested as a whole-model variant, for Collage's end-to-end check and
@@ -124,9 +102,9 @@ def test_disable_quant_qdq_is_suggested_where_a_constant_is_dequantized_and_fold
     from provmap.bench.baseline import config_strategies
     from provmap.partition.variants import default_specs, e2e_variants
 
-    model = _tied_weight_model()
+    model = tied_weight_model()
     view = GraphView(import_onnx(model))
-    plain = GraphView(import_onnx(_tied_weight_model(quantized=False)))
+    plain = GraphView(import_onnx(tied_weight_model(quantized=False)))
     assert OnnxRuntimeBackend.model_variants(view) == ["disable_quant_qdq=1"]
     assert OnnxRuntimeBackend.model_variants(plain) == []
     searched = {"onnxruntime": get_backend("onnxruntime"), "openvino": get_backend("openvino")}

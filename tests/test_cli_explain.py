@@ -124,3 +124,18 @@ def test_explain_headroom_times_a_kept_single_configuration_by_its_own_profile(t
         mod.manifest["strategy"] = strategy
         headroom_of(args, mod, model)
         assert seen["kept_is"] == kept_is and (seen["kept"] is None) == (kept_is is not None)
+
+
+def test_explain_headroom_profiles_what_the_search_tries_on_the_model():
+    """Without --backends the oracle profiles compile's search backends and the variants its
+    end-to-end check tries on this model: ONNX Runtime's disable_quant_qdq where the model
+    dequantizes a constant (GPT-2's tied int8 LM head), as bench's limit does."""
+    from provmap.cli.explain_headroom import headroom_backends
+    from provmap.provenance.importer import import_onnx
+    from provmap.runtime_module.graph_view import GraphView
+    from small_models import tied_weight_model
+
+    tied = headroom_backends(None, GraphView(import_onnx(tied_weight_model())))
+    plain = headroom_backends(None, GraphView(import_onnx(tied_weight_model(False))))
+    assert "onnxruntime[disable_quant_qdq=1]" in tied and "onnxruntime[threads=1]" in tied
+    assert set(tied) - set(plain) == {"onnxruntime[disable_quant_qdq=1]"}

@@ -1,7 +1,7 @@
 """`explain --headroom`: the per-node oracle over the backends the user names (`--backends`,
-default compile's search backends and their one-thread variants), and the share of the headroom
-the artifact captured.  Its own module: the explain command's file holds the other workbench
-commands.
+default compile's search backends and the variants its search tries end to end), and the share of
+the headroom the artifact captured.  Its own module: the explain command's file holds the other
+workbench commands.
 
 Why the command line and not the artifact: the headroom used to build its backends from the
 manifest's `plan_info.collage.backends`, options and all, and `plan_info` is the search's
@@ -21,12 +21,14 @@ from provmap.provenance.util.errors import ProvmapError
 from .common import note_needless_trust, say_progress
 
 
-def headroom_backends(text: str | None) -> dict:
+def headroom_backends(text: str | None, view=None) -> dict:
     """{name: Backend} from `--backends` as the user typed it (variants and their options
     included, exactly those), or, without it, compile's default search backends and the
-    one-thread variants its search tries end to end.  Never from the artifact (module doc)."""
+    variants its search tries end to end on `view`'s model (variants.default_specs: one thread,
+    and what a library suggests for the model, e.g. ONNX Runtime's disable_quant_qdq where a
+    constant is dequantized).  Never from the artifact (module doc)."""
     from provmap.partition.defaults import DEFAULT_COLLAGE_BACKENDS
-    from provmap.partition.variants import DEFAULT_VARIANTS, e2e_variants
+    from provmap.partition.variants import DEFAULT_VARIANTS, default_specs, e2e_variants
     from provmap.runtime_module.backend import BackendError
     from provmap.runtime_module.registry import get_backend, split_outside_brackets, variant_name
 
@@ -37,8 +39,8 @@ def headroom_backends(text: str | None) -> dict:
     except BackendError as e:
         raise ProvmapError(f"--backends: {e}") from None
     if not text:
-        backends.update({n: be for n, (_, be) in
-                         e2e_variants(backends, DEFAULT_VARIANTS).items()})
+        specs = DEFAULT_VARIANTS if view is None else default_specs(backends, view)
+        backends.update({n: be for n, (_, be) in e2e_variants(backends, specs).items()})
     return backends
 
 
@@ -58,13 +60,15 @@ def headroom_of(args, mod, model) -> dict:
     from provmap.runtime_module.module import load
     from provmap.workbench.headroom import node_oracle
 
-    backends = headroom_backends(getattr(args, "backends", None))
+    text = getattr(args, "backends", None)
+    backends = headroom_backends(text) if text else None  # a typo said before anything loads
     run = load(args.artifact, trust=args.trust)
     note_needless_trust(run, args.trust)
     # the shapes it was compiled at: a dynamic model failed with "pass --input-shape", which
     # explain does not take (the twelfth afternoon)
     view = load_view(model, os.path.basename(args.artifact),
                      input_shapes=mod.manifest["model"].get("input_shapes_given") or None)
+    backends = backends or headroom_backends(None, view)
     # the kept plan *is* one of those configurations ("collage->single:X"): its time is that
     # configuration's own profile, not a second one, whose noise read as "captured 9% of the
     # headroom" on a plan identical to the best single (the fourteenth afternoon)

@@ -389,8 +389,8 @@ def add_workbench_commands(sub) -> None:
     e.add_argument("--backends", type=backend_list, default=None,
                    help="--headroom: backends and variants to profile, e.g. "
                    "onnxruntime,openvino[threads=1],tvm (default: compile's search backends "
-                   "onnxruntime,openvino and their threads=1 variants; never read from the "
-                   "artifact)")
+                   "onnxruntime,openvino and the variants its search tries on the model: "
+                   "threads=1 and what a library suggests; never read from the artifact)")
     add_trust_option(e)
     e.set_defaults(func=cmd_explain)
 
