@@ -37,7 +37,8 @@ def config_strategies(backends: list[str], cross: bool = True, view=None) -> lis
     [threads=1;allow_spinning=0] (with `cross`), then each setting the library suggests for
     `view`'s model alone (Backend.model_variants: [disable_quant_qdq=1] where a constant is
     dequantized), as Collage tries them.  A backend with no axes gives its default only."""
-    from provmap.runtime_module.registry import options_class, parse_variant
+    from provmap.partition.variants import variant_options
+    from provmap.runtime_module.registry import options_class
 
     out = []
     for b in backends:
@@ -49,8 +50,9 @@ def config_strategies(backends: list[str], cross: bool = True, view=None) -> lis
                 merged.update(a)
             combos.append(merged)
         if view is not None:
-            combos += [parse_variant(f"v[{spec}]")[1]
-                       for spec in options_class(b).model_variants(view)]
+            opts = options_class(b)  # a spec read as Collage reads --variant
+            combos += [variant_options(spec, opts.option_names())
+                       for spec in opts.model_variants(view)]
         out += [_spell(b, c) for c in combos]
     return list(dict.fromkeys(out))
 
