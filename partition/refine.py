@@ -32,6 +32,7 @@ measurement is recorded in the trail, which the manifest keeps and `explain` sho
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -259,6 +260,7 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
     trail: list[dict] = []
     inc_plan, inc_art, inc_label = plan, artifact, label
     tried: set = set()
+    took: list[float] = []  # each measured proposal's build and decision (s)
     stopped = "no proposal won"
     conds: list = []
     while True:
@@ -269,13 +271,21 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
             break
         accepted = False
         for n, pr in enumerate(proposals):
-            if budget_s is not None and time.monotonic() - t0 >= budget_s:
-                stopped = f"budget of {budget_s:.0f} s spent"
+            left = None if budget_s is None else budget_s - (time.monotonic() - t0)
+            # a proposal is not begun that would, as the ones before it took, end past the
+            # budget: its build cannot be cut short (ResNet-50 QDQ's third move began at about
+            # 100 s and its build and first round ended at 150 s of 120)
+            typical = statistics.median(took) if took else 0.0
+            if left is not None and (left <= 0 or typical > left):
+                stopped = (f"budget of {budget_s:.0f} s spent" if left <= 0 else
+                           f"budget of {budget_s:.0f} s: {left:.0f} s left, a proposal took "
+                           f"{typical:.0f} s")
                 trail.extend({"kind": rest.kind, "change": rest.what,
                               "status": "not tried (budget)"} for rest in proposals[n:])
                 return RefineResult(inc_plan, inc_art, inc_label, trail,
                                     time.monotonic() - t0, stopped, _conditions(conds))
             tried.add(pr.plan.signature())
+            begun = time.monotonic()
             entry = {"kind": pr.kind, "change": pr.what,
                      "partitions": len(pr.plan.partitions)}
             say(f"refine: trying {pr.what}")
@@ -295,6 +305,7 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
             if refused:
                 ok, why = False, f"faster, but refused for accuracy: {refused}"
             conds.append(d.conditions())
+            took.append(time.monotonic() - begun)
             entry.update(incumbent=d.measured.get("incumbent"),
                          proposal=d.measured.get("proposal"),
                          versus=d.versus, passes=d.passes,

@@ -165,3 +165,35 @@ def test_refine_keeps_only_measured_wins_and_the_result_is_correct(squeeze):
         view, [backends["onnxruntime"]])), backends, blobs=blobs)).run(feeds)
     for k in ref:
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-4)
+
+
+def test_the_budget_binds_a_proposal_before_it_begins(squeeze, monkeypatch):
+    """A proposal's build cannot be cut short, so one is not begun that would end past the
+    budget as the ones before it took (ResNet-50 QDQ's second level ran 150 s of 120); a
+    decision under way starts no round past it (decide's `until`)."""
+    import provmap.partition.refine as refine_mod
+    from provmap.partition.decision import Decision
+
+    view, backends, verdicts, plan = squeeze
+    clock = [0.0]
+    untils = []
+
+    def build(*a, **kw):
+        clock[0] += 70.0  # a whole-model build
+        return object()
+
+    def decide(arts, until=None, **kw):
+        untils.append(until)
+        clock[0] += 5.0
+        return Decision("incumbent", True, "incumbent kept after 6 passes", passes=6)
+
+    monkeypatch.setattr(refine_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(refine_mod, "build_artifact", build)
+    monkeypatch.setattr(refine_mod, "decide_artifacts", decide)
+    res = refine(view, plan, object(), "greedy", backends, supported_fn(view, verdicts),
+                 budget_s=120)
+    tried = [t for t in res.trail if t["status"] != "not tried (budget)"]
+    # one proposal of 75 s; at 75 s, 45 s are left: the next is not begun
+    assert len(tried) == 1 and len(res.trail) > 1 and res.seconds == 75.0
+    assert res.stopped == "budget of 120 s: 45 s left, a proposal took 75 s"
+    assert untils == [120.0]  # the decision was told when the budget ends
