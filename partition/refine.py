@@ -306,7 +306,8 @@ def refine(view: GraphView, plan: Plan, artifact, label: str, backends: dict, su
                 ok, why = False, f"faster, but refused for accuracy: {refused}"
             conds.append(d.conditions())
             took.append(time.monotonic() - begun)
-            entry.update(incumbent=d.measured.get("incumbent"),
+            entry.update(seconds=round(took[-1], 1), waited_s=round(d.waited_s, 1),
+                         incumbent=d.measured.get("incumbent"),
                          proposal=d.measured.get("proposal"),
                          versus=d.versus, passes=d.passes,
                          status="kept" if ok else "refused for accuracy" if refused
@@ -330,7 +331,8 @@ def _conditions(conds: list) -> dict:
     """The second level's phase record: contended when any decision counted a loaded round."""
     rec = combine({str(i): c for i, c in enumerate(conds)})
     return {"contended": rec["contended"], "reasons": [rec["reason"]] if rec["reason"] else [],
-            "decisions": len(conds)}
+            "decisions": len(conds),
+            "waited_s": round(sum(c.get("waited_s", 0.0) for c in conds), 1)}
 
 
 def supported_fn(view: GraphView, verdicts: dict, constraints=None):

@@ -197,3 +197,5 @@ def test_the_budget_binds_a_proposal_before_it_begins(squeeze, monkeypatch):
     assert len(tried) == 1 and len(res.trail) > 1 and res.seconds == 75.0
     assert res.stopped == "budget of 120 s: 45 s left, a proposal took 75 s"
     assert untils == [120.0]  # the decision was told when the budget ends
+    # each proposal's time and its wait for quiet are kept: where a budget went
+    assert (tried[0]["seconds"], tried[0]["waited_s"]) == (75.0, 0.0)
