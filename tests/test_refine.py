@@ -171,6 +171,8 @@ def test_the_budget_binds_a_proposal_before_it_begins(squeeze, monkeypatch):
     """A proposal's build cannot be cut short, so one is not begun that would end past the
     budget as the ones before it took (ResNet-50 QDQ's second level ran 150 s of 120); a
     decision under way starts no round past it (decide's `until`)."""
+    import types
+
     import provmap.partition.refine as refine_mod
     from provmap.partition.decision import Decision
 
@@ -187,7 +189,8 @@ def test_the_budget_binds_a_proposal_before_it_begins(squeeze, monkeypatch):
         clock[0] += 5.0
         return Decision("incumbent", True, "incumbent kept after 6 passes", passes=6)
 
-    monkeypatch.setattr(refine_mod.time, "monotonic", lambda: clock[0])
+    # refine's own clock only (patching time.monotonic itself would move every caller's)
+    monkeypatch.setattr(refine_mod, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     monkeypatch.setattr(refine_mod, "build_artifact", build)
     monkeypatch.setattr(refine_mod, "decide_artifacts", decide)
     res = refine(view, plan, object(), "greedy", backends, supported_fn(view, verdicts),

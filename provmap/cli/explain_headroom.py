@@ -26,9 +26,9 @@ def headroom_backends(text: str | None, view=None) -> dict:
     included, exactly those), or, without it, compile's default search backends and the
     variants its search tries end to end on `view`'s model (variants.default_specs: one thread,
     and what a library suggests for the model, e.g. ONNX Runtime's disable_quant_qdq where a
-    constant is dequantized).  Never from the artifact (module doc)."""
+    constant is dequantized; `view` is needed then).  Never from the artifact (module doc)."""
     from provmap.partition.defaults import DEFAULT_COLLAGE_BACKENDS
-    from provmap.partition.variants import DEFAULT_VARIANTS, default_specs, e2e_variants
+    from provmap.partition.variants import default_specs, e2e_variants
     from provmap.runtime_module.backend import BackendError
     from provmap.runtime_module.registry import get_backend, split_outside_brackets, variant_name
 
@@ -39,8 +39,8 @@ def headroom_backends(text: str | None, view=None) -> dict:
     except BackendError as e:
         raise ProvmapError(f"--backends: {e}") from None
     if not text:
-        specs = DEFAULT_VARIANTS if view is None else default_specs(backends, view)
-        backends.update({n: be for n, (_, be) in e2e_variants(backends, specs).items()})
+        backends.update({n: be for n, (_, be) in
+                         e2e_variants(backends, default_specs(backends, view)).items()})
     return backends
 
 
