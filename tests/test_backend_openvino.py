@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+
 import openvino as ov
 import pytest
 
@@ -156,3 +158,31 @@ def test_a_query_model_that_throws_is_charged_to_its_node_not_to_the_whole_model
         np.testing.assert_allclose(mod.run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
     finally:
         mod.close()
+
+
+def test_a_search_scope_reloads_from_its_own_compile_cache_and_removes_it(monkeypatch, tmp_path):
+    """Inside compile_cache.scratch a load compiles through OpenVINO's model cache in a
+    directory of provmap's own (a decision reloads each plan for every block); the outputs are
+    the same as without it, nothing is cached outside a scope, and the directory goes with it."""
+    import numpy as np
+
+    from provmap.runtime_module import compile_cache
+
+    view = GraphView(import_onnx(bundled_model("squeezenet")))
+    b = OpenVINOBackend(threads=1)
+    blob = b.build(Subgraph(view, view.op_nodes))
+    feeds = list(zoo.random_inputs(view.model, seed=1).values())
+    seen = []
+    real = ov.Core.compile_model
+    monkeypatch.setattr(ov.Core, "compile_model",
+                        lambda self, m, d, cfg=None: seen.append(dict(cfg or {})) or
+                        real(self, m, d, cfg or {}))
+    plain = b.load(blob)(feeds)
+    assert "CACHE_DIR" not in seen[-1] and compile_cache.current() is None
+    with compile_cache.scratch() as d:
+        outs = [b.load(blob)(feeds) for _ in range(2)]
+        assert seen[-1]["CACHE_DIR"] == d and os.listdir(d)  # the first load wrote it
+    assert not os.path.exists(d) and compile_cache.current() is None
+    for out in outs:
+        for got, want in zip(out, plain, strict=True):
+            np.testing.assert_array_equal(got, want)

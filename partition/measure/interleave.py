@@ -169,20 +169,25 @@ def artifact_calls(artifacts: Mapping[str, object], point: str = "opt",
     closed on leaving.  Each is loaded for its own blocks and closed after (`one_at_a_time`,
     see the module's docstring), so a plan is priced as it will run: alone in its process.
     What every measurement of whole artifacts opens (measure_artifacts, partition/decision.py)."""
+    from provmap.runtime_module import compile_cache
     from provmap.runtime_module.module import ArtifactModule
 
-    # Built by this process (the search's alternatives): their native code is our own.
-    mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}
-    try:
-        feeds = next(iter(mods.values())).random_inputs(0, point)  # a profile's point if dynamic
-        rooms = {k: (m.load_runners, m.close) for k, m in mods.items()} if one_at_a_time else None
-        if rooms is None:
+    # Each room loads its plan again: a library may keep what it compiled for the next load
+    # (compile_cache; a search's own scope if one is open).
+    with compile_cache.scratch():
+        # Built by this process (the search's alternatives): their native code is our own.
+        mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}
+        try:
+            feeds = next(iter(mods.values())).random_inputs(0, point)  # a profile's point
+            rooms = ({k: (m.load_runners, m.close) for k, m in mods.items()} if one_at_a_time
+                     else None)
+            if rooms is None:
+                for m in mods.values():
+                    m.load_runners()
+            yield {k: (lambda m=m: m.run(feeds)) for k, m in mods.items()}, rooms
+        finally:
             for m in mods.values():
-                m.load_runners()
-        yield {k: (lambda m=m: m.run(feeds)) for k, m in mods.items()}, rooms
-    finally:
-        for m in mods.values():
-            m.close()
+                m.close()
 
 
 def measure_artifacts(artifacts: Mapping[str, object], one_at_a_time: bool = True,

@@ -39,7 +39,7 @@ import numpy as np
 from provmap.provenance.util.errors import first_line
 from provmap.provenance.weights import release
 
-from .. import staged
+from .. import compile_cache, staged
 from ..options import Option, threads_option
 from ..backend import (PROFILED_UNMATCHED, PROFILED_WALL, Backend, BackendError, Blob, Runner,
                        Support, own_time)
@@ -270,9 +270,14 @@ class OpenVINOBackend(Backend):
         return int64_notes(sub, _DEVICE) + gather_notes(sub, "OpenVINO returns zeros for an "
                                                         "index out of range")
 
-    def _compile(self, model, what: str):
+    def _compile(self, model, what: str, cache: bool = False):
+        """`cache`: a load, which may reuse what an open compile_cache scope holds (a search's
+        rooms load one blob many times); a build compiles afresh to report its kernels."""
+        cfg = _shape_safe(model, self.config())
+        if cache and compile_cache.current():
+            cfg["CACHE_DIR"] = compile_cache.current()
         try:
-            return _get_core().compile_model(model, _DEVICE, _shape_safe(model, self.config()))
+            return _get_core().compile_model(model, _DEVICE, cfg)
         except Exception as e:
             raise BackendError(f"OpenVINO {self.version()}: {_DEVICE} plugin cannot compile "
                                f"{what}: {ov_error(e)}") from None
@@ -283,7 +288,7 @@ class OpenVINOBackend(Backend):
         if prec != self.precision:  # load exactly as built (artifact_schema checks the two)
             return OpenVINOBackend(**dict(self._options, precision=prec)).load(blob)
         model, keep = read_blob_ir(blob)
-        compiled = self._compile(model, "the blob's IR")
+        compiled = self._compile(model, "the blob's IR", cache=True)
         runner = OpenVINORunner(compiled, *[list(blob.meta.get(f"{k}_names") or [
             p.get_any_name() for p in getattr(compiled, f"{k}s")]) for k in ("input", "output")])
         runner.keep = keep  # the weights' map, while the compiled model may point into it
