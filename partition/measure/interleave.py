@@ -173,7 +173,7 @@ def artifact_calls(artifacts: Mapping[str, object], point: str = "opt",
     from provmap.runtime_module.module import ArtifactModule
 
     # Each room loads its plan again: a library may keep what it compiled for the next load
-    # (compile_cache; a search's own scope if one is open).
+    # in a directory of this measurement's own (compile_cache).
     with compile_cache.scratch():
         # Built by this process (the search's alternatives): their native code is our own.
         mods = {k: ArtifactModule(a, trust=True) for k, a in artifacts.items()}

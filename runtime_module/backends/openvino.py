@@ -271,7 +271,7 @@ class OpenVINOBackend(Backend):
                                                         "index out of range")
 
     def _compile(self, model, what: str, cache: bool = False):
-        """`cache`: a load, which may reuse what an open compile_cache scope holds (a search's
+        """`cache`: a load, which may reuse what an open compile_cache scope holds (a decision's
         rooms load one blob many times); a build compiles afresh to report its kernels."""
         cfg = _shape_safe(model, self.config())
         if cache and compile_cache.current():
