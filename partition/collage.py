@@ -248,8 +248,9 @@ def second_level(space: SearchSpace, first: FirstLevel, e2e: EndToEnd, opts: Col
     first.report.refine = {"start": e2e.winner, "budget_s": opts.refine_budget_s,
                            "seconds": round(ref.seconds, 1), "stopped": ref.stopped,
                            "proposals": len(ref.trail), "kept": n_kept, "trail": ref.trail}
-    say(f"second level: {len(ref.trail)} proposal(s), {n_kept} kept "
-        f"({ref.stopped}, {ref.seconds:.0f} s)")
+    tried = sum(1 for t in ref.trail if "seconds" in t)  # the rest: not begun (budget)
+    say(f"second level: {len(ref.trail)} proposal(s), {tried} measured, {n_kept} kept "
+        f"in {ref.seconds:.0f} s ({ref.stopped})")
     if n_kept:
         kept = SecondLevel("refined", ref.plan, ref.artifact)
         first.report.level = "second"
