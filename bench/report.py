@@ -111,7 +111,7 @@ def _pair(g: dict, what: str) -> str:
 
 
 def _search_states(s: dict) -> str:
-    """The first level's states expanded and the peak RSS when it ended; "beam" when its
+    """The first level's states expanded and its peak RSS (from its start); "beam" when its
     bound made it give up the shortest path (rows older than issue 51 have neither: "-")."""
     if s.get("search_states") is None:
         return "-"

@@ -200,8 +200,8 @@ def _search(view, strategy: str, opts: SuiteOptions, tmp: str, say) -> tuple[dic
         "in_context": rep.in_context,
         "conditions": rep.conditions, "plan_cache_refused": rep.plan_cache_refused,
         "beside_hog": opts.hog_search,
-        # the first level's own work and memory (issue 51): states, the process's peak RSS
-        # when the search ended, and "beam" when its bound made it give up the shortest path
+        # the first level's own work and memory (issue 51): states, the peak RSS from the
+        # search's start to its end, and "beam" when its bound made it give up the shortest path
         "search_states": (rep.search or {}).get("states_expanded"),
         "search_peak_rss_mb": (rep.search or {}).get("peak_rss_mb"),
         "search_method": (rep.search or {}).get("method"),

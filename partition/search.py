@@ -45,7 +45,8 @@ from .candidate import Candidate, Estimate
 from .cover_beam import beam
 from .cover_states import CoverStates, Label, path_of
 from .opgraph import facts, mask_of
-from .search_bounds import DEFAULT_BOUNDS, MemoryWatch, SearchBounds, peak_rss_bytes
+from .search_bounds import (DEFAULT_BOUNDS, MemoryWatch, SearchBounds, peak_rss_bytes,
+                            reset_peak_rss)
 
 Crossing = Callable[[int, str, str], float]
 
@@ -69,7 +70,7 @@ class SearchResult:
     states_stored: int = 0       # states the search held (its memory), both searches together
     signatures_dropped: int = 0  # frontier signatures past signatures_per_cover, not expanded
     degraded: str | None = None  # why the shortest path gave way to the beam (None: it did not)
-    peak_rss_mb: float | None = None  # the process's peak resident memory when the search ended
+    peak_rss_mb: float | None = None  # peak resident memory from the search's start to its end
 
     def record(self) -> dict:
         """The search's part of the first level's report (`search` in plan_info["collage"])."""
@@ -95,6 +96,7 @@ def search(view: GraphView, candidates: Iterable[Candidate],
     Within `bounds` it is the shortest path (exact unless frontier signatures were dropped);
     past them a beam, with a line to `say` and the reason in the result."""
     t0 = time.perf_counter()
+    reset_peak_rss()  # this search's peak, not the process's (a bench runs many in one)
     order = list(view.op_nodes)
     pos = {n: k for k, n in enumerate(order)}
     by_first, nonconvex = _by_first_node(view, candidates, order, pos, strategy)
