@@ -160,7 +160,7 @@ def test_a_query_model_that_throws_is_charged_to_its_node_not_to_the_whole_model
         mod.close()
 
 
-def test_a_search_scope_reloads_from_its_own_compile_cache_and_removes_it(monkeypatch, tmp_path):
+def test_a_measurement_scope_reloads_from_its_own_compile_cache_and_removes_it(monkeypatch):
     """Inside compile_cache.scratch a load compiles through OpenVINO's model cache in a
     directory of provmap's own (a decision reloads each plan for every block); the outputs are
     the same as without it, nothing is cached outside a scope, and the directory goes with it."""

@@ -274,8 +274,8 @@ class OpenVINOBackend(Backend):
         """`cache`: a load, which may reuse what an open compile_cache scope holds (a decision's
         rooms load one blob many times); a build compiles afresh to report its kernels."""
         cfg = _shape_safe(model, self.config())
-        if cache and compile_cache.current():
-            cfg["CACHE_DIR"] = compile_cache.current()
+        if cache and (scratch := compile_cache.current()):
+            cfg["CACHE_DIR"] = scratch
         try:
             return _get_core().compile_model(model, _DEVICE, cfg)
         except Exception as e:
