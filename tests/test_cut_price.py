@@ -113,3 +113,50 @@ def test_a_position_priced_by_its_own_cut_moves_the_path_elsewhere():
         at = {}
         _price_own_cut({"own_cuts": own}, choice, units, order, 0.1, at)
         assert at == {}
+
+
+def _tighten_with(row: dict, rounds: int = 4) -> tuple[dict, list[dict]]:
+    """tighten over CAL at kappa 1.5 (its path: n3+n4 on b, 11.2 of 12 ms priced), every
+    plan measured as `row` says and no region timed."""
+    from types import SimpleNamespace
+
+    from provmap.workbench.tighten import tighten
+
+    art = SimpleNamespace(manifest={"partitions": []})
+    o = {"best_single": "a", "priced": {"kappa_ms": 1.5, "whole_ms": 12.0}}
+    rows = tighten(SimpleNamespace(node_ids=list(ORDER)), o, CAL, UNITS,
+                   lambda choice, label: ({"plan": label, "breakdown": {}, **row}, art),
+                   rounds=rounds)
+    return o["priced"], rows
+
+
+def test_a_final_path_already_measured_is_judged_by_its_measurement_not_its_price():
+    # never measured: the price stands (12 - 11.2 of 12)
+    p, _ = _tighten_with({}, rounds=0)
+    assert p["tightened_share"] == pytest.approx(0.8 / 12) and p["final_plan"] is None
+    # measured slower: the path returns to it, and the best single configuration stands
+    p, rows = _tighten_with({"vs_best_median": 0.14, "vs_best_min": 0.20})
+    assert p["stopped"] == "the path returned a plan already measured" and len(rows) == 1
+    assert (p["tightened_share"], p["tightened_ms"], p["tightened_cuts"]) == (0.0, 12.0, 0)
+    assert p["final_measured"] == {"plan": "priced limit", "vs_best_median": 0.14,
+                                   "vs_best_min": 0.20, "faster": False, "decided": False}
+    from provmap.workbench.cut_price import format_rounds
+
+    line = format_rounds(p)[-1]
+    assert "headroom 0.0%: no room" in line and "the best single configuration stands" in line
+    assert "measured +14.0% by median, +20.0% by minimum" in line
+    # faster once: what both statistics measured at least, until the decision settles it
+    from provmap.workbench.tighten import settle
+
+    p, rows = _tighten_with({"vs_best_median": -0.03, "vs_best_min": -0.02})
+    assert p["final_plan"] == "priced limit" and p["tightened_share"] == pytest.approx(0.02)
+    rows[0]["again"] = {"faster": False, "vs_best_median": 0.01}
+    settle(p, rows)
+    assert (p["tightened_share"], p["tightened_cuts"]) == (0.0, 0)
+    rows[0]["again"] = {"faster": True, "vs_best_median": -0.04}
+    settle(p, rows)
+    assert p["tightened_share"] == pytest.approx(0.04) and p["tightened_cuts"] == 1
+    assert p["tightened_ms"] == pytest.approx(12.0 * 0.96)
+    # a contended "faster" is not one
+    p, _ = _tighten_with({"vs_best_median": -0.03, "vs_best_min": -0.02, "contended": "load"})
+    assert p["tightened_share"] == 0.0 and p["noisy"]

@@ -147,6 +147,20 @@ def format_priced(p: dict) -> list[str]:
             ] + format_rounds(p)
 
 
+def _measured_words(m: dict | None) -> str:
+    """Why the final figure is a measurement (workbench/tighten.py `settle`), in words."""
+    if not m:
+        return ""
+    got = f"{m['vs_best_median']:+.1%} by median, {m['vs_best_min']:+.1%} by minimum"
+    if m["faster"]:
+        return (f"; its path is the {m['plan']} plan, measured {got}"
+                + (" and decided faster" if m["decided"] else ", not yet decided")
+                + ": the room is what it measured")
+    return (f"; its path is the {m['plan']} plan, measured {got}"
+            + (" and not decided faster" if m["decided"] else "")
+            + ": the best single configuration stands")
+
+
 def format_rounds(p: dict) -> list[str]:
     """The tightening's lines (workbench/tighten.py): each round's plan and the final limit."""
     if p.get("tightened_share") is None:
@@ -186,6 +200,6 @@ def format_rounds(p: dict) -> list[str]:
                   if p.get("tightened_kappa_ms") is not None else "")
                + f", headroom {share:.1%}: "
                + ("no room (<5%)" if share < NO_ROOM else f"room {share:.0%}")
-               + f" (stopped: {p['stopped']})"
+               + f" (stopped: {p['stopped']})" + _measured_words(p.get("final_measured"))
                + ("; measured under contention: not a result" if p.get("noisy") else ""))
     return out

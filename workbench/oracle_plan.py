@@ -140,6 +140,10 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
         if r["plan"].startswith("priced limit") and not r["again"]["faster"]:
             out["priced"]["stopped"] += (" once; the comparison procedure kept the best single "
                                          "configuration")
+    if won and "priced" in out:  # the decision settles a final path that is a measured plan
+        from .tighten import settle
+
+        settle(out["priced"], rows)
     won = [r for r in won if r["again"]["faster"]]
     out["captured_by"] = min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None
     return out
