@@ -66,6 +66,7 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
 
     from .cut_price import priced_limit
     from .headroom import fused_units
+    from .tighten import faster_once, settle, tighten
 
     say = say or (lambda m: None)
     cal = {b: p["calibrated_nodes"] for b, p in h["per_backend"].items()
@@ -123,8 +124,6 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     out["priced"] = priced = priced_limit(out, cal, units, {n: k for k, n in
                                                             enumerate(view.node_ids)})
     if priced["cuts"]:  # the priced limit's own plans, measured until they agree with it
-        from .tighten import tighten
-
         def measure(choice, label):
             row, art = measure_choice(view, choice, label, arts["best single"], best, order,
                                       backends, cal, say, repeats, passes, same_cuts=True)
@@ -133,16 +132,14 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
             return row, art
 
         rows += tighten(view, out, cal, units, measure)
-    won = [r for r in rows if r.get("vs_best_median", 1) < 0 and r.get("vs_best_min", 1) < 0]
+    won = [r for r in rows if faster_once(r)]
     for r in won:  # once is not enough: the same two plans again, in a measuring run of its own
         say(f"headroom: the {r['plan']} plan measured faster: measuring it again")
         r["again"] = _again(r["plan"], arts[r["plan"]], arts["best single"])
         if r["plan"].startswith("priced limit") and not r["again"]["faster"]:
             out["priced"]["stopped"] += (" once; the comparison procedure kept the best single "
                                          "configuration")
-    if won and "priced" in out:  # the decision settles a final path that is a measured plan
-        from .tighten import settle
-
+    if won:  # the decision settles a final path that is a measured plan
         settle(out["priced"], rows)
     won = [r for r in won if r["again"]["faster"]]
     out["captured_by"] = min(won, key=lambda r: r["vs_best_median"])["plan"] if won else None

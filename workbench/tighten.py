@@ -80,7 +80,7 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
         if art is None:
             stopped = f"the {label} plan did not build"
             break
-        if row["vs_best_median"] < 0 and row["vs_best_min"] < 0:
+        if faster_once(row):
             if row.get("contended"):  # not a result: the rounds end without a verdict
                 stopped = (f"the {label} plan measured faster under contention "
                            f"({row['contended']}): not a win")
@@ -101,6 +101,12 @@ def tighten(view, o: dict, cal: dict, units: list[list[str]], measure,
     p["final_path_cuts"] = final_cuts
     settle(p, rows)
     return rows
+
+
+def faster_once(row: dict) -> bool:
+    """Faster than the best single by median and by minimum in the run that measured it: what
+    sends a limit plan to the comparison procedure (oracle_plan._again), never a verdict."""
+    return row.get("vs_best_median", 1) < 0 and row.get("vs_best_min", 1) < 0
 
 
 def settle(p: dict, rows: list[dict]) -> None:
@@ -126,8 +132,7 @@ def settle(p: dict, rows: list[dict]) -> None:
         faster = again["faster"]
         gain = -(again.get("vs_best_median") or 0.0)
     else:
-        faster = (row["vs_best_median"] < 0 and row["vs_best_min"] < 0
-                  and not row.get("contended"))
+        faster = faster_once(row) and not row.get("contended")
         gain = -max(row["vs_best_median"], row["vs_best_min"])
     gain = max(gain, 0.0) if faster else 0.0
     p.update(tightened_ms=whole * (1 - gain), tightened_share=gain,
