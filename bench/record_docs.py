@@ -18,8 +18,12 @@ _PER_MODEL = ("rows", "search", "artifacts", "container", "headroom", "gains", "
 def merge(records: list[dict], names: list[str]) -> dict:
     """One latency record from runs of the same step on one host with the same versions, each
     a subset of models (a long run split so one model's failure loses no other's): the
-    per-model lists joined, each run's start, duration and models kept under `runs`.  Runs
-    that differ in host or versions are no one record: refused, naming the file."""
+    per-model lists joined, each run's start, duration and models kept under `runs`.  A model
+    run again replaces all its entries from the earlier run (a record holds one result per
+    model: README cites its row, and an older, noisier row beside it would be a second answer;
+    git history keeps the older run), and a run keeps only the models it still answers for, so
+    a model a run never reached is not said to be in it.  Runs that differ in host or versions
+    are no one record: refused, naming the file."""
     from provmap.provenance.util.errors import ProvmapError
 
     first = records[0]
@@ -29,17 +33,34 @@ def merge(records: list[dict], names: list[str]) -> dict:
             if a != b:
                 raise ProvmapError(f"{name}: record.{k} {b!r} differs from {names[0]}'s {a!r}: "
                                    "not one record")
+    lists: dict[str, list | None] = {k: None for k in _PER_MODEL}
+    runs: list[dict] = []
+    for r in records:
+        answered = {_model(x) for k in _PER_MODEL for x in (r.get(k) or ())} - {None}
+        for k, kept in lists.items():
+            if kept is not None:
+                lists[k] = [x for x in kept if _model(x) not in answered]
+            if r.get(k) is not None:
+                lists[k] = (lists[k] or []) + list(r[k])
+        for run in runs:
+            run["models"] = [m for m in run["models"] if Path(m).stem not in answered]
+        runs += [dict(run) for run in (r.get("runs") or [{
+            "started": r.get("started"), "duration_s": r.get("duration_s"),
+            "models": [m for m in r["options"]["models"] if Path(m).stem in answered]}])]
     out = {k: v for k, v in first.items() if k not in _PER_MODEL}
-    for k in _PER_MODEL:
-        parts = [r.get(k) for r in records if r.get(k) is not None]
-        out[k] = [x for p in parts for x in p] if parts else first.get(k)
-    out["options"] = {**first["options"], "models": [m for r in records
-                                                     for m in r["options"]["models"]]}
-    out["runs"] = [run for r in records for run in (r.get("runs") or [{
-        "started": r.get("started"), "duration_s": r.get("duration_s"),
-        "models": r["options"]["models"]}])]
+    out.update({k: first.get(k) if v is None else v for k, v in lists.items()})
+    out["runs"] = [run for run in runs if run["models"]]
+    out["options"] = {**first["options"], "models": [m for run in out["runs"]
+                                                     for m in run["models"]]}
     out["duration_s"] = sum(run["duration_s"] or 0 for run in out["runs"])
+    if "record" in first:  # the header's date: when the newest run was written
+        out["record"] = {**first["record"], "written": (records[-1].get("record") or {}).get(
+            "written", first["record"].get("written"))}
     return out
+
+
+def _model(entry) -> str | None:
+    return entry.get("model") if isinstance(entry, dict) else None
 
 
 def runs_lines(res: dict) -> list[str]:

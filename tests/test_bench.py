@@ -548,7 +548,8 @@ def test_parallelism_summary_judges_windows_by_the_gauges_own_rule():
 
 def test_bench_report_merges_runs_of_one_step_and_host_into_one_record():
     """A long latency run split by model is still one record (README cites one): the rows
-    joined, each run's start, duration and models kept; runs with other versions refused."""
+    joined, each run's start, duration and models kept, one result per model (the latest
+    run's); runs with other versions refused."""
     from provmap.bench.record_docs import merge
     from provmap.provenance.util.errors import ProvmapError
 
@@ -565,5 +566,19 @@ def test_bench_report_merges_runs_of_one_step_and_host_into_one_record():
     assert m["options"]["models"] == ["/m/a.onnx", "/m/b.onnx"] and m["headroom"] is None
     again = merge([m, run("c", "t3")], ["m.json", "c.json"])  # a merged record merges on
     assert [r["started"] for r in again["runs"]] == ["t1", "t2", "t3"]
+    # a model run again: its new run's entries replace the old ones, and a run left answering
+    # for no model leaves the record (its time too); a model a run never reached is not in it
+    redo = run("a", "t4")
+    redo["rows"] = [{"model": "a", "strategy": "x"}, {"model": "a", "strategy": "y"}]
+    redo["options"]["models"].append("/m/never.onnx")
+    redo["record"]["written"] = "t4 UTC"
+    latest = merge([again, redo], ["again.json", "a.json"])
+    assert [(r["model"], r.get("strategy")) for r in latest["rows"]] == [
+        ("b", None), ("c", None), ("a", "x"), ("a", "y")]
+    assert [r["model"] for r in latest["search"]] == ["b", "c", "a"]
+    assert [(r["started"], r["models"]) for r in latest["runs"]] == [
+        ("t2", ["/m/b.onnx"]), ("t3", ["/m/c.onnx"]), ("t4", ["/m/a.onnx"])]
+    assert latest["duration_s"] == 1800.0 and latest["record"]["written"] == "t4 UTC"
+    assert latest["options"]["models"] == ["/m/b.onnx", "/m/c.onnx", "/m/a.onnx"]
     with pytest.raises(ProvmapError, match="c.json: record.versions"):
         merge([m, run("c", "t3", openvino="2025.1")], ["m.json", "c.json"])
