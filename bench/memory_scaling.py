@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .installed import installed_env
+
 #: name -> (layers, d_model, heads); vocab 50257 and 8 tokens for all (GPT-2's tokenizer).
 SIZES = {"124m": (12, 768, 12), "350m": (24, 1024, 16), "1b": (18, 2048, 16)}
 VOCAB, SEQ = 50257, 8
@@ -101,7 +103,8 @@ def measure(argv: list[str], cwd: str) -> dict:
     import threading
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=installed_env())
     peak_anon = [0]
 
     def sample():

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .installed import installed_env
+
 #: The backend libraries (seconds to import), then onnx and sqlite_utils (0.1 s together with
 #: protobuf), which reading an artifact needs neither: an offline command imports none.
 HEAVY = ("tvm", "onnxruntime", "openvino", "onnx", "sqlite_utils")
@@ -44,7 +46,7 @@ COMMANDS = [["--help"], ["--version"], ["compile", "--help"], ["trust", "--list"
 def _run(argv) -> tuple[float, int, list[str]]:
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, env=installed_env())
     wall = time.perf_counter() - t
     heavy = [json.loads(ln[len("HEAVY="):]) for ln in r.stderr.splitlines()
              if ln.startswith("HEAVY=")]

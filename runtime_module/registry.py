@@ -8,7 +8,6 @@ that needs it, with its name in the message.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 
 from .backend import ENTRY_POINT_GROUP, Backend, BackendError
 from provmap.provenance.util.errors import did_you_mean
@@ -27,6 +26,8 @@ def _load_ref(ref: str):
 
 def _plugins() -> dict:
     """Plugin entry points by name; a name registered twice maps to all its claimants."""
+    from importlib.metadata import entry_points  # ~30 ms: only when a name is not built in
+
     found: dict = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(ep.name, []).append(ep)

@@ -33,6 +33,23 @@ def test_options_have_help_text():
                 assert action.help, f"provmap {cmd} {action.option_strings[0]} has no help"
 
 
+def test_a_named_command_builds_its_part_of_the_parser_only():
+    """The table of which function adds which command is the full parser's, and `provmap run`
+    builds (and imports) run's part only; the root's --help and a mistyped command get all."""
+    from provmap.cli.main import COMMANDS, build_parser
+
+    def commands(p):
+        return list(next(a for a in p._actions if a.dest == "command").choices)
+
+    every = commands(build_parser())
+    assert sorted(every) == sorted(c for cs in COMMANDS.values() for c in cs)
+    for cs in COMMANDS.values():
+        for c in cs:
+            assert commands(build_parser(["-v", c, "x"])) == list(cs)
+    for words in (["--help"], ["rnu", "x"], [], ["-v"]):
+        assert commands(build_parser(words)) == every
+
+
 @pytest.mark.parametrize("args, words", [
     (("run", "A", "--repeats", "0", "--json"), ("provmap run: error:", "--repeats", "--help")),
     (("compare", "A", "--atol", "-1", "--json"), ("provmap compare: error:", "--atol")),
@@ -125,7 +142,7 @@ def test_a_library_failing_to_import_while_the_parser_is_built_is_one_line(capsy
     torch's libraries half-installed under TVM's import) printed a traceback."""
     import provmap.cli.main as cli_main
 
-    def broken():
+    def broken(words=None):
         raise OSError("libtorch_global_deps.so: cannot open shared object file")
     monkeypatch.setattr(cli_main, "build_parser", broken)
     refused_in_process(capsys, ["inspect", "x.provmap"], "cannot start", "libtorch_global_deps.so")

@@ -128,9 +128,9 @@ def test_ctrl_c_while_the_parser_is_built_is_one_line():
     setup = ("import os, signal\n"
              "import provmap.cli.main as m\n"
              "build = m.build_parser\n"
-             "def interrupted():\n"
+             "def interrupted(words=None):\n"
              "    os.kill(os.getpid(), signal.SIGINT)\n"
-             "    return build()\n"
+             "    return build(words)\n"
              "m.build_parser = interrupted\n")
     err = _interrupted(setup, ["inspect", "x.provmap"])
     assert err.strip().splitlines() == ["provmap: interrupted"], err

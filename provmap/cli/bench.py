@@ -20,11 +20,11 @@ def step_args(words: list[str]) -> argparse.Namespace | None:
     """The parsed command for `provmap [-v] bench STEP ARGS` when STEP is a step run by its own
     module (None otherwise: the parser reads the line); `bench --list-steps` too, which needs
     no output directory."""
+    i = _bench_at(words)
+    if i is None:  # not bench: the steps' table (~20 ms of imports) is not needed
+        return None
     from provmap.bench.steps import STEPS
 
-    i = _bench_at(words)
-    if i is None:
-        return None
     name, rest = words[i + 1], words[i + 2:]
     if name == "--list-steps" and not rest:
         return argparse.Namespace(command="bench", func=_list_steps, verbose=i > 0, json=False)
@@ -45,10 +45,12 @@ def _bench_at(words: list[str]) -> int | None:
 def suite_words(words: list[str]) -> list[str]:
     """`bench latency ...`, `bench user_latency [NAMES] ...` and `bench hog_search [through|ends]
     ...` as the options that select them: the three steps of `provmap bench` itself."""
+    i = _bench_at(words)
+    if i is None:
+        return words
     from provmap.bench.steps import STEPS
 
-    i = _bench_at(words)
-    if i is None or words[i + 1] not in STEPS or STEPS[words[i + 1]].module != "suite":
+    if words[i + 1] not in STEPS or STEPS[words[i + 1]].module != "suite":
         return words
     name = words[i + 1]
     head, rest = words[:i + 1], words[i + 2:]

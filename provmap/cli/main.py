@@ -12,35 +12,62 @@ import os
 import sys
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Which function adds each command's parser, and the commands it adds.  A command line that
+#: names one builds its part only: the others' modules cost every command ~60 ms of imports
+#: (tests/test_cli_usage.py checks the table against the full parser).
+COMMANDS = {
+    ("map", "add_map_command"): ("map",),
+    ("artifact", "add_artifact_commands"): ("compile", "run", "trust", "inspect", "lookup"),
+    ("backends", "add_backends_command"): ("backends",),
+    ("bench", "add_bench_command"): ("bench",),
+    ("workbench", "add_workbench_commands"): ("compare", "bisect", "profile", "report",
+                                              "annotate", "explain"),
+    ("vendor", "add_vendor_commands"): ("overlays",),
+    ("rpc", "add_rpc_commands"): ("rpc-server",),
+}
+
+
+def build_parser(words: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `words` (every command's when None, or when no command is named: the
+    root's --help and its did-you-mean need them all)."""
     # Imported here, not at the top: the console script imports this module before main() runs,
     # and Ctrl-C during those imports would be a traceback instead of one line.
-    from .artifact import add_artifact_commands
-    from .backends import add_backends_command
-    from .bench import add_bench_command
-    from .common import version_text
-    from .map import add_map_command
     from .parser import Parser
-    from .rpc import add_rpc_commands
-    from .vendor import add_vendor_commands
-    from .workbench import add_workbench_commands
 
     p = Parser(prog="provmap", description=(
         "Partition ONNX models across inference backends through TVM Relax, with a source map "
         "from every kernel back to ONNX nodes."))
-    p.add_argument("--version", action="version", version=f"provmap {version_text()}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also show the libraries' own log lines (TVM's C++ warnings), which "
                    "are kept off stderr otherwise")
     sub = p.add_subparsers(dest="command", required=True)
-    add_map_command(sub)
-    add_artifact_commands(sub)
-    add_backends_command(sub)
-    add_bench_command(sub)
-    add_workbench_commands(sub)
-    add_vendor_commands(sub)
-    add_rpc_commands(sub)
+    named = _command_word(words or [])
+    for (module, adder), commands in COMMANDS.items():
+        if named is None or named in commands:
+            getattr(importlib.import_module(f"{__package__}.{module}"), adder)(sub)
     return p
+
+
+def _command_word(words: list[str]) -> str | None:
+    """The command `words` name (after the root's -v), if it is one of COMMANDS'."""
+    i = 0
+    while i < len(words) and words[i] in ("-v", "--verbose"):
+        i += 1
+    word = words[i] if i < len(words) else None
+    return word if any(word in c for c in COMMANDS.values()) else None
+
+
+class _Version(argparse.Action):
+    """`--version`, read from the installed package's metadata only when asked: importlib.metadata
+    costs every other command ~30 ms of start-up (argparse's own action takes the text when the
+    parser is built)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .common import version_text
+
+        print(f"provmap {version_text()}")
+        parser.exit()
 
 
 def main(argv=None) -> int:
@@ -61,7 +88,7 @@ def main(argv=None) -> int:
     try:
         words = list(sys.argv[1:] if argv is None else argv)
         # `provmap bench STEP ...`: the step's own module reads the rest (provmap.bench.steps)
-        args = step_args(words) or build_parser().parse_args(suite_words(words))
+        args = step_args(words) or build_parser(words).parse_args(suite_words(words))
         interrupt.raise_if_interrupted()  # a Ctrl-C an import's callback could not raise
         if args.command != "trust":  # the rest need numpy, whose import prints a Ctrl-C
             with interrupt.deferred():
