@@ -346,9 +346,41 @@ def test_a_limit_plan_is_a_win_only_when_the_one_procedure_decides_it():
         "onnxruntime", [conv, relu])]), every)
     mixed = build_artifact(view, Plan("mixed", [PartitionSpec("openvino", [conv]),
                                                 PartitionSpec("onnxruntime", [relu])]), every)
-    again = _again("oracle tau=0", mixed, single)
+    again = _again("oracle tau=0", mixed, {"best single": single})
     dec = again["decision"]
     assert dec["passes"] >= 6 and dec["kept"] in ("best single", "oracle tau=0")
     assert again["faster"] == (dec["kept"] == "oracle tau=0" and dec["decided"]
                                and not again["contended"])
     assert _decided(again).startswith("a win (" if again["faster"] else "not a win (")
+
+
+def test_a_limit_plan_is_decided_against_every_profiled_whole_model():
+    """A limit plan's win holds against each configuration the limit profiled, not only the one
+    its profiles ranked first (on the detector ONNX Runtime and OpenVINO were undecided between
+    themselves): every calibrated configuration's whole is an alternative, one that is not a
+    backend here is not."""
+    from provmap.partition.compile import load_view
+    from provmap.runtime_module.artifact_build import build_artifact
+    from provmap.runtime_module.plan import PartitionSpec, Plan
+    from provmap.runtime_module.registry import get_backend
+    from provmap.workbench.oracle_plan import _again, _wholes
+
+    view = load_view(conv_relu(), "conv_relu")
+    conv, relu = view.op_nodes
+    every = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
+    single = build_artifact(view, Plan("single:onnxruntime", [PartitionSpec(
+        "onnxruntime", [conv, relu])]), every)
+    cal = {"onnxruntime": {}, "openvino": {}, "elsewhere": {}}
+    wholes = _wholes(view, "onnxruntime", cal, every, single)
+    assert list(wholes) == ["best single", "single:openvino"]
+    assert wholes["best single"] is single
+    mixed = build_artifact(view, Plan("mixed", [PartitionSpec("openvino", [conv]),
+                                                PartitionSpec("onnxruntime", [relu])]), every)
+    again = _again("oracle tau=0", mixed, wholes)
+    dec = again["decision"]
+    labels = {"best single", "single:openvino", "oracle tau=0"}
+    assert dec["kept"] in labels
+    if dec["decided"]:  # the kept one outlasted both others
+        assert set(dec["left"]) == labels - {dec["kept"]}
+    assert again["faster"] == (dec["kept"] == "oracle tau=0" and dec["decided"]
+                               and not again["contended"])
