@@ -157,17 +157,16 @@ def _wholes(view, best: str, cal: dict, backends: dict, single) -> dict:
     profiles ranked ONNX Runtime first (108 ms) where the latency run had OpenVINO (92 ms), the
     two undecided between themselves; a plan decided 7.6% faster than ONNX Runtime alone said
     nothing about OpenVINO.  A configuration that cannot take the whole model is no alternative."""
+    from provmap.partition.strategies import single as single_plan
     from provmap.runtime_module.artifact_build import build_artifact
-    from provmap.runtime_module.plan import PartitionSpec, Plan
 
     out = {"best single": single}
     for b in sorted(cal):
         if b == best or b not in backends:
             continue
         try:
-            out[f"single:{b}"] = build_artifact(view, Plan(f"single:{b}", [PartitionSpec(
-                b, list(view.op_nodes), why="a whole the limit's plan must beat")]),
-                {b: backends[b]})
+            out[f"single:{b}"] = build_artifact(view, single_plan(view, backends[b]),
+                                                {b: backends[b]})
         except Exception:  # noqa: BLE001 - refused or failed: not an alternative
             continue
     return out

@@ -184,7 +184,7 @@ def cmd_run(args) -> int:
                "median_ms": round(percentile(times, 0.5) * 1e3, 3),
                "min_ms": round(min(times) * 1e3, 3),
                "max_ms": round(max(times) * 1e3, 3),
-               "p90_ms": round(percentile(times, 0.9) * 1e3, 3),  # np's import numpy.ma
+               "p90_ms": round(percentile(times, 0.9) * 1e3, 3),  # np's would import numpy.ma
                "outputs": {k: output_stats(v) for k, v in outs.items()},
                "output_file": args.output}
     if args.json:

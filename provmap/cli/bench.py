@@ -13,7 +13,7 @@ import os
 from provmap.provenance.util.errors import ProvmapError
 
 from .json_out import print_json
-from .common import backend_list, say_progress, count, positive_int, seconds
+from .common import backend_list, command_at, say_progress, count, positive_int, seconds
 
 
 def step_args(words: list[str]) -> argparse.Namespace | None:
@@ -36,9 +36,7 @@ def step_args(words: list[str]) -> argparse.Namespace | None:
 
 def _bench_at(words: list[str]) -> int | None:
     """Where the word `bench` is, when it is the command and a word follows it."""
-    i = 0
-    while i < len(words) and words[i] in ("-v", "--verbose"):
-        i += 1
+    i = command_at(words)
     return i if words[i:i + 1] == ["bench"] and len(words) > i + 1 else None
 
 

@@ -22,6 +22,15 @@ if TYPE_CHECKING:  # pragma: no cover  (numpy is imported where arrays are read:
     import numpy as np
 
 
+def command_at(words: list[str]) -> int:
+    """Where the command word is in a command line: past the root's -v/--verbose (the only
+    option that may precede it and still name a command)."""
+    i = 0
+    while i < len(words) and words[i] in ("-v", "--verbose"):
+        i += 1
+    return i
+
+
 def say_progress(msg: str) -> None:
     print(f"provmap: {term_safe(msg)}", file=sys.stderr, flush=True)
 

@@ -51,9 +51,9 @@ def build_parser(words: list[str] | None = None) -> argparse.ArgumentParser:
 
 def _command_word(words: list[str]) -> str | None:
     """The command `words` name (after the root's -v), if it is one of COMMANDS'."""
-    i = 0
-    while i < len(words) and words[i] in ("-v", "--verbose"):
-        i += 1
+    from .common import command_at
+
+    i = command_at(words)
     word = words[i] if i < len(words) else None
     return word if any(word in c for c in COMMANDS.values()) else None
 
