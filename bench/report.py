@@ -15,11 +15,9 @@ from provmap.provenance.util.atomic import write_atomic, write_bytes_atomic
 from provmap.workbench.headroom import verdict
 
 from .record_docs import END, START, put_tables  # noqa: F401  (START, END re-exported)
+from .md import fmt as _f, table as _table
 from .records import write_record
-
-
-def _f(x, fmt="{:.2f}", none="-"):
-    return none if x is None else fmt.format(x)
+from .search_table import search_tables
 
 
 def _bytes(n: int) -> str:
@@ -28,14 +26,6 @@ def _bytes(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
-
-
-def _table(intro: str, header: list[str], rows: list[list]) -> list[str]:
-    """A blank line, the intro, a blank line, then a Markdown table."""
-    def line(cells):
-        return "| " + " | ".join(str(c) for c in cells) + " |"
-
-    return ["", intro, "", line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
 def _final_verdict(o: dict, p: dict) -> str:
@@ -108,27 +98,6 @@ def _pct(x) -> str:
 def _pair(g: dict, what: str) -> str:
     """'min / median' of a gain: 10% = the plan takes 10% less time."""
     return f"{_pct(g.get(what + '_min'))} / {_pct(g.get(what + '_median'))}"
-
-
-def _search_states(s: dict) -> str:
-    """The first level's states expanded and its peak RSS (from its start); "beam" when its
-    bound made it give up the shortest path (rows older than issue 51 have neither: "-")."""
-    if s.get("search_states") is None:
-        return "-"
-    rss = s.get("search_peak_rss_mb")
-    return (f"{s['search_states']}" + (f" ({rss:.0f})" if rss else "")
-            + (" beam" if s.get("search_method") == "beam" else ""))
-
-
-def _hogged(s: dict) -> str:
-    """A search beside a one-core hog (`--search-beside-hog`) and what its record says."""
-    if not s.get("beside_hog"):
-        return ""
-    cond = s.get("conditions") or {}
-    what = ("; measured beside the load (accepted)" if cond.get("contended") else
-            "; quiet by the time it measured")
-    ends = " that ends when the search waits" if s.get("beside_hog") == "ends" else ""
-    return f" **[searched beside a one-core hog{ends}{what}]**".replace("|", "/")
 
 
 def _one_percent(g: dict) -> str:
@@ -305,43 +274,7 @@ def markdown(res: dict) -> str:
                    else "did not build: " + r["failed"].replace("|", "/")),
                   _f(r.get("vs_best_min"), "{:+.1%}")] for m, r, _o in tried])
         lines += priced_table(res["headroom"])
-    if res["search"]:
-        lines += _table(
-            "Collage search: first compile (cold when the cache is fresh; includes the "
-            "end-to-end check), a second compile on the same cache (search only: every price a "
-            "cache hit), and the first compile's command again (end-to-end check on: the kept "
-            "plan comes from the cost cache; 'searched' if it did not).",
-            ["model", "backends", "cache", "first compile s", "of it search s", "candidates",
-             "after pruning", "measured", "skipped (budget)", "cache hits", "invalid",
-             "states (peak RSS MB)", "second compile s (measured)", "same command again s",
-             "kept", "why"],
-            [[s["model"], s["strategy"].split(":", 1)[-1], s["cache"], f"{s['first_s']:.1f}",
-              f"{s['first_search_only_s']:.1f}", s["candidates"], s["after_pruning"],
-              s["measured"], s.get("skipped_budget", 0), s["cache_hits"], s["invalid"],
-              _search_states(s), f"{s['warm_s']:.1f} ({s['warm_measured']})",
-              (_f(s.get("warm_e2e_s"), "{:.1f}") + ("" if s.get("warm_e2e_plan_reused", True)
-                                                   else " (searched)")), s["kept"],
-              (s.get("e2e_why") or "-").replace("|", "/")
-              + (" (measured under contention: not stored in the plan cache)"
-                 if s.get("plan_cache_refused") else "") + _hogged(s)]
-             for s in res["search"]])
-        levels = [s for s in res["search"] if s.get("level")]
-        if levels:
-            lines += _table(
-                "Collage's two levels: the first level's (DP) plan, estimated from isolated "
-                "prices and measured end to end; the second level's end-to-end measured changes "
-                "to the kept plan; and which level found the plan the artifact keeps.",
-                ["model", "DP partitions", "DP estimated ms", "DP measured ms",
-                 "second level: kept / proposed", "second level s", "stopped",
-                 "kept plan found by"],
-                [[s["model"], s.get("first_level_partitions", "-"),
-                  _f(s.get("first_level_estimated_ms"), "{:.2f}"),
-                  _f(s.get("first_level_measured_ms"), "{:.2f}", "same as a single plan"),
-                  (f"{s['refine']['kept']} / {s['refine']['proposals']}" if s.get("refine")
-                   else "off"),
-                  _f((s.get("refine") or {}).get("seconds"), "{:.0f}"),
-                  (s.get("refine") or {}).get("stopped") or "-",
-                  s["level"]] for s in levels])
+    lines += search_tables(res["search"])
     if res["artifacts"]:
         lines += _table(
             "Artifacts: size, load (verify + load every partition's code), verify only, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -582,3 +583,39 @@ def test_bench_report_merges_runs_of_one_step_and_host_into_one_record():
     assert latest["options"]["models"] == ["/m/b.onnx", "/m/c.onnx", "/m/a.onnx"]
     with pytest.raises(ProvmapError, match="c.json: record.versions"):
         merge([m, run("c", "t3", openvino="2025.1")], ["m.json", "c.json"])
+
+
+def test_the_search_table_splits_a_compile_into_search_wait_for_quiet_and_the_rest():
+    """Issue 51's 10-minute item is about provmap's work: the phases' waits for quiet (the
+    record's conditions) are a column of their own, and the rest is what is left of the
+    compile; a row from before the conditions were recorded waited 0."""
+    from provmap.bench.search_table import search_tables, waited_s
+
+    row = {"model": "m", "strategy": "collage:onnxruntime,openvino", "cache": "fresh (cold)",
+           "first_s": 1151.6, "first_search_only_s": 222.9, "candidates": 10,
+           "after_pruning": 9, "measured": 8, "cache_hits": 1, "invalid": 0, "warm_s": 6.0,
+           "warm_measured": 0, "kept": "collage", "level": "first",
+           "conditions": {"phases": {"candidates": None, "e2e": {"waited_s": 481.6},
+                                     "refine": {"waited_s": 78.3}}}}
+    assert waited_s(row) == pytest.approx(559.9)
+    assert waited_s({"conditions": {}}) == 0.0
+    text = "\n".join(search_tables([row]))
+    assert "| first compile s | of it search s | of it waiting for quiet s | the rest s |" in text
+    assert "| 1151.6 | 222.9 | 559.9 | 368.8 |" in text
+    assert search_tables([]) == []
+
+
+def test_timed_children_cache_their_bytecode_as_an_installed_package_does(monkeypatch):
+    """bench/installed.py: a shell that sets PYTHONDONTWRITEBYTECODE would charge provmap's
+    start-up with compiling its modules in every timed child; the child's environment drops it
+    and keeps everything else, and the parent's environment is left as it was."""
+    from provmap.bench.installed import installed_env
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PROVMAP_TEST_KEPT", "yes")
+    env = installed_env()
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PROVMAP_TEST_KEPT"] == "yes"
+    assert os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
+    child = subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"],
+                           env=env, capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "False"
