@@ -60,9 +60,9 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
     them with the best single configuration, each alone, and say how each did."""
     from provmap.partition.measure.contention import Window
     from provmap.partition.measure.interleave import measure_artifacts
-    from provmap.partition.strategies import plan_from_choice
+    from provmap.partition.strategies import plan_from_choice, single as single_plan
     from provmap.runtime_module.artifact_build import build_artifact
-    from provmap.runtime_module.plan import PartitionSpec, Plan
+    from provmap.runtime_module.plan import Plan
 
     from .cut_price import priced_limit
     from .headroom import fused_units
@@ -79,8 +79,8 @@ def oracle_plans(view, h: dict, backends: dict, say=None, repeats: int = 20,
                                                          for i in view.op_nodes})
     units = fused_units(h.get("units") or [], ids)
     arts, rows = {}, []
-    arts["best single"] = build_artifact(view, Plan(f"single:{best}", [PartitionSpec(
-        best, list(view.op_nodes), why="best single configuration")]), {best: backends[best]})
+    arts["best single"] = build_artifact(view, single_plan(view, backends[best]),
+                                         {best: backends[best]})
     order = [best] + sorted(b for b in cal if b != best)
     for a in assignments(cal, units, best):
         label = f"oracle tau={a['tau']:g}"
