@@ -137,6 +137,7 @@ def gains(rows: list[dict], search: dict | None = None, headroom: dict | None = 
         out[f"confirmed_slower_{by}"] = again.get(f"slower_{by}") if again else None
         out[f"one_percent_{by}"] = again.get(f"one_percent_{by}") if again else None
         out[f"confirmed_contended_{by}"] = bool(again and again.get("contended"))
+        out[f"confirmed_passes_{by}"] = again.get("passes") if again else None
     out["kept"] = kept["kept"] if kept else None
     out["beside_hog"] = bool(search and search.get("beside_hog"))
     out["kept_backends"] = kept.get("backends") if kept else None

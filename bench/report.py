@@ -107,7 +107,9 @@ def _one_percent(g: dict) -> str:
     parts = []
     for by in ("min",):
         state, iv = g.get(f"one_percent_{by}"), g.get(f"confirmed_slower_{by}")
-        parts.append((state or "-") + (f" [{iv[0]:+.1%}, {iv[1]:+.1%}]" if iv else ""))
+        n = g.get(f"confirmed_passes_{by}") or 0
+        parts.append((state or "-") + (f" [{iv[0]:+.1%}, {iv[1]:+.1%}]" if iv else "")
+                     + (f" ({n} passes)" if n > 16 else ""))
     return " / ".join(parts)
 
 
@@ -162,7 +164,8 @@ def gains_table(res: dict) -> list[str]:
         "a run when the kept plan is that very configuration; 1% item = the kept plan no more "
         "than 1% slower than that configuration, judged on the paired run's 92% interval of its "
         "slowdown (the one statistic, partition/measure/evidence.py: the sign test over 16 "
-        "passes' ratios of each pass's fastest samples): 'within' when the whole interval is at "
+        "passes' ratios of each pass's fastest samples; since 2026-11-30 in rounds of 16 more, "
+        "up to 48, while undecided, the count shown past 16): 'within' when the whole interval is at "
         "most +1%, "
         "'slower' when all of it is above, 'undecided' when the pair is closer than the run can "
         "tell; predicted / measured = the search's estimate "
