@@ -417,7 +417,9 @@ def test_the_container_overhead_alone_in_one_command(tmp_path):
     res = json.loads(_stem("container", out).with_suffix(".json").read_text())
     assert [r["backend"] for r in res["rows"]] == ["onnxruntime", "openvino"]
     for r in res["rows"]:
-        assert r["paired_passes"] == 2 and r["library_min_ms"] > 0 and r["container_min_ms"] > 0
+        # rounds of 2 while the 2% bound is undecided, at most 4 (the A/A pair: one round)
+        assert r["paired_passes"] in (2, 4, 6, 8) and r["paired_rounds"] == r["paired_passes"] // 2
+        assert r["library_min_ms"] > 0 and r["container_min_ms"] > 0
         assert r["paired_overhead_min"] == pytest.approx(
             r["container_min_ms"] / r["library_min_ms"] - 1)
         # the noise floor (the library against itself) and the executor alone, measured too
