@@ -518,6 +518,11 @@ def test_memory_scaling_judges_a_loaded_artifact_against_the_librarys_own_sessio
     assert slow["verdict"] == "slower"
     failed = ms.paired(["bad"], ["own"], ".", 6)
     assert failed == {"error": "no such artifact", "passes": 0}
+    # undecided at 6 passes (up to x1.4): a round of 6 more, pooled, decides it (sequential)
+    times["own"] = iter([2.0] * 12)
+    times["ours"] = iter([2.8, 2.2] + [2.0] * 10)
+    again = ms.paired(["ours"], ["own"], ".", 6, max_passes=24)
+    assert again["passes"] == 12 and again["verdict"] == "within"
 
     def step(s, mb):
         return {"s": s, "peak_mb": mb, "peak_anon_mb": mb, "rc": 0}
