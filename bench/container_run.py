@@ -131,7 +131,7 @@ def _ms(row: dict) -> str:
 
 
 def markdown(res: dict) -> str:
-    from .report import _table
+    from .md import table as _table
     from .step_run import header
 
     lines = header(res, "The container's overhead", "container_run")

@@ -59,7 +59,7 @@ def compile_rows(specs: list[str], accept: bool, quiet_wait: float, say) -> list
 
 
 def markdown(res: dict) -> str:
-    from .report import _table
+    from .md import table as _table
     from .step_run import header
 
     lines = header(res, "provmap compile beside a one-core hog", "hog_compile")

@@ -59,7 +59,8 @@ def markdown(res: dict) -> str:
     from provmap.workbench.headroom import verdict
     from provmap.workbench.oracle_plan import describe
 
-    from .report import _f, _table, priced_table
+    from .md import fmt as _f, table as _table
+    from .report import priced_table
 
     h = res["host"]
     lines = [f"# The limit of partitioning, {res['date']}", "",

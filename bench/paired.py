@@ -42,9 +42,8 @@ def paired_overhead(fns: dict, rooms: dict, passes: int = 8, judge=None,
     from provmap.partition.measure.evidence import Rule, interval, pass_ratios
 
     art, lib = fns
-    mins = {art: [], lib: []}
+    mins = {art: [], lib: []}  # each pass's fastest sample (s), pooled over the rounds
     meds = {art: [], lib: []}
-    lows = {art: [], lib: []}
     rounds = 0
     while True:
         d = decide(dict(fns), {art: (1,), lib: (1,)}, rooms=rooms, accept_contended=True,
@@ -54,14 +53,13 @@ def paired_overhead(fns: dict, rooms: dict, passes: int = 8, judge=None,
         for k in fns:
             mins[k] += d.pass_mins.get(k, [])
             meds[k] += d.pass_medians.get(k, [])
-            if (d.measured.get(k) or {}).get("min_ms"):
-                lows[k].append(d.measured[k]["min_ms"])
         iv = interval(pass_ratios(mins[art], mins[lib]))
         if (judge is None or not iv.passes or judge(*iv.slowdown()) != "undecided"
                 or iv.passes + passes > (max_passes or passes)):
             break
     med = pass_ratios(meds[art], meds[lib])
-    a, b = min(lows[art], default=None), min(lows[lib], default=None)
+    # the fastest sample of all is the fastest of the passes' fastest
+    a, b = (min(mins[k]) * 1e3 if mins[k] else None for k in (art, lib))
     return {"paired_passes": iv.passes, "paired_rounds": rounds,
             "paired_interval_min": list(iv.slowdown()) if iv.passes else None,
             "paired_coverage": iv.coverage,
@@ -86,11 +84,9 @@ def _one_percent(low: float, high: float) -> str:
 
 
 def _judge(interval, contended: bool) -> str | None:
-    from provmap.partition.measure.evidence import within
-
     if contended:
         return "not judged (contended)"
-    return None if interval is None else within(interval[0], interval[1], ONE_PERCENT)
+    return None if interval is None else _one_percent(*interval)
 
 
 def confirm_gains(rows: list[dict], fns: dict, rooms: dict, same: dict, say) -> list[dict]:
