@@ -24,13 +24,14 @@ def paired_overhead(fns: dict, rooms: dict, passes: int = 8, judge=None,
                     max_passes: int | None = None) -> dict:
     """How much slower the first of `fns` is than the second (the container than its library,
     the kept plan than the best single), the two alone in `passes` paired blocks, measured and
-    judged by the one comparison procedure (partition/decision.py, one round of `passes`): the
+    judged by the one comparison procedure (partition/decision.py, rounds of `passes`): the
     interval of the median per-pass ratio of the blocks' fastest samples (the statistic every
     decision uses, partition/measure/evidence.py), and the median of per-pass medians' ratios
     beside it, described, not judged.  With `judge` (the slowdown's (low, high) -> a verdict),
     rounds of `passes` go on, pooled, while it says "undecided" and `max_passes` allows:
     sequential, as every decision is (a pair within the machine's drift needs more passes than
-    a pair 30% apart, and a fixed count left both the detector and GPT-2 small undecided).
+    a pair 30% apart, and a fixed count left both the detector and GPT-2 small undecided):
+    `decide`'s `settled`, the judge's question as its stopping rule.
 
     Why not the latency run's medians: on this 2-core guest the machine's speed drifts by
     50% between passes at load 0 (MobileNet-v3, 2026-11-26: ORT pass medians 5.5, 7.1 and
@@ -42,25 +43,20 @@ def paired_overhead(fns: dict, rooms: dict, passes: int = 8, judge=None,
     from provmap.partition.measure.evidence import Rule, interval, pass_ratios
 
     art, lib = fns
-    mins = {art: [], lib: []}  # each pass's fastest sample (s), pooled over the rounds
-    meds = {art: [], lib: []}
-    rounds = 0
-    while True:
-        d = decide(dict(fns), {art: (1,), lib: (1,)}, rooms=rooms, accept_contended=True,
-                   rule=Rule(round_passes=passes, max_passes=passes), what="paired",
-                   cap_slow=False)
-        rounds += 1
-        for k in fns:
-            mins[k] += d.pass_mins.get(k, [])
-            meds[k] += d.pass_medians.get(k, [])
+
+    def settled(mins: dict) -> bool:
         iv = interval(pass_ratios(mins[art], mins[lib]))
-        if (judge is None or not iv.passes or judge(*iv.slowdown()) != "undecided"
-                or iv.passes + passes > (max_passes or passes)):
-            break
+        return judge is None or not iv.passes or judge(*iv.slowdown()) != "undecided"
+
+    d = decide(dict(fns), {art: (1,), lib: (1,)}, rooms=rooms, accept_contended=True,
+               rule=Rule(round_passes=passes, max_passes=max(max_passes or passes, passes)),
+               what="paired", settled=settled)
+    mins, meds = d.pass_mins, d.pass_medians  # each pass's fastest sample (s), and median
+    iv = interval(pass_ratios(mins[art], mins[lib]))
     med = pass_ratios(meds[art], meds[lib])
     # the fastest sample of all is the fastest of the passes' fastest
     a, b = (min(mins[k]) * 1e3 if mins[k] else None for k in (art, lib))
-    return {"paired_passes": iv.passes, "paired_rounds": rounds,
+    return {"paired_passes": iv.passes, "paired_rounds": -(-d.passes // passes),
             "paired_interval_min": list(iv.slowdown()) if iv.passes else None,
             "paired_coverage": iv.coverage,
             "paired_overhead": statistics.median(med) - 1 if med else None,

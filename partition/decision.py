@@ -100,13 +100,21 @@ def _ms(values) -> list[float]:
 def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
            rule: Rule = RULE, wait_s: float = 120.0, accept_contended: bool = False,
            what: str = "decision", measure=None,
-           cap_slow: bool = True, until: float | None = None) -> Decision:
+           cap_slow: bool = True, until: float | None = None,
+           settled=None) -> Decision:
     """The alternative to keep among `fns` (label -> zero-argument callable), with the record.
     `complexity` orders them (lower: simpler); `rooms` as measure_interleaved's; `cap_slow`
     False measures every alternative in every pass (a pair whose interval is wanted); `until`
     (time.monotonic) starts no round after it but the first, and what is left undecided then
     keeps the simplest, as when the passes run out (a phase with a budget: the second level
-    went on 60 s past its 120 s finishing a decision it had started)."""
+    went on 60 s past its 120 s finishing a decision it had started).
+
+    `settled` (the pooled pass minimums, label -> seconds -> bool) asks a question other than
+    which one to keep: is a pair within a bound of each other (bench's 1% item, the container's
+    2%)?  Then no alternative leaves the contest (each is measured in every pass, as with
+    `cap_slow` False), and rounds go on, pooled, until `settled` says the question is answered
+    or the passes run out; `decided` says which.  The same rounds, statistic and contention
+    handling as a contest: only the stopping rule is the caller's."""
     say = say or (lambda m: None)
     measure = measure or measure_interleaved  # looked up per call: a test can replace it
     alive = sorted(fns, key=lambda k: complexity[k])
@@ -115,7 +123,9 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
     samples: dict[str, list[float]] = {k: [] for k in fns}
     left: dict[str, str] = {}
     passes, contended, waited, first, reasons, gauges = 0, 0, 0.0, True, [], []
-    while len(alive) > 1 and passes < rule.max_passes and not (
+    done = False  # settled said so
+    cap_slow = cap_slow and settled is None
+    while not done and len(alive) > 1 and passes < rule.max_passes and not (
             passes and until is not None and time.monotonic() >= until):
         n = min(rule.round_passes, rule.max_passes - passes)
         w, gauge = Window(), Gauge()
@@ -158,9 +168,15 @@ def decide(fns: dict, complexity: dict, say=None, rooms: dict | None = None,
         alive = [k for k in alive if k not in left]
         passes += n
         first = False
-        _drop(alive, mins, complexity, rule, left)
+        if settled is None:
+            _drop(alive, mins, complexity, rule, left)
+        else:
+            done = bool(settled(mins))
     kept, decided, why = _verdict(alive, mins, complexity, left, passes,
                                   "" if passes >= rule.max_passes else ", out of time")
+    if settled is not None:
+        decided, why = done, (f"settled after {passes} passes" if done else
+                              f"not settled after {passes} passes")
     d = Decision(kept, decided, why, passes, left, contended_rounds=contended, waited_s=waited,
                  reasons=reasons, rule=rule, pass_mins=mins, pass_medians=meds,
                  parallelism=gauges)

@@ -167,34 +167,49 @@ def test_the_paired_run_goes_on_in_rounds_while_the_one_percent_item_is_undecide
         monkeypatch):
     """bench/paired.py: a pair within the machine's drift gets another round of 16 passes,
     pooled with the first, until the 1% item is decided or 48 passes are spent; a decided
-    round ends it, and the container's fixed count (no judge) is one round."""
+    round ends it, and the container's fixed count (no judge) is one round.  The rounds are
+    `decide`'s own (its `settled` stopping rule), on scripted measurements."""
     import provmap.partition.decision as decision
     from provmap.bench.paired import CONFIRM_MAX_PASSES, _one_percent, paired_overhead
-    from provmap.partition.decision import Decision
+    from provmap.partition.measure.contention import Conditions
+    from provmap.partition.measure.interleave import Latency
 
-    rounds = iter([[1.05, 0.95] * 8, [1.0] * 16, [1.0] * 16, [1.0] * 16])
+    class Quiet:
+        def stop(self):
+            return Conditions(contended=False, reasons=[])
+
+    def scripted(kept_rounds):
+        it = iter(kept_rounds)
+
+        def measure(fns, passes, never_cap=(), **_kw):
+            calls.append((passes, sorted(never_cap)))
+            r = [x * 1e-3 for x in next(it)]
+            return {k: Latency(samples_s=list(v), pass_medians_s=[1e-3] * passes,
+                               pass_mins_s=list(v), first_call_s=v[0])
+                    for k, v in (("kept", r), ("best", [1e-3] * passes))}
+        return measure
+
+    monkeypatch.setattr(decision, "Window", Quiet)
     calls = []
-
-    def fake(fns, complexity, **kw):
-        calls.append(kw["rule"].max_passes)
-        a, b = fns
-        r = next(rounds)
-        return Decision(b, False, "", len(r), pass_mins={a: [x * 1e-3 for x in r],
-                                                         b: [1e-3] * len(r)},
-                        pass_medians={a: [1e-3] * len(r), b: [1e-3] * len(r)},
-                        measured={a: {"min_ms": 0.95}, b: {"min_ms": 1.0}})
-
-    monkeypatch.setattr(decision, "decide", fake)
     fns = {"kept": None, "best": None}
+    monkeypatch.setattr(decision, "measure_interleaved",
+                        scripted([[1.05, 0.95] * 8, [1.0] * 16, [1.0] * 16]))
     res = paired_overhead(fns, {}, passes=16, judge=_one_percent,
                           max_passes=CONFIRM_MAX_PASSES)
-    # 16 passes of +-5%: undecided; pooled with 16 equal ones: the interval closes within 1%
-    assert calls == [16, 16] and res["paired_passes"] == 32 and res["paired_rounds"] == 2
+    # 16 passes of +-5%: undecided; pooled with 16 equal ones: the interval closes within 1%;
+    # both measured in every pass (never capped)
+    assert calls == [(16, ["best", "kept"])] * 2
+    assert res["paired_passes"] == 32 and res["paired_rounds"] == 2
     assert res["paired_interval_min"][1] <= 0.01
     assert res["paired_overhead_min"] == pytest.approx(-0.05)
     calls.clear()
-    rounds = iter([[1.05, 0.95] * 8])
-    assert paired_overhead(fns, {}, passes=16)["paired_rounds"] == 1 and calls == [16]
+    monkeypatch.setattr(decision, "measure_interleaved", scripted([[1.05, 0.95] * 8] * 4))
+    assert paired_overhead(fns, {}, passes=16)["paired_rounds"] == 1 and len(calls) == 1
+    calls.clear()
+    # never settled: the rounds stop at the most passes allowed
+    res = paired_overhead(fns, {}, passes=16, judge=_one_percent,
+                          max_passes=CONFIRM_MAX_PASSES)
+    assert len(calls) == 3 and res["paired_passes"] == CONFIRM_MAX_PASSES
 
 
 def test_the_one_percent_item_is_judged_on_an_interval_not_a_point():

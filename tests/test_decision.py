@@ -108,6 +108,32 @@ def test_past_its_deadline_a_decision_starts_no_further_round():
     assert "undecided after 6 passes, out of time" in d.why
 
 
+def test_a_settled_question_measures_both_in_every_pass_until_it_is_answered():
+    """`settled`: a pair's estimate, not a contest.  A plan 30% slower, which a contest drops
+    after one round, is measured on (and never capped) until the caller's question is
+    answered; a question never answered runs out of passes undecided."""
+    calls: list = []
+    seen: list = []
+
+    def after(n):
+        def settled(mins):
+            seen.append(len(mins["collage"]))
+            return len(mins["collage"]) >= n
+        return settled
+
+    d = decide({"collage": None, "single:a": None}, {"collage": SIMPLE, "single:a": SIMPLE},
+               measure=scripted({"collage": noisy(1.3), "single:a": noisy(1.0)}, calls),
+               settled=after(12))
+    assert d.decided and d.passes == 12 and seen == [6, 12] and not d.left
+    assert calls == [["collage", "single:a"]] * 2 and "settled after 12 passes" in d.why
+    assert d.versus["collage"]["low"] > 1.25  # the interval of the pair, as a contest's
+    d = decide({"collage": None, "single:a": None}, {"collage": SIMPLE, "single:a": SIMPLE},
+               measure=scripted({"collage": noisy(20.0), "single:a": noisy(1.0)}),
+               settled=lambda mins: False)
+    assert not d.decided and d.passes == Rule().max_passes and not d.left
+    assert "not settled after 24 passes" in d.why
+
+
 def test_undecided_between_a_variant_and_the_default_keeps_the_default():
     a = itertools.cycle([1.00, 1.03])
     v = itertools.cycle([0.99, 1.04])
