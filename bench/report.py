@@ -227,7 +227,9 @@ def markdown(res: dict) -> str:
         "(min) = the same with minimums (steadier on a noisy machine); kept = the plan the artifact runs (a "
         "plan identical to a single-backend plan is measured once and reported for both); err = max abs "
         "difference from ONNX Runtime on the original model (and in steps for a quantized output, one step "
-        "agreeing; **bold**: the accuracy guard would refuse it); load = CPUs other processes used during "
+        "agreeing; **bold**: outside the accuracy guard's tolerance, which refuses a region that far, a "
+        "mixed plan only further than each of its libraries alone, and never a library alone: the user's "
+        "own baseline); load = CPUs other processes used during "
         "the model's latency run / CPUs, and **noisy** when that run was contended or the row's samples "
         "spread over 0.75 (its ratio is then not a result).",
         ["model", "strategy", "kept", "median ms", "p90 ms", "min ms", "spread", "ratio",
