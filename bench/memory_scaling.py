@@ -212,13 +212,12 @@ def run(sizes: list[str], steps: list[str], where: Path, progress=print,
                          "anonymous)" + (f", exit {row[step]['rc']}: "
                                                               f"{row[step].get('error')}"
                                                               if row[step]["rc"] else ""))
-            for a, own in OWN.items():
-                if a in steps and all(b in steps for b in own.work) and passes:
-                    row.setdefault("paired", {})[a] = p = paired(
-                        STEPS[a](str(model), d), [STEPS[b](str(model), d) for b in own.work],
-                        d, passes, max_passes=passes * ROUNDS, own=own)
-                    progress(f"memory: {name} {a} / {' + '.join(own.work)}: "
-                             + _paired_cell(p).replace("**", ""))
+            for a, own in _pairs(steps) if passes else ():
+                row.setdefault("paired", {})[a] = p = paired(
+                    STEPS[a](str(model), d), [STEPS[b](str(model), d) for b in own.work],
+                    d, passes, max_passes=passes * ROUNDS, own=own)
+                progress(f"memory: {name} {a} / {' + '.join(own.work)}: "
+                         + _paired_cell(p).replace("**", ""))
         points.append(row)
     fits = {s: fit(points, s) for s in steps if s != "idle"}
     return {"host": _host(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -255,7 +254,7 @@ def markdown(res: dict) -> str:
                 cells.append(f"{c['peak_mb']} MB ({c['peak_mb'] / w:.1f}x w{anon}), {c['s']} s")
         lines.append(f"| {p['model']} | {p['params'] / 1e6:.0f}M | {w:.0f} | "
                      f"{p['idle']['peak_mb']} | " + " | ".join(cells) + " |")
-    pairs = [(a, own) for a, own in OWN.items() if a in steps and all(b in steps for b in own.work)]
+    pairs = _pairs(steps)
     if pairs:
         lines += ["", "Each provmap step against the library's own work on the file, in paired passes "
                   "of fresh processes, the order alternating, in rounds of --passes while "
@@ -274,6 +273,11 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pairs(steps: list[str]) -> list[tuple[str, Own]]:
+    """The OWN items a run of `steps` measured both sides of."""
+    return [(a, own) for a, own in OWN.items() if a in steps and all(b in steps for b in own.work)]
+
+
 def _paired_cell(c: dict | None) -> str:
     if not c:
         return "-"
@@ -281,9 +285,9 @@ def _paired_cell(c: dict | None) -> str:
         return f"failed after {c['passes']} passes: {c['error']}"
     t = c["time"]
     flag = f"**{c['verdict']}**" if c["verdict"] != "within" else "within"
-    # records before the compile pairs judged memory too, with no "bounds" saved
+    # records written before the compile pairs have no "bounds": memory was judged in each
     mem = (f"memory x{c['memory']['median']:.2f}, "
-           if (c.get("bounds") or {"memory": 1}).get("memory") else "")
+           if "bounds" not in c or "memory" in c["bounds"] else "")
     return (f"{mem}time x{t['median']:.2f} [{t['low']:.2f}, "
             f"{t['high']:.2f}], {c['passes']} passes: {flag}")
 
