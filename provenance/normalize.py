@@ -84,8 +84,20 @@ def _densified(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     for sp in model.graph.sparse_initializer:
         dims = tuple(sp.dims)
-        values = numpy_helper.to_array(sp.values)
-        idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+        for part in (sp.values, sp.indices):
+            if part.data_location == onnx.TensorProto.EXTERNAL:  # onnx.load leaves it there
+                raise ProvmapError(f"sparse initializer {sp.values.name!r}: its "
+                                   f"{'values' if part is sp.values else 'indices'} are in "
+                                   f"external data, which provmap does not read for a sparse "
+                                   f"tensor (store it dense, or inside the file)")
+        try:
+            values = numpy_helper.to_array(sp.values)
+            idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+        except Exception as e:  # noqa: BLE001 - a malformed tensor: name it
+            from .util.errors import first_line
+
+            raise ProvmapError(f"sparse initializer {sp.values.name!r}: cannot read it: "
+                               f"{first_line(e)}") from None
         dense = np.zeros(int(np.prod(dims, dtype=np.int64)), dtype=values.dtype)
         flat = idx if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), dims)
         dense[flat] = values.ravel()

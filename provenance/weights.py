@@ -21,6 +21,7 @@ whole (the hash artifacts record), streaming the weights from the map.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import mmap
@@ -92,16 +93,43 @@ def _mapped(fd: int) -> mmap.mmap:
     return mm
 
 
-def release() -> None:
-    """Drop the mapped weights' pages from this process (they are read again from the file
-    when next touched): after the import has hashed them and after a copy was made for a
-    library, so that the map and a library's copy are not resident at once.  Nothing is ever
-    written to the map, so nothing is lost."""
-    for mm in _MAPS.values():
+def release(maps=()) -> None:
+    """Drop the mapped weights' pages (and those of `maps`) from this process (they are read
+    again from the file when next touched): after the import has hashed them and after a copy
+    was made for a library, so that the map and a library's copy are not resident at once.
+    Nothing is ever written to the map, so nothing is lost."""
+    for mm in (*list(_MAPS.values()), *maps):  # list(): another thread may add a map
         try:
             mm.madvise(mmap.MADV_DONTNEED)
         except (AttributeError, OSError, ValueError):  # no madvise here: pages stay, still right
             pass
+
+
+@contextlib.contextmanager
+def shedding(*maps: mmap.mmap, every: float = 0.05):
+    """While the block runs, drop the pages of provmap's maps (and of `maps`) from this process
+    every `every` seconds.  For a library that reads weights once, to copy or repack them
+    (OpenVINO's frontend copying a weight given by address, its CPU plugin packing an IR's
+    weights): without it the pages it has read stay resident beside its copy until the block
+    ends, twice the weights at the peak (a 1B decoder's compile: 4 GB of mapped file beside 4 GB
+    of packed weights).  Only for maps nobody writes to (`release` says why that is safe); a
+    page read again is read from the page cache."""
+    import threading
+
+    stop = threading.Event()
+
+    def drop():
+        while not stop.wait(every):
+            release(maps)
+
+    worker = threading.Thread(target=drop, name="provmap-shedding", daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join()
+        release(maps)
 
 
 def _view(t: TensorProto, base: str | None = None) -> memoryview:

@@ -8,6 +8,12 @@ rewrites the proto it is given (the caller's model would lose its weights) and n
 copy first (a second 575 MB); here a skeleton proto shares nothing with the caller's and the
 weights are written once, straight from the tensors (on VGG-19 the frontend call drops from
 6.8 s to about 1 s, most of it writing the file).
+
+Weights still in the user's file (provenance/weights.py's lazy tensors) need not be written at
+all for a reader that takes ONNX Runtime's convention for in-memory external data (location
+`*/_ORT_MEM_ADDR_/*`, the offset an address): OpenVINO's frontend reads them straight from
+provmap's map of the file.  On a 1B-parameter decoder (4 GB) each OpenVINO read had written the
+4 GB out again (the support query, then the build), 4-11 s apiece plus the removal.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ import contextlib
 import os
 import tempfile
 
+import numpy as np
 import onnx
 
 from provmap.provenance.weights import is_lazy, raw_view, release, tensor_bytes
 
 _ALIGN = 4096          # offsets of external tensors: page-aligned, so a reader can map them
 _MIN_TENSOR = 1024     # smaller tensors stay inside the proto (onnx's default threshold)
+#: ONNX Runtime's location for external data in memory (the offset is the address).
+MEM_ADDR = "*/_ORT_MEM_ADDR_/*"
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:
@@ -30,9 +39,13 @@ def weight_bytes(model: onnx.ModelProto) -> int:
 
 
 @contextlib.contextmanager
-def external_data_file(model: onnx.ModelProto, prefix: str = "provmap-onnx-"):
+def external_data_file(model: onnx.ModelProto, prefix: str = "provmap-onnx-",
+                       by_address: bool = False):
     """Path of `model` saved as ``model.onnx`` + ``model.data`` in a scratch directory that is
-    removed when the block ends; `model` is not modified."""
+    removed when the block ends; `model` is not modified.  `by_address`: lazy weights are
+    referenced at their address in provmap's map (`MEM_ADDR`), valid while the block lasts;
+    only for a reader known to honour it."""
+    refuse_addresses(model)
     skel = onnx.ModelProto()
     for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version",
               "doc_string"):
@@ -50,9 +63,15 @@ def external_data_file(model: onnx.ModelProto, prefix: str = "provmap-onnx-"):
     g.sparse_initializer.extend(src.sparse_initializer)
     g.quantization_annotation.extend(src.quantization_annotation)
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        views = []  # what the addresses point into, alive while the reader may read them
         with open(os.path.join(tmp, "model.data"), "wb") as data:
             for t in src.initializer:
                 lazy = is_lazy(t)
+                if lazy and by_address:
+                    view = np.frombuffer(raw_view(t), np.uint8)
+                    views.append(view)
+                    _external(g.initializer.add(), t, MEM_ADDR, view.ctypes.data, view.nbytes)
+                    continue
                 if not lazy and (t.data_location == onnx.TensorProto.EXTERNAL
                                  or not t.HasField("raw_data") or tensor_bytes(t) < _MIN_TENSOR):
                     g.initializer.append(t)
@@ -63,18 +82,41 @@ def external_data_file(model: onnx.ModelProto, prefix: str = "provmap-onnx-"):
                     data.write(b"\0" * (_ALIGN - offset % _ALIGN))
                     offset = data.tell()
                 data.write(raw)
-                e = g.initializer.add()
-                e.name, e.data_type, e.doc_string = t.name, t.data_type, t.doc_string
-                e.dims.extend(t.dims)
-                e.data_location = onnx.TensorProto.EXTERNAL
-                for k, v in (("location", "model.data"), ("offset", str(offset)),
-                             ("length", str(len(raw) if not lazy else raw.nbytes))):
-                    entry = e.external_data.add()
-                    entry.key, entry.value = k, v
+                _external(g.initializer.add(), t, "model.data", offset,
+                          len(raw) if not lazy else raw.nbytes)
                 del raw
-        release()  # the weights just copied out of the user's file need not stay resident
+        if not by_address:
+            release()  # the weights just copied out of the user's file need not stay resident
         path = os.path.join(tmp, "model.onnx")
         with open(path, "wb") as f:
             f.write(skel.SerializeToString())
         del skel
-        yield path
+        try:
+            yield path
+        finally:
+            del views
+
+
+def refuse_addresses(model: onnx.ModelProto) -> None:
+    """ValueError for a tensor of `model` whose external data names a memory address: only
+    provmap may (OpenVINO's frontend reads any address a file names: CWE-822).  onnx.load and
+    the checker refuse such a file; this covers a proto handed in by a caller."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    sparse = [x for s in model.graph.sparse_initializer for x in (s.values, s.indices)]
+    for t in (*_get_all_tensors(model), *sparse):
+        if (t.data_location == onnx.TensorProto.EXTERNAL and not is_lazy(t) and any(
+                e.key == "location" and e.value == MEM_ADDR for e in t.external_data)):
+            raise ValueError(f"initializer {t.name!r}: external data location {MEM_ADDR!r} "
+                             f"names memory, not a file")
+
+
+def _external(e: onnx.TensorProto, t: onnx.TensorProto, location: str, offset: int,
+              length: int) -> None:
+    """`e` made `t`'s reference to `length` bytes at `offset` of `location`."""
+    e.name, e.data_type, e.doc_string = t.name, t.data_type, t.doc_string
+    e.dims.extend(t.dims)
+    e.data_location = onnx.TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = e.external_data.add()
+        entry.key, entry.value = k, v

@@ -172,6 +172,28 @@ def test_a_sparse_initializer_is_read_as_onnx_runtime_reads_it(tmp_path):
                                   ort_outputs(model, {"x": x})["y"])
 
 
+def test_a_sparse_initializer_in_external_data_is_one_line_naming_it(tmp_path):
+    """Its values were read relative to the working directory (onnx.load leaves a sparse
+    tensor's external data unread), and anything wrong was an 'internal error'; one named
+    `*/_ORT_MEM_ADDR_/*` must never reach OpenVINO's frontend, which reads that address."""
+    vals = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[2])
+    vals.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "*/_ORT_MEM_ADDR_/*"), ("offset", "4096"), ("length", "8")):
+        e = vals.external_data.add()
+        e.key, e.value = k, v
+    idx = numpy_helper.from_array(np.array([1, 4], np.int64), "W_idx")
+    g = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    g.sparse_initializer.append(helper.make_sparse_tensor(vals, idx, [2, 3]))
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--strategy", "single:openvino")
+    assert "sparse initializer 'W'" in one_error(r) and "external data" in one_error(r)
+    assert not (tmp_path / "a.provmap").exists()
+
+
 def test_an_output_listed_twice_compiles_into_an_artifact_that_opens(tmp_path):
     """M1: ONNX Runtime runs a graph that lists one output twice; provmap compiled it (exit 0)
     into an artifact every reader refused ("model.outputs[2]: 'p' is listed twice")."""

@@ -49,7 +49,7 @@ from .ov_int64 import RangeGuard, int64_notes
 from .ov_refusals import refuse_wrong_numbers
 from .ov_query import RegionFailed, query_in_segments
 from .ov_core import (_EXTERNAL_MIN_BYTES, _ConversionFailed, _get_core, _ov,  # noqa: F401
-                      _read_onnx, ov_error, read_blob_ir, read_ir)
+                      _read_onnx, ov_error, read_blob_ir, read_ir, shed_ir)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph_view import GraphView
@@ -232,15 +232,16 @@ class OpenVINOBackend(Backend):
                 # Compile what load() will compile: the IR as written.  Read from its files,
                 # OpenVINO maps the weights; the blob's copy is read after the compiled model
                 # is gone (one copy of the weights at a time besides the compiled one).
-                model = read_ir(xml_path)
-                compiled = self._compile(model, f"subgraph {sub.key[:12]}")
-                actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
-                producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output if o}
-                kernels, source = runtime_kernels(compiled, model, producer, cut)
-                input_names = _kept_inputs(compiled.inputs, [t.name for t in sub.inputs])
-                output_names = [t.name for t in sub.outputs]
-                _port_order(compiled.outputs, output_names, "output")
-                del compiled, model
+                with shed_ir(xml_path) as model:
+                    compiled = self._compile(model, f"subgraph {sub.key[:12]}")
+                    actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+                    producer = {o: p for p, n in enumerate(cut.graph.node) for o in n.output
+                                if o}
+                    kernels, source = runtime_kernels(compiled, model, producer, cut)
+                    input_names = _kept_inputs(compiled.inputs, [t.name for t in sub.inputs])
+                    output_names = [t.name for t in sub.outputs]
+                    _port_order(compiled.outputs, output_names, "output")
+                    del compiled, model
                 with open(xml_path, "rb") as f:
                     xml = f.read()
                 weights = staged.weight_member(os.path.join(tmp, "model.bin"), "model.bin")

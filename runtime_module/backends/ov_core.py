@@ -11,8 +11,8 @@ import re
 
 from ..backend import Blob, BackendError
 from .. import staged
-from ..onnx_external import external_data_file, weight_bytes
-from provmap.provenance.weights import serialize
+from ..onnx_external import MEM_ADDR, external_data_file, refuse_addresses, weight_bytes
+from provmap.provenance.weights import serialize, shedding
 
 _core = None
 
@@ -46,9 +46,12 @@ def _read_onnx(model):
 
     A large model goes as a file with external weights (see runtime_module/onnx_external.py: on
     VGG-19, 6.8 s of serializing and parsing become well under a second); the frontend maps the
-    weights file, which must outlive the converted model's use, hence a context manager.
+    weights file, which must outlive the converted model's use, hence a context manager.  Weights
+    still in the user's file go by address, which the frontend copies: provmap's pages of them
+    are shed meanwhile, so the copy is not held beside them.
     """
     core = _get_core()
+    refuse_addresses(model)
     if weight_bytes(model) < _EXTERNAL_MIN_BYTES:
         try:
             converted = core.read_model(serialize(model))
@@ -56,7 +59,9 @@ def _read_onnx(model):
             raise _ConversionFailed() from e
         yield converted
         return
-    with external_data_file(model, prefix="provmap-ov-onnx-") as path:
+    by_address = _reads_addresses()
+    with external_data_file(model, prefix="provmap-ov-onnx-", by_address=by_address) as path, \
+            (shedding() if by_address else contextlib.nullcontext()):
         try:
             converted = core.read_model(path)
         except Exception as e:
@@ -65,6 +70,50 @@ def _read_onnx(model):
             yield converted
         finally:
             del converted
+
+
+_BY_ADDRESS: bool | None = None
+
+
+def _reads_addresses() -> bool:
+    """Whether this OpenVINO's ONNX frontend reads external data by address (`MEM_ADDR`, the
+    convention ONNX Runtime's OpenVINO provider relies on): asked once, with 16 floats, so that
+    a release without it costs a written file, never a wrong constant."""
+    global _BY_ADDRESS
+    if _BY_ADDRESS is None:
+        _BY_ADDRESS = _probe_addresses()
+    return _BY_ADDRESS
+
+
+def _probe_addresses() -> bool:
+    import tempfile
+
+    import numpy as np
+    import onnx
+    from onnx import helper
+
+    want = np.arange(16, dtype=np.float32) * 0.25 + 1.0
+    w = onnx.TensorProto(name="w", data_type=onnx.TensorProto.FLOAT, dims=[16])
+    w.data_location = onnx.TensorProto.EXTERNAL
+    for k, v in (("location", MEM_ADDR), ("offset", str(want.ctypes.data)),
+                 ("length", str(want.nbytes))):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    g = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "probe", [],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [16])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    with tempfile.TemporaryDirectory(prefix="provmap-ov-probe-") as tmp:
+        path = os.path.join(tmp, "probe.onnx")
+        with open(path, "wb") as f:
+            f.write(m.SerializeToString())
+        try:
+            model = _get_core().read_model(path)
+            got = [op.get_data() for op in model.get_ordered_ops()
+                   if op.get_type_name() == "Constant"]
+        except Exception:
+            return False
+    return len(got) == 1 and np.array_equal(np.asarray(got[0]).ravel(), want)
 
 
 _NOISE = re.compile(r"^(Exception from |Check '.*' failed at |FrontEnd API failed with|"
@@ -89,6 +138,33 @@ def read_ir(*source):
     except Exception as e:
         raise BackendError(f"OpenVINO: cannot read the IR (model.xml/model.bin): "
                            f"{ov_error(e)}") from None
+
+
+@contextlib.contextmanager
+def shed_ir(xml_path: str):
+    """The IR at `xml_path` (weights beside it, in model.bin), read with its weights in a map
+    of provmap's own whose pages are dropped while the block runs (`weights.shedding`): a
+    build compiles it once to learn its kernels, and OpenVINO's CPU plugin packs each weight
+    as it compiles, so the weights it has read need not stay resident beside the packed copy
+    (a 1B decoder's build had peaked at both: 2.2x its weights)."""
+    bin_path = os.path.join(os.path.dirname(xml_path), "model.bin")
+    if not os.path.getsize(bin_path):  # nothing to map
+        yield read_ir(xml_path)
+        return
+    import mmap
+
+    import numpy as np
+
+    with open(bin_path, "rb") as f:
+        # private and writable, as ov.Tensor needs; nothing writes to it (weights.release)
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    with open(xml_path, "rb") as f:
+        xml = f.read()
+    tensor = _ov().Tensor(np.frombuffer(mm, np.uint8), shared_memory=True)
+    model = read_ir(xml, tensor)
+    with shedding(mm):
+        yield model
+    # the map goes with the last reference to it (the caller's model and anything compiled)
 
 
 def read_blob_ir(blob: Blob):
