@@ -158,10 +158,10 @@ def fit(points: list[dict], step: str) -> dict | None:
     return {"exponent": round(float(k), 3), "coef": float(np.exp(logc))}
 
 
-def paired(a_argv: list[str], work: list[list[str]], cwd: str, passes: int,
-           max_passes: int | None = None, own: Own = Own((), 1.3, 1.3)) -> dict:
+def paired(a_argv: list[str], work: list[list[str]], cwd: str, passes: int, own: Own,
+           max_passes: int | None = None) -> dict:
     """Step a against the library's own `work` (commands whose times add up) in `passes`
-    paired passes, the order alternating: `own`'s bounds judged by the one comparison
+    paired passes, the order alternating: `own`'s bounds (an `OWN` entry) judged by the one comparison
     procedure's statistic and interval (partition/measure/evidence.py), never by one pairing.
     One pair of samples once read x1.31 for `run_ov` at 1B; five interleaved pairs at another
     moment read x1.05 by median; OpenVINO's own 1B compile read 8.4 s in one run and 21.4 s in
@@ -215,7 +215,7 @@ def run(sizes: list[str], steps: list[str], where: Path, progress=print,
             for a, own in _pairs(steps) if passes else ():
                 row.setdefault("paired", {})[a] = p = paired(
                     STEPS[a](str(model), d), [STEPS[b](str(model), d) for b in own.work],
-                    d, passes, max_passes=passes * ROUNDS, own=own)
+                    d, passes, own, max_passes=passes * ROUNDS)
                 progress(f"memory: {name} {a} / {' + '.join(own.work)}: "
                          + _paired_cell(p).replace("**", ""))
         points.append(row)

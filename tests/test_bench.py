@@ -509,31 +509,31 @@ def test_memory_scaling_judges_a_loaded_artifact_against_the_librarys_own_sessio
                 "rc": 0}
 
     monkeypatch.setattr(ms, "measure", fake)
-    ok = ms.paired(["ours"], [["own"]], ".", 6)
+    ok = ms.paired(["ours"], [["own"]], ".", 6, ms.OWN["run_ort"])
     assert calls[:4] == ["ours", "own", "own", "ours"]  # the order alternates
     assert ok["verdict"] == "within" and ok["memory"]["median"] == pytest.approx(1.2)
     assert 1.0 < ok["time"]["low"] <= ok["time"]["median"] <= ok["time"]["high"] < 1.3
     times["own"] = iter([2.0] * 7)
-    slow = ms.paired(["slow"], [["own"]], ".", 6)
+    slow = ms.paired(["slow"], [["own"]], ".", 6, ms.OWN["run_ort"])
     assert slow["verdict"] == "slower"
-    failed = ms.paired(["bad"], [["own"]], ".", 6)
+    failed = ms.paired(["bad"], [["own"]], ".", 6, ms.OWN["run_ort"])
     assert failed == {"error": "no such artifact", "passes": 0}
     # undecided at 6 passes (up to x1.4): a round of 6 more, pooled, decides it (sequential)
     times["own"] = iter([2.0] * 12)
     times["ours"] = iter([2.8, 2.2] + [2.0] * 10)
-    again = ms.paired(["ours"], [["own"]], ".", 6, max_passes=24)
+    again = ms.paired(["ours"], [["own"]], ".", 6, ms.OWN["run_ort"], max_passes=24)
     assert again["passes"] == 12 and again["verdict"] == "within"
     # a compile against the library's own session plus map: their times add up, 2x in time
     # is its bound, memory is not (held to the weights instead)
     calls.clear()
     times.update(own=iter([2.0] * 6), map=iter([1.0] * 6), ours=iter([5.5] * 6))
-    comp = ms.paired(["ours"], [["own"], ["map"]], ".", 6, own=ms.OWN["compile_ov"])
+    comp = ms.paired(["ours"], [["own"], ["map"]], ".", 6, ms.OWN["compile_ov"])
     assert calls[:6] == ["ours", "own", "map", "own", "map", "ours"]
     assert comp["time"]["median"] == pytest.approx(5.5 / 3, rel=1e-4) and comp["verdict"] == "within"
     assert comp["bounds"] == {"time": 2.0}
     times.update(own=iter([2.0] * 6), map=iter([1.0] * 6), ours=iter([6.5] * 6))
     assert ms.paired(["ours"], [["own"], ["map"]], ".", 6,
-                     own=ms.OWN["compile_ov"])["verdict"] == "slower"
+                     ms.OWN["compile_ov"])["verdict"] == "slower"
 
     def step(s, mb):
         return {"s": s, "peak_mb": mb, "peak_anon_mb": mb, "rc": 0}
