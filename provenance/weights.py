@@ -106,7 +106,7 @@ def release(maps=()) -> None:
 
 
 @contextlib.contextmanager
-def shedding(*maps: mmap.mmap, every: float = 0.05):
+def shedding(*maps: mmap.mmap, every: float = 0.2):
     """While the block runs, drop the pages of provmap's maps (and of `maps`) from this process
     every `every` seconds.  For a library that reads weights once, to copy or repack them
     (OpenVINO's frontend copying a weight given by address, its CPU plugin packing an IR's

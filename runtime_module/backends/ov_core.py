@@ -140,27 +140,37 @@ def read_ir(*source):
                            f"{ov_error(e)}") from None
 
 
-@contextlib.contextmanager
-def shed_ir(xml_path: str):
-    """The IR at `xml_path` (weights beside it, in model.bin), read with its weights in a map
-    of provmap's own whose pages are dropped while the block runs (`weights.shedding`): a
-    build compiles it once to learn its kernels, and OpenVINO's CPU plugin packs each weight
-    as it compiles, so the weights it has read need not stay resident beside the packed copy
-    (a 1B decoder's build had peaked at both: 2.2x its weights)."""
-    bin_path = os.path.join(os.path.dirname(xml_path), "model.bin")
-    if not os.path.getsize(bin_path):  # nothing to map
-        yield read_ir(xml_path)
-        return
+def _mapped_weights(path: str, offset: int, size: int):
+    """`size` bytes at `offset` of `path` as an ov.Tensor over a private map of provmap's own
+    (OpenVINO's constants point into it), and the map, which `weights.shedding` can drop
+    pages of.  Private and writable, as ov.Tensor needs; nothing writes to it."""
     import mmap
 
     import numpy as np
 
-    with open(bin_path, "rb") as f:
-        # private and writable, as ov.Tensor needs; nothing writes to it (weights.release)
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), offset - start + size, offset=start,
+                       access=mmap.ACCESS_COPY)
+    array = np.frombuffer(mm, np.uint8, count=size, offset=offset - start)
+    return _ov().Tensor(array, shared_memory=True), mm
+
+
+@contextlib.contextmanager
+def shed_ir(xml_path: str):
+    """The IR at `xml_path` (weights beside it, in model.bin), its weights in a map whose pages
+    are dropped while the block runs (`weights.shedding`): a build compiles it once to learn
+    its kernels, and OpenVINO's CPU plugin packs each weight as it compiles, so the weights it
+    has read need not stay resident beside the packed copy (a 1B decoder's build had peaked at
+    both: 2.2x its weights)."""
+    bin_path = os.path.join(os.path.dirname(xml_path), "model.bin")
+    size = os.path.getsize(bin_path)
+    if not size:  # nothing to map
+        yield read_ir(xml_path)
+        return
     with open(xml_path, "rb") as f:
         xml = f.read()
-    tensor = _ov().Tensor(np.frombuffer(mm, np.uint8), shared_memory=True)
+    tensor, mm = _mapped_weights(bin_path, 0, size)
     model = read_ir(xml, tensor)
     with shedding(mm):
         yield model
@@ -168,9 +178,10 @@ def shed_ir(xml_path: str):
 
 
 def read_blob_ir(blob: Blob):
-    """The blob's IR and what must outlive every model compiled from it (None, or the map
-    OpenVINO's constants point into); staged weights (runtime_module.staged) are read from
-    their file, which OpenVINO maps, with the XML written beside them for the call."""
+    """The blob's IR and what must outlive every model compiled from it: None, or the map
+    OpenVINO's constants point into first (shed it while compiling: `shed_ir` says why).
+    Staged weights (runtime_module.staged) are mapped from their file, a member inside the
+    (linked) artifact where the zip stores it."""
     try:
         xml, weights = blob.files["model.xml"], blob.files["model.bin"]
     except KeyError:
@@ -178,15 +189,10 @@ def read_blob_ir(blob: Blob):
                            f"(members: {sorted(blob.files)})") from None
     if not isinstance(weights, staged.Staged):
         return read_ir(xml, weights), None
-    if weights.offset:  # a member inside the (linked) artifact: OpenVINO uses a private map
-        import numpy as np
+    tensor, mm = _mapped_weights(weights.path, weights.offset, weights.size)
+    return read_ir(bytes(xml), tensor), (mm, tensor)
 
-        mapped = np.memmap(weights.path, dtype=np.uint8, mode="c", offset=weights.offset,
-                           shape=(weights.size,))
-        tensor = _ov().Tensor(mapped, shared_memory=True)
-        return read_ir(bytes(xml), tensor), (mapped, tensor)
-    xml_path = weights.beside(bytes(xml), ".xml")
-    try:
-        return read_ir(xml_path, weights.path), None
-    finally:
-        os.unlink(xml_path)
+
+def compiling(keep):
+    """The context to compile a `read_blob_ir` model in: its map shed, if it has one."""
+    return shedding(keep[0]) if keep else contextlib.nullcontext()
