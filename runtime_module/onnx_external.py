@@ -11,9 +11,10 @@ weights are written once, straight from the tensors (on VGG-19 the frontend call
 
 Weights still in the user's file (provenance/weights.py's lazy tensors) need not be written at
 all for a reader that takes ONNX Runtime's convention for in-memory external data (location
-`*/_ORT_MEM_ADDR_/*`, the offset an address): OpenVINO's frontend reads them straight from
-provmap's map of the file.  On a 1B-parameter decoder (4 GB) each OpenVINO read had written the
-4 GB out again (the support query, then the build), 4-11 s apiece plus the removal.
+`*/_ORT_MEM_ADDR_/*`, the offset an address): OpenVINO's frontend copies them out of
+provmap's map of the file (whose pages the caller sheds meanwhile, provenance.weights.shedding).
+On a 1B-parameter decoder (4 GB) each OpenVINO read had written the 4 GB out again (the support
+query, then the build), 4-11 s apiece plus the removal.
 """
 
 from __future__ import annotations
