@@ -148,11 +148,8 @@ def test_model_local_functions_are_inlined_as_onnx_runtime_does(tmp_path):
                                    atol=1e-6)
 
 
-def test_a_sparse_initializer_is_read_as_onnx_runtime_reads_it(tmp_path):
-    """It was refused as 'a tensor which no input, initializer or node defines'."""
-    from onnx import numpy_helper
-
-    vals = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "W")
+def _sparse_model(tmp_path, vals):
+    """m.onnx: x [2, 3] + W, W a sparse initializer of `vals` at flat positions 1 and 4."""
     idx = numpy_helper.from_array(np.array([1, 4], np.int64), "W_idx")
     g = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
@@ -161,6 +158,15 @@ def test_a_sparse_initializer_is_read_as_onnx_runtime_reads_it(tmp_path):
     model = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
               model)
+    return model
+
+
+def test_a_sparse_initializer_is_read_as_onnx_runtime_reads_it(tmp_path):
+    """It was refused as 'a tensor which no input, initializer or node defines'."""
+    from onnx import numpy_helper
+
+    vals = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "W")
+    model = _sparse_model(tmp_path, vals)
     x = np.ones((2, 3), np.float32)
     np.savez(tmp_path / "in.npz", x=x)
     art = tmp_path / "a.provmap"
@@ -181,14 +187,7 @@ def test_a_sparse_initializer_in_external_data_is_one_line_naming_it(tmp_path):
     for k, v in (("location", "*/_ORT_MEM_ADDR_/*"), ("offset", "4096"), ("length", "8")):
         e = vals.external_data.add()
         e.key, e.value = k, v
-    idx = numpy_helper.from_array(np.array([1, 4], np.int64), "W_idx")
-    g = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    g.sparse_initializer.append(helper.make_sparse_tensor(vals, idx, [2, 3]))
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-              model)
+    model = _sparse_model(tmp_path, vals)
     r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--strategy", "single:openvino")
     assert "sparse initializer 'W'" in one_error(r) and "external data" in one_error(r)
     assert not (tmp_path / "a.provmap").exists()
