@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
+from . import weights
 from .util.errors import ProvmapError
 from .importer import Imported
 from .model import ROLE_COMPUTE, ROLE_CONSTANT, Kernel, KernelSite, ProvenanceMap, mark_vm_evaluated
@@ -99,7 +100,10 @@ def compile_tvm(imported: Imported, target=None, track: bool = True) -> Build:
     passes = _PassStack()
     instruments = [passes] + ([tracker.instrument()] if tracker else [])
     try:
-        with tvm.transform.PassContext(opt_level=3, instruments=instruments):
+        # shedding: the VM's code generation reads every constant (the weights' pages, over
+        # provenance.weights' map), which stayed resident beside the rest of a map or build.
+        with tvm.transform.PassContext(opt_level=3, instruments=instruments), \
+                weights.shedding():
             ex = tvm.compile(imported.mod, target=target, relax_pipeline=cpu_pipeline(target))
     except Exception as e:  # TVM's InternalError/TVMError...: one line naming the model
         lines = [ln for ln in str(e).splitlines() if ln.strip()]

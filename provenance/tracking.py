@@ -14,6 +14,7 @@ from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from . import converters, half, symbolic, symbolic_ops, weights
+from .relax_keys import const_nbytes
 from .util.dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
@@ -187,6 +188,7 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                 self._emit(relax.op.shape_to_tensor(x))
                 if x is not None and isinstance(getattr(x, "ty", None), relax.ShapeType) else x
                 for x in inputs)
+        inputs = self._weights_bound(inputs)
         sym = self._convert_half_safe(idx, node, inputs, attr)
         outs = list(sym.fields) if isinstance(sym, relax.Tuple) else [sym]
         if node.op_type in _TUPLE_OPS:
@@ -203,6 +205,25 @@ class TrackingImporter(_fe.ONNXGraphImporter):
                 raise _NotComputed(f"the Relax converter does not compute output {k} "
                                    f"('{node.output[k]}'): it returns a placeholder constant")
         return sym
+
+    def _weights_bound(self, inputs):
+        """A node reading only constants, one of them a weight, gets its weights as bindings.
+
+        Why: TVM's converters fold a node whose inputs are all constants (Transpose,
+        DequantizeLinear, Cast, Reshape of a weight) into a new constant that the module holds
+        for its whole life: a decoder's tied `lm_head = Transpose(wte)` kept 154 MB (at 124M
+        parameters) beside the file's map through every build.  Bound, the weight stays a view
+        of the file and the node a binding of its own, which the TVM build folds when it runs
+        (FoldConstant) and which every other backend reads from ONNX.  Small constants (shapes,
+        axes, scales) stay as they are: converters need them constant."""
+        present = [x for x in inputs if x is not None]
+        if not present or not all(isinstance(x, tvm.ir.GenericConst) for x in present):
+            return inputs
+        big = {k for k, x in enumerate(inputs)
+               if x is not None and const_nbytes(x) >= weights.LAZY_MIN_BYTES}
+        if not big:
+            return inputs
+        return _fe.onnx_input(self.bb.emit(x) if k in big else x for k, x in enumerate(inputs))
 
     def _convert_into(self, bb, node, inputs, attr):
         """TVM's converter for `node` run into `bb` (the import's own, or a scratch one)."""

@@ -69,6 +69,76 @@ def test_every_backend_builds_and_runs_from_the_file(big_external, tmp_path, str
     assert ids.model_sha256(onnx.load(str(big_external))) in r.stdout
 
 
+def _tied_head(tmp_path):
+    """MatMul(x, Transpose(w)) + Relu, w [N, N] in its file: a decoder's head tied to its
+    embedding, as exporters write it."""
+    w = onnx.numpy_helper.from_array(np.random.default_rng(3).standard_normal((N, N))
+                                     .astype(np.float32), "w")
+    nodes = [onnx.helper.make_node("Transpose", ["w"], ["wt"], name="tie", perm=[1, 0]),
+             onnx.helper.make_node("MatMul", ["x", "wt"], ["y"], name="head"),
+             onnx.helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    info = onnx.helper.make_tensor_value_info
+    g = onnx.helper.make_graph(nodes, "g", [info("x", onnx.TensorProto.FLOAT, [1, N])],
+                               [info("z", onnx.TensorProto.FLOAT, [1, N])], [w])
+    m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)],
+                               ir_version=8)
+    path = tmp_path / "tied.onnx"
+    onnx.save_model(m, path, save_as_external_data=True, location="tied.onnx.data",
+                    size_threshold=0)
+    return path
+
+
+def _tensor_constants(mod):
+    from tvm import ir, relax
+
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e) if isinstance(
+        e, ir.GenericConst) and hasattr(e.value, "shape") else None)
+    return found
+
+
+def test_a_node_reading_only_a_weight_is_computed_not_folded_into_a_copy(tmp_path):
+    """TVM's converters fold a node whose inputs are all constants: a tied head's Transpose
+    of the embedding became a transposed copy the module held for its whole life (154 MB
+    beside the file's map at 124M parameters).  The weight is bound instead; the TVM build
+    folds it when it runs, and every backend computes ONNX Runtime's numbers."""
+    from provmap.provenance.relax_keys import const_nbytes
+
+    path = _tied_head(tmp_path)
+    imp = import_onnx(str(path))
+    big = [c for c in _tensor_constants(imp.mod) if const_nbytes(c) >= weights.LAZY_MIN_BYTES]
+    assert len(big) == 1  # the file's weight, not a transposed copy of it
+    assert tuple(big[0].value.shape) == (N, N)
+    x = np.random.default_rng(4).standard_normal((1, N)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    ref = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    for strategy in ("single:openvino", "single:tvm"):
+        art = tmp_path / f"{strategy[7:]}.provmap"
+        r = provmap("compile", path, "--strategy", strategy, "-o", art, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        r = provmap("run", art, "--inputs", tmp_path / "x.npz", "-o", tmp_path / "out.npz",
+                    cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_allclose(np.load(tmp_path / "out.npz")["z"], ref, rtol=1e-4,
+                                   atol=1e-4)
+    # the map says where it went: into the TVM kernel's constant, computed by the build
+    r = provmap("lookup", art, "--onnx-node", "tie", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "[tvm, primfunc, constant]" in r.stdout
+
+
+def test_a_reader_going_through_the_weights_drops_their_pages_as_it_goes(monkeypatch):
+    """A hash reads every weight once; each `_RELEASE_EVERY` bytes its pages are dropped (a
+    124M decoder's build kept all of them resident after hashing them)."""
+    drops = []
+    monkeypatch.setattr(weights, "release", lambda maps=(): drops.append(1))
+    monkeypatch.setattr(weights, "_read_since_release", 0)
+    monkeypatch.setattr(weights, "_RELEASE_EVERY", 10)
+    for n in (4, 4, 4, 25, 1):
+        weights.went_through(n)
+    assert len(drops) == 2  # at 12 and at 37 bytes; 1 byte pending
+
+
 def test_annotate_writes_the_weights_back_into_the_model(big_external, tmp_path):
     art = tmp_path / "a.provmap"
     assert provmap("compile", big_external, "--strategy", "single:onnxruntime", "-o",

@@ -194,5 +194,6 @@ def read_blob_ir(blob: Blob):
 
 
 def compiling(keep):
-    """The context to compile a `read_blob_ir` model in: its map shed, if it has one."""
-    return shedding(keep[0]) if keep else contextlib.nullcontext()
+    """The context to compile a `read_blob_ir` model in: its map shed, if it has one (every
+    0.2 s: the load reads some pages twice, `weights.shedding` says what that costs)."""
+    return shedding(keep[0], every=0.2) if keep else contextlib.nullcontext()
