@@ -117,7 +117,15 @@ def _external(e: onnx.TensorProto, t: onnx.TensorProto, location: str, offset: i
     """`e` made `t`'s reference to `length` bytes at `offset` of `location`."""
     e.name, e.data_type, e.doc_string = t.name, t.data_type, t.doc_string
     e.dims.extend(t.dims)
-    e.data_location = onnx.TensorProto.EXTERNAL
+    point_at(e, location, offset, length)
+
+
+def point_at(t: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """`t`'s data made external: `length` bytes at `offset` of `location` (a file beside the
+    model, or `MEM_ADDR` and an address)."""
+    t.ClearField("raw_data")
+    t.data_location = onnx.TensorProto.EXTERNAL
+    del t.external_data[:]
     for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
-        entry = e.external_data.add()
+        entry = t.external_data.add()
         entry.key, entry.value = k, v

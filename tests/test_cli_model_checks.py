@@ -13,6 +13,7 @@ import pytest
 from cli_models import model_file, ort_outputs, saved_model
 from cli_runner import one_error, provmap, refused
 from onnx import TensorProto, helper, numpy_helper
+from provmap.runtime_module.onnx_external import MEM_ADDR, point_at
 
 
 @pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
@@ -183,10 +184,7 @@ def test_a_sparse_initializer_in_external_data_is_one_line_naming_it(tmp_path):
     tensor's external data unread), and anything wrong was an 'internal error'; one named
     `*/_ORT_MEM_ADDR_/*` must never reach OpenVINO's frontend, which reads that address."""
     vals = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[2])
-    vals.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", "*/_ORT_MEM_ADDR_/*"), ("offset", "4096"), ("length", "8")):
-        e = vals.external_data.add()
-        e.key, e.value = k, v
+    point_at(vals, MEM_ADDR, 4096, 8)
     model = _sparse_model(tmp_path, vals)
     r = provmap("compile", model, "-o", tmp_path / "a.provmap", "--strategy", "single:openvino")
     assert "sparse initializer 'W'" in one_error(r) and "external data" in one_error(r)

@@ -25,7 +25,8 @@ from provmap.runtime_module.backends import openvino as ov_backend
 from provmap.runtime_module.backends.openvino import OpenVINOBackend
 from provmap.provenance.importer import import_onnx
 from provmap.runtime_module.graph_view import GraphView
-from provmap.runtime_module.onnx_external import MEM_ADDR, external_data_file, weight_bytes
+from provmap.runtime_module.onnx_external import (MEM_ADDR, external_data_file, point_at,
+                                                   weight_bytes)
 from provmap.runtime_module.subgraph import Subgraph
 
 
@@ -123,12 +124,7 @@ def test_this_openvino_reads_by_address():
 def test_a_model_naming_a_memory_address_is_refused():
     """OpenVINO's frontend would read any address a model names (CWE-822); only provmap may."""
     m = _big_model()
-    w = m.graph.initializer[0]
-    w.ClearField("raw_data")
-    w.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", MEM_ADDR), ("offset", "4096"), ("length", str(1024 * 5120 * 4))):
-        e = w.external_data.add()
-        e.key, e.value = k, v
+    point_at(m.graph.initializer[0], MEM_ADDR, 4096, 1024 * 5120 * 4)
     with pytest.raises(ValueError, match="initializer 'w'.*names memory"):
         with external_data_file(m):
             pass

@@ -11,7 +11,8 @@ import re
 
 from ..backend import Blob, BackendError
 from .. import staged
-from ..onnx_external import MEM_ADDR, external_data_file, refuse_addresses, weight_bytes
+from ..onnx_external import (MEM_ADDR, external_data_file, point_at, refuse_addresses,
+                             weight_bytes)
 from provmap.provenance.weights import serialize, shedding
 
 _core = None
@@ -51,8 +52,8 @@ def _read_onnx(model):
     are shed meanwhile, so the copy is not held beside them.
     """
     core = _get_core()
-    refuse_addresses(model)
     if weight_bytes(model) < _EXTERNAL_MIN_BYTES:
+        refuse_addresses(model)  # external_data_file refuses them on the other path
         try:
             converted = core.read_model(serialize(model))
         except Exception as e:
@@ -94,11 +95,7 @@ def _probe_addresses() -> bool:
 
     want = np.arange(16, dtype=np.float32) * 0.25 + 1.0
     w = onnx.TensorProto(name="w", data_type=onnx.TensorProto.FLOAT, dims=[16])
-    w.data_location = onnx.TensorProto.EXTERNAL
-    for k, v in (("location", MEM_ADDR), ("offset", str(want.ctypes.data)),
-                 ("length", str(want.nbytes))):
-        e = w.external_data.add()
-        e.key, e.value = k, v
+    point_at(w, MEM_ADDR, want.ctypes.data, want.nbytes)
     g = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "probe", [],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [16])], [w])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
