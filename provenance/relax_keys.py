@@ -12,8 +12,6 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from . import weights
-
 _PACKED_NAME: dict[str, str | None] = {}
 
 # Calls that move, allocate, check or free memory: never kernels, so never need provenance.
@@ -122,17 +120,6 @@ def bindings(func):
         yield from block.bindings
 
 
-
-def const_nbytes(c) -> int:
-    """A Relax constant's bytes, from its shape (reading the data would copy it); 0 for the
-    constants that hold no tensor (a dtype, a string)."""
-    if not hasattr(c.value, "shape") or not hasattr(c.value, "dtype"):
-        return 0
-    n = max(tvm.runtime.DataType(str(c.value.dtype)).bits // 8, 1)
-    for d in c.value.shape:
-        n *= int(d)
-    return n
-
 class ValueKeys:
     """Structural value keys, with Vars replaced by what they stand for in the *old* module."""
 
@@ -145,7 +132,6 @@ class ValueKeys:
         if k is None:
             k = ("c", tvm_ffi.structural_hash(c))
             self._const_cache[c] = k
-            weights.went_through(const_nbytes(c))  # a weight's pages, read to hash it
         return k
 
     def _shash(self, obj):

@@ -14,7 +14,6 @@ from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from . import converters, half, symbolic, symbolic_ops, weights
-from .relax_keys import const_nbytes
 from .util.dtypes import onnx_dtype
 
 def _is_leaf(e) -> bool:
@@ -51,6 +50,17 @@ def _relax_type(tp) -> object:
     if all(d.HasField("dim_value") for d in dims):
         return relax.TensorType([int(d.dim_value) for d in dims], dtype)
     return relax.TensorType(None, dtype, ndim=len(dims))
+
+
+def const_nbytes(c) -> int:
+    """A Relax constant's bytes, from its shape (reading the data would copy it); 0 for the
+    constants that hold no tensor (a dtype, a string)."""
+    if not hasattr(c.value, "shape") or not hasattr(c.value, "dtype"):
+        return 0
+    n = max(tvm.runtime.DataType(str(c.value.dtype)).bits // 8, 1)
+    for d in c.value.shape:
+        n *= int(d)
+    return n
 
 
 class _NotComputed(Exception):

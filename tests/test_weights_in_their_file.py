@@ -102,7 +102,7 @@ def test_a_node_reading_only_a_weight_is_computed_not_folded_into_a_copy(tmp_pat
     of the embedding became a transposed copy the module held for its whole life (154 MB
     beside the file's map at 124M parameters).  The weight is bound instead; the TVM build
     folds it when it runs, and every backend computes ONNX Runtime's numbers."""
-    from provmap.provenance.relax_keys import const_nbytes
+    from provmap.provenance.tracking import const_nbytes
 
     path = _tied_head(tmp_path)
     imp = import_onnx(str(path))
@@ -137,6 +137,28 @@ def test_a_reader_going_through_the_weights_drops_their_pages_as_it_goes(monkeyp
     for n in (4, 4, 4, 25, 1):
         weights.went_through(n)
     assert len(drops) == 2  # at 12 and at 37 bytes; 1 byte pending
+
+
+@pytest.mark.parametrize("build", ["map", "tvm_backend"])
+def test_a_tvm_build_drops_the_weights_pages_it_reads(big_external, monkeypatch, build):
+    """TVM's code generation (and the library's export) reads every constant, the weights'
+    pages over the file's map: both TVM builds, the map's and the backend's, shed them (a 124M
+    decoder's map held all of them beside the build; GPT-2's single:tvm compile 0.5 GB)."""
+    from provmap.provenance.build import compile_tvm
+    from provmap.runtime_module.backends.tvm import TVMBackend
+    from provmap.runtime_module.graph_view import GraphView
+    from provmap.runtime_module.subgraph import Subgraph
+
+    imp = import_onnx(str(big_external))
+    drops = []
+    real = weights.release
+    monkeypatch.setattr(weights, "release", lambda maps=(): drops.append(1) or real(maps))
+    if build == "map":
+        compile_tvm(imp)
+    else:
+        view = GraphView(imp)
+        TVMBackend().build(Subgraph(view, view.op_nodes))
+    assert drops
 
 
 def test_annotate_writes_the_weights_back_into_the_model(big_external, tmp_path):

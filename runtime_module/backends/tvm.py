@@ -23,6 +23,7 @@ from provmap.provenance.util.interrupt import raise_if_interrupted
 from provmap.provenance.model import ProvenanceMap
 from provmap.provenance.propagate import ProvenanceTracker
 from provmap.provenance.salvage import failing_nodes
+from provmap.provenance.weights import shedding
 
 from ..backend import BackendError, Blob, KernelInfo, Runner, Support
 from .empty_tensors import refuse_reductions_over_nothing
@@ -308,6 +309,9 @@ class TVMBackend(TVMOptions):
                     pipeline = cpu_pipeline(target)
                 stack.enter_context(tvm.transform.PassContext(
                     opt_level=3, instruments=[tracker.instrument()]))
+                # code generation reads every weight: their pages dropped as it goes, as in
+                # provenance.build.compile_tvm
+                stack.enter_context(shedding())
                 ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         except Exception as e:  # TVM raises many types; the message is what matters
             raise_if_interrupted()  # a Ctrl-C TVM caught in a callback is not a failed build
@@ -325,7 +329,8 @@ class TVMBackend(TVMOptions):
                    for s in sorted(pmap.sites, key=lambda s: s.ordinal)]
         with tempfile.TemporaryDirectory(prefix="provmap-tvm-") as d:
             path = os.path.join(d, "lib.so")
-            ex.export_library(path)
+            with shedding():  # it writes every constant into the library
+                ex.export_library(path)
             with open(path, "rb") as f:
                 lib = f.read()
         source = ("# Relax function of this partition (as imported, before lowering)\n"
