@@ -158,44 +158,98 @@ def fit(points: list[dict], step: str) -> dict | None:
     return {"exponent": round(float(k), 3), "coef": float(np.exp(logc))}
 
 
+class _StepFailed(Exception):
+    """A step exited non-zero: the pair has no verdict, its error is the answer."""
+
+
 def paired(a_argv: list[str], work: list[list[str]], cwd: str, passes: int, own: Own,
            max_passes: int | None = None) -> dict:
     """Step a against the library's own `work` (commands whose times add up) in `passes`
-    paired passes, the order alternating: `own`'s bounds (an `OWN` entry) judged by the one comparison
-    procedure's statistic and interval (partition/measure/evidence.py), never by one pairing.
-    One pair of samples once read x1.31 for `run_ov` at 1B; five interleaved pairs at another
-    moment read x1.05 by median; OpenVINO's own 1B compile read 8.4 s in one run and 21.4 s in
-    the next, so a compile's ratio to it (2.01x, then 1.56x) was a coin.  While the item is
-    undecided, rounds of `passes` more go on, pooled, up to `max_passes` (sequential, as every
-    decision is: at 6 passes three of six pairs were undecided on the AVX2 host, their
-    intervals' upper ends 1.34-1.47)."""
-    from provmap.partition.measure.evidence import interval, within
+    paired passes, the order alternating: `own`'s bounds (an `OWN` entry) judged by the one
+    comparison procedure (partition/decision.py's `decide`: its rounds, pooled while the item is
+    undecided up to `max_passes`, its statistic and interval, its record of contended rounds),
+    never by one pairing.  One pair of samples once read x1.31 for `run_ov` at 1B; five
+    interleaved pairs at another moment read x1.05 by median; OpenVINO's own 1B compile read
+    8.4 s in one run and 21.4 s in the next, so a compile's ratio to it (2.01x, then 1.56x) was
+    a coin; at 6 passes three of six pairs were undecided on the AVX2 host, their intervals'
+    upper ends 1.34-1.47.
 
-    rows: list = []
-    limit = max(max_passes or passes, passes)
-    bounds = {"time": ("s", own.time), "memory": ("peak_mb", own.memory)}
-    while True:
-        for _ in range(passes):
-            i = len(rows)
-            order = [a_argv, *work] if i % 2 == 0 else [*work, a_argv]
-            got = [measure(argv, cwd=cwd) for argv in order]
-            a, theirs = (got[0], got[1:]) if i % 2 == 0 else (got[-1], got[:-1])
-            bad = next((g for g in [a, *theirs] if g["rc"]), None)
+    What differs from a plan's decision is only the measuring (`_processes`): each block is one
+    fresh process per command, its wall time the sample and its peak RSS recorded beside it,
+    and the item asks two questions (time and memory), so `settled` reads both."""
+    from provmap.partition.decision import decide
+    from provmap.partition.measure.evidence import Rule, interval, pass_ratios
+
+    steps = {"ours": [a_argv], "own": list(work)}
+    peaks: dict[str, list[float]] = {"ours": [], "own": []}
+    bounds = {"time": own.time, "memory": own.memory}
+
+    def judged(mins: dict) -> dict:
+        # memory's per-pass peaks sit beside the times (every round counts: accept_contended)
+        ratios = {"time": pass_ratios(mins["ours"], mins["own"]),
+                  "memory": pass_ratios(peaks["ours"], peaks["own"])}
+        ivs = {k: interval(r) for k, r in ratios.items()}
+        return {k: (iv, _verdict(iv, bounds[k])) for k, iv in ivs.items()}
+
+    def settled(mins: dict) -> bool:
+        return _overall(v for _, v in judged(mins).values()) != "undecided"
+
+    try:
+        d = decide({k: (lambda k=k: k) for k in steps}, {"ours": (0,), "own": (0,)},
+                   rule=Rule(round_passes=passes, max_passes=max(max_passes or passes, passes)),
+                   accept_contended=True, what="memory pair", settled=settled,
+                   measure=lambda fns, **kw: _processes(steps, fns, cwd, peaks, **kw))
+    except _StepFailed as e:
+        return {"error": str(e), "passes": min(len(v) for v in peaks.values())}
+    out = {"passes": d.passes, "bounds": {k: b for k, b in bounds.items() if b}}
+    got = judged(d.pass_mins)
+    for k, (iv, _) in got.items():
+        out[k] = iv.to_dict()
+    out["verdict"] = _overall(v for _, v in got.values() if v is not None)
+    if d.contended_rounds:
+        out["contended_rounds"] = d.contended_rounds
+    return out
+
+
+def _verdict(iv, bound: float | None) -> str | None:
+    from provmap.partition.measure.evidence import within
+
+    return within(*iv.slowdown(), bound - 1.0) if bound and iv.passes else None
+
+
+def _overall(verdicts) -> str:
+    v = [x for x in verdicts if x is not None]
+    return "slower" if "slower" in v else "within" if v and all(
+        x == "within" for x in v) else "undecided"
+
+
+def _processes(steps: dict, fns: dict, cwd: str, peaks: dict, passes: int,
+               alternate: bool = True, between=None, **_) -> dict:
+    """`decide`'s measuring for fresh processes: `passes` passes of one block per alternative
+    (the order reversed every other pass), a block being its commands run one after the other,
+    its sample their summed wall time; the highest of their peaks goes to `peaks`."""
+    from provmap.partition.measure.interleave import Latency
+
+    out = {k: Latency() for k in fns}
+    for p in range(passes):
+        order = list(fns)[::-1] if alternate and p % 2 else list(fns)
+        got = {}
+        for k in order:
+            if between is not None:
+                between()  # the parallelism gauge's probe, between blocks as for any plan
+            got[k] = [measure(argv, cwd=cwd) for argv in steps[k]]
+            bad = next((g for g in got[k] if g["rc"]), None)
             if bad is not None:
-                return {"error": bad.get("error"), "passes": i}
-            rows.append((a, {"s": sum(g["s"] for g in theirs),
-                             "peak_mb": max(g["peak_mb"] for g in theirs)}))
-        out = {"passes": len(rows), "bounds": {k: b for k, (_, b) in bounds.items() if b}}
-        verdicts = []
-        for k, (key, bound) in bounds.items():
-            iv = interval([a[key] / b[key] for a, b in rows])
-            out[k] = iv.to_dict()
-            if bound:
-                verdicts.append(within(*iv.slowdown(), bound - 1.0))
-        out["verdict"] = ("slower" if "slower" in verdicts else
-                          "within" if all(v == "within" for v in verdicts) else "undecided")
-        if out["verdict"] != "undecided" or len(rows) + passes > limit:
-            return out
+                raise _StepFailed(bad.get("error"))
+        for k, rows in got.items():
+            s = sum(g["s"] for g in rows)
+            lat = out[k]
+            lat.samples_s.append(s)
+            lat.pass_mins_s.append(s)
+            lat.pass_medians_s.append(s)
+            lat.first_call_s = lat.first_call_s or s
+            peaks[k].append(max(g["peak_mb"] for g in rows))
+    return out
 
 
 def run(sizes: list[str], steps: list[str], where: Path, progress=print,
