@@ -206,6 +206,8 @@ def paired(a_argv: list[str], work: list[list[str]], cwd: str, passes: int, own:
     for k, (iv, _) in got.items():
         out[k] = iv.to_dict()
     out["verdict"] = _overall(v for _, v in got.values() if v is not None)
+    # each pass's seconds, so a reader can see a spread the interval only summarises
+    out["pass_s"] = {k: [round(v, 3) for v in d.pass_mins[k]] for k in steps}
     if d.contended_rounds:
         out["contended_rounds"] = d.contended_rounds
     return out

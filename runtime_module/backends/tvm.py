@@ -27,6 +27,7 @@ from provmap.provenance.weights import shedding
 
 from ..backend import BackendError, Blob, KernelInfo, Runner, Support
 from .empty_tensors import refuse_reductions_over_nothing
+from .tvm_export import export_library
 from .tvm_host import refuse_foreign_cpu
 from .tvm_module import bounded, module_for
 from .tvm_options import TVMOptions
@@ -330,7 +331,7 @@ class TVMBackend(TVMOptions):
         with tempfile.TemporaryDirectory(prefix="provmap-tvm-") as d:
             path = os.path.join(d, "lib.so")
             with shedding():  # it writes every constant into the library
-                ex.export_library(path)
+                export_library(ex, path)
             with open(path, "rb") as f:
                 lib = f.read()
         source = ("# Relax function of this partition (as imported, before lowering)\n"
