@@ -113,12 +113,25 @@ def _one_percent(g: dict) -> str:
     return " / ".join(parts)
 
 
+def _limit_verdict(g: dict, h: dict | None) -> str:
+    """The headline's word on the limit: the limit table's final verdict where its cuts were
+    priced (free cuts said "room 6%" on the row where the priced, measured limit said no room);
+    the free-cut verdict only where nothing was priced, and said to be that."""
+    p = ((h or {}).get("oracle_plans") or {}).get("priced")
+    if p and p.get("headroom_share") is not None:
+        return _final_verdict(h["oracle_plans"], p)
+    if g.get("limit_ms") is None:
+        return "-"
+    return verdict(g.get("limit_headroom")) + " (cuts free)"
+
+
 def gains_table(res: dict) -> list[str]:
     """The headline: per model, the partitioning gain (kept plan vs the best single-library
     configuration) beside the variant gain (that configuration vs its library's default)."""
     gs = [g for g in res.get("gains") or [] if g]
     if not gs:
         return []
+    limits = {h.get("model"): h for h in res.get("headroom") or []}
     rows = []
     for g in gs:
         bound = "-"
@@ -149,7 +162,7 @@ def gains_table(res: dict) -> list[str]:
             _pair(g, "confirmed_gain") + (" (contended)" if g.get("confirmed_contended_min")
                                           or g.get("confirmed_contended_median") else ""),
             _one_percent(g), pred, bound,
-            verdict(g.get("limit_headroom")) if g.get("limit_ms") is not None else "-", load])
+            _limit_verdict(g, limits.get(g["model"])), load])
     return _table(
         "Gains, all from one interleaved latency run per model (ms are medians; gains by "
         "minimum / by median; +10% = 10% less time). best default single = the fastest library "
@@ -177,8 +190,9 @@ def gains_table(res: dict) -> list[str]:
         "those same numbers (bound and best single of one source), and the bound "
         "is shown on this run's scale, as that share below the fastest single minimum (so "
         "never above a measured single configuration); 'capped' only in results from before "
-        "the profile recorded its share; verdict = 'no room (<5%)' when that headroom is under 5%, "
-        "else 'room N%'; load = CPUs other processes used / CPUs during the latency run.",
+        "the profile recorded its share; verdict = the limit table's final verdict (cuts priced, "
+        "its plans measured) where the limit was priced, else 'no room (<5%)' when the bound's "
+        "headroom is under 5% and 'room N%' above, marked '(cuts free)'; load = CPUs other processes used / CPUs during the latency run.",
         ["model", "best default single", "best single configuration", "kept plan",
          "variant gain", "partitioning gain", "measured again", "1% item",
          "predicted / measured ms", "bound ms", "verdict",

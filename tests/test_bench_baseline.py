@@ -83,6 +83,19 @@ def test_the_limit_headroom_has_one_source_the_profile():
     assert g["limit_headroom"] == 0.0 and g["limit_ms"] == pytest.approx(fastest)
 
 
+def test_the_headlines_limit_verdict_is_the_priced_limits_when_there_is_one():
+    """The free-cut bound said 'room 6%' on a row whose priced, measured limit had no room: the
+    headline says what the limit table concludes, and the free bound only where nothing was priced."""
+    h = {"model": "m", "oracle_ms": 4.7, "headroom_share": 0.06}
+    g = gains(ROWS, None, h)
+    priced = {"headroom_share": 0.011, "tightened_share": 0.0}
+    res = {"gains": [g], "headroom": [dict(h, oracle_plans={"priced": priced, "tried": []})]}
+    line = next(x for x in gains_table(res) if x.startswith("| m |"))
+    assert line.rstrip().split("|")[-3].strip() == "no room (<5%)"
+    line = next(x for x in gains_table({"gains": [g], "headroom": [h]}) if x.startswith("| m |"))
+    assert "room 6% (cuts free)" in line
+
+
 def test_kept_plan_equal_to_a_variant_has_no_partitioning_gain():
     rows = ROWS[:-1] + [_row("collage:onnxruntime,openvino", 6.0, 5.9,
                              kept="collage->single:onnxruntime[threads=1]")]
